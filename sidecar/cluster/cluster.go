@@ -1,0 +1,273 @@
+// Package cluster holds the snapshot every scheduling round works on and the Cluster interface
+// that both backends implement: Nomad (sidecar/nomad) and the trace-driven simulator
+// (sidecar/sim). Keeping one model means the simulator drives exactly the code that runs in
+// production.
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Cluster is a backend the scheduling pipeline reads from and writes decisions to.
+type Cluster interface {
+	// Snapshot returns a consistent, immutable view of nodes, devices, running allocations and
+	// the jobs waiting for a decision. Callers must not modify it.
+	Snapshot(ctx context.Context) (*Snapshot, error)
+	// Pin commits decisions: Nomad re-registers the jobs pinned to nodes and GPU IDs, the
+	// simulator starts them. A decision that cannot be applied (conflict, job gone) is
+	// reported in the returned results, not as an error; the error is for backend failure.
+	Pin(ctx context.Context, decisions []Decision) ([]PinResult, error)
+}
+
+// Snapshot is the state of the cluster at one instant.
+type Snapshot struct {
+	// Now is the backend's clock: wall time for Nomad, simulated time in the simulator.
+	Now     time.Time
+	Nodes   []Node
+	Running []Alloc
+	// Pending holds the jobs waiting for hetgpu, oldest submission first.
+	Pending []Job
+}
+
+// Node is one client node and its devices.
+type Node struct {
+	ID         string
+	Name       string
+	Datacenter string
+	Pool       string
+	Class      string
+	// Status is Nomad's node status: "ready", "down", "disconnected", "initializing".
+	Status     string
+	Eligible   bool
+	Draining   bool
+	Attributes map[string]string
+	Meta       map[string]string
+	Devices    []DeviceGroup
+	// Interconnect describes how GPUs inside the node talk ("nvlink", "pcie"); the simulator
+	// sets it from the cluster spec, Nomad from device topology.
+	Interconnect string
+}
+
+// Ready reports whether new work may be placed on the node.
+func (n *Node) Ready() bool { return n.Status == "ready" && n.Eligible && !n.Draining }
+
+// DeviceGroup mirrors a Nomad device group: instances sharing vendor, type and name.
+type DeviceGroup struct {
+	Vendor     string
+	Type       string
+	Name       string
+	Attributes map[string]Attribute
+	Instances  []Instance
+	// GPUType is the canonical GPU type key (see sidecar/gpuspec), derived from Name.
+	GPUType string
+}
+
+// ID is Nomad's "vendor/type/name" tuple string.
+func (g *DeviceGroup) ID() string { return g.Vendor + "/" + g.Type + "/" + g.Name }
+
+// Instance is one GPU (or MIG slice).
+type Instance struct {
+	ID                string
+	Healthy           bool
+	HealthDescription string
+	PCIBusID          string
+	// Topology, published by the hetgpu device plugin in instance stats.
+	NVLinkPeers []string
+	NUMANode    int
+	PCIeSwitch  string
+}
+
+// Attribute is a typed device attribute with an optional unit, as Nomad's structs.Attribute.
+// Exactly one of the value pointers is set.
+type Attribute struct {
+	Float  *float64
+	Int    *int64
+	String *string
+	Bool   *bool
+	Unit   string
+}
+
+func (a Attribute) GoString() string {
+	switch {
+	case a.Float != nil:
+		return fmt.Sprintf("%v%s", *a.Float, a.Unit)
+	case a.Int != nil:
+		return fmt.Sprintf("%d%s", *a.Int, a.Unit)
+	case a.String != nil:
+		return *a.String
+	case a.Bool != nil:
+		return fmt.Sprintf("%t", *a.Bool)
+	}
+	return ""
+}
+
+// Alloc is a running (or starting) placement of a job on one node.
+type Alloc struct {
+	ID        string
+	Namespace string
+	JobID     string
+	Group     string
+	NodeID    string
+	// DeviceIDs are the GPU instance IDs the allocation holds.
+	DeviceIDs []string
+	GPUType   string
+	StartTime time.Time
+	// Shared is true when the job agreed to share its GPUs with another job.
+	Shared bool
+}
+
+// Job is one pending task group waiting for a placement decision.
+type Job struct {
+	Namespace string
+	ID        string
+	Group     string
+	// Priority is Nomad's job priority (1..100, default 50).
+	Priority   int
+	SubmitTime time.Time
+	// GPUs is the total number of GPUs the group needs.
+	GPUs int
+	// GPUsPerNode, when > 0, forces every node of the placement to hold exactly this many GPUs
+	// (a Nomad task group with count > 1, one allocation per node). 0 allows any split.
+	GPUsPerNode int
+	// DeviceName is the requested device ID ("nvidia/gpu", "gpu", "nvidia/gpu/Tesla T4").
+	DeviceName        string
+	DeviceConstraints []Constraint
+	DeviceAffinities  []Affinity
+	// Constraints are job- and group-level constraints on node targets.
+	Constraints []Constraint
+	Affinities  []Affinity
+	Hetgpu      Annotations
+	// JobModifyIndex is Nomad's index for EnforceRegister; zero in the simulator.
+	JobModifyIndex uint64
+	// AttainedGPUSeconds is the GPU time the job already received before a preemption or
+	// requeue (used by least-attained-service policies); zero for jobs never run.
+	AttainedGPUSeconds float64
+}
+
+// Key identifies a job across rounds: "namespace/id/group".
+func (j *Job) Key() string { return j.Namespace + "/" + j.ID + "/" + j.Group }
+
+// MaxNodes is the distribution degree D_j: how many nodes the job may span (>= 1).
+func (j *Job) MaxNodes() int {
+	if j.Hetgpu.MaxNodes > 0 {
+		return j.Hetgpu.MaxNodes
+	}
+	return 1
+}
+
+// Constraint is a Nomad constraint (LTarget Operand RTarget).
+type Constraint struct {
+	LTarget string
+	RTarget string
+	Operand string
+}
+
+func (c Constraint) String() string { return fmt.Sprintf("%s %s %s", c.LTarget, c.Operand, c.RTarget) }
+
+// Affinity is a Nomad affinity: a constraint with a weight in [-100, 100].
+type Affinity struct {
+	LTarget string
+	RTarget string
+	Operand string
+	Weight  int8
+}
+
+// Annotations are the job's hetgpu.* meta keys, parsed. Zero values mean "not given".
+type Annotations struct {
+	Enabled bool
+	// Model is "family/name" or just a name, e.g. "resnet/ResNet-50" or "BERT".
+	ModelFamily string
+	ModelName   string
+	BatchSize   int
+	// ParamCount is the model's parameter count when known.
+	ParamCount float64
+	Framework  string
+	// EstRuntime is the user's runtime estimate on the reference GPU type.
+	EstRuntime time.Duration
+	// MinThroughput is T_min: the slowest acceptable throughput (samples or steps per second).
+	MinThroughput float64
+	// MaxNodes is D_j, the distribution degree.
+	MaxNodes int
+	// EnergyWeight overrides the placement's energy weight for this job when > 0.
+	EnergyWeight  float64
+	PriorityClass string
+	AllowSharing  bool
+}
+
+// Assignment is the part of a decision on one node.
+type Assignment struct {
+	NodeID string
+	// DeviceGroup is the group's "vendor/type/name".
+	DeviceGroup string
+	InstanceIDs []string
+}
+
+// Decision is the scheduler's choice for one job.
+type Decision struct {
+	Namespace string
+	JobID     string
+	Group     string
+	Assign    []Assignment
+	GPUType   string
+	// Predicted throughput (job units per second, whole job) and power (W, all GPUs).
+	PredThroughput float64
+	PredPowerW     float64
+	Score          float64
+	Rank           int
+	// Shared marks a placement on GPUs shared with another job.
+	Shared bool
+	// Explanation is a human-readable why, shown in the explain API and the job's UI block.
+	Explanation string
+}
+
+// JobKey returns the Key of the decided job.
+func (d *Decision) JobKey() string { return d.Namespace + "/" + d.JobID + "/" + d.Group }
+
+// GPUs is the number of instances the decision uses.
+func (d *Decision) GPUs() int {
+	n := 0
+	for _, a := range d.Assign {
+		n += len(a.InstanceIDs)
+	}
+	return n
+}
+
+// PinResult reports what a backend did with one decision.
+type PinResult struct {
+	JobKey string
+	// Applied is true when the backend accepted the decision.
+	Applied bool
+	// Conflict is true when the job changed underneath us; decide again next round.
+	Conflict bool
+	Err      error
+}
+
+// Observation is one measured run, as the task driver reports it and the catalog stores it.
+type Observation struct {
+	Namespace   string  `json:"namespace"`
+	JobID       string  `json:"job_id"`
+	Group       string  `json:"group"`
+	Task        string  `json:"task,omitempty"`
+	ModelFamily string  `json:"model_family,omitempty"`
+	ModelName   string  `json:"model_name,omitempty"`
+	BatchSize   int     `json:"batch_size,omitempty"`
+	ParamCount  float64 `json:"param_count,omitempty"`
+	Framework   string  `json:"framework,omitempty"`
+	// GPUType is the canonical type key; GPUName the device group name as fingerprinted.
+	GPUType string `json:"gpu_type"`
+	GPUName string `json:"gpu_name,omitempty"`
+	GPUs    int    `json:"gpus"`
+	Nodes   int    `json:"nodes,omitempty"`
+	// Throughput in samples (or steps) per second for the whole job.
+	Throughput float64 `json:"throughput"`
+	EnergyJ    float64 `json:"energy_j"`
+	AvgPowerW  float64 `json:"avg_power_w,omitempty"`
+	PeakPowerW float64 `json:"peak_power_w,omitempty"`
+	RuntimeS   float64 `json:"runtime_s"`
+	ExitCode   int     `json:"exit_code"`
+	// CoRunner is the model name of a job that shared the GPU, if any.
+	CoRunner string    `json:"co_runner,omitempty"`
+	Time     time.Time `json:"time"`
+}
