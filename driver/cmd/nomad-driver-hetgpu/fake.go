@@ -1,0 +1,34 @@
+package main
+
+import (
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/hetgpu/hetgpu/device/fake"
+)
+
+// fakeBackend is the device plugin's fake NVML for nvml = "fake": with the same fake_gpus
+// and fake_seed as the device plugin's fake block, it has the same UUIDs, so the GPUs Nomad
+// assigns are found and sampled. Running tasks mark their GPUs busy.
+type fakeBackend struct {
+	*fake.Fleet
+	index map[string]int
+}
+
+func fakeNVML(gpus []string, seed string) (nvml.Interface, error) {
+	f, err := fake.New(fake.Spec{GPUs: gpus, Seed: seed})
+	if err != nil {
+		return nil, err
+	}
+	b := &fakeBackend{Fleet: f, index: map[string]int{}}
+	for i, u := range f.UUIDs() {
+		b.index[u] = i
+	}
+	return b, nil
+}
+
+// SetTaskLoad implements driver.LoadSimulator.
+func (b *fakeBackend) SetTaskLoad(uuid string, util float64) {
+	if i, ok := b.index[uuid]; ok {
+		b.SetLoad(i, util, util*0.6, 0)
+	}
+}

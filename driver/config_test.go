@@ -1,0 +1,287 @@
+package driver
+
+import (
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hetgpu/hetgpu/plugin"
+	"github.com/hetgpu/hetgpu/plugin/proto/drivers"
+)
+
+// encodeTask parses a job's task config block the way the Nomad client does and encodes it
+// as msgpack_driver_config.
+func encodeTask(t testing.TB, src string) []byte {
+	t.Helper()
+	b, err := plugin.EncodeHCLConfig(taskConfigSpec(), []byte(src))
+	if err != nil {
+		t.Fatalf("encode task config: %v\n%s", err, src)
+	}
+	return b
+}
+
+func TestTaskConfigDecode(t *testing.T) {
+	b := encodeTask(t, `
+command = "python3"
+args    = ["train.py", "--epochs", "3"]
+metrics {
+  regex = "throughput (?P<samples_per_sec>[0-9.]+)"
+}
+sharing {
+  mps               = true
+  active_thread_pct = 50
+}
+power_limit = 250
+`)
+	c, err := decodeTaskConfig(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Command != "python3" || len(c.Args) != 3 || c.Metrics == nil || c.Metrics.Regex == "" || c.Metrics.File != "" ||
+		c.Sharing == nil || !c.Sharing.MPS || c.Sharing.ActiveThreadPct != 50 || c.PowerLimit != 250 {
+		t.Fatalf("decoded %+v metrics %+v sharing %+v", c, c.Metrics, c.Sharing)
+	}
+	if got := c.metricsPath("/alloc/train"); got != "/alloc/train/local/hetgpu-metrics.jsonl" {
+		t.Errorf("metrics path = %s", got)
+	}
+
+	minimal, err := decodeTaskConfig(encodeTask(t, `command = "/bin/true"`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if minimal.Metrics != nil || minimal.Sharing != nil || minimal.PowerLimit != 0 || len(minimal.Args) != 0 {
+		t.Errorf("defaults: %+v", minimal)
+	}
+}
+
+// Errors the schema catches surface in Nomad as "Failed Validation"; the rest come from
+// StartTask. Both must name the field.
+func TestTaskConfigErrorsNameTheField(t *testing.T) {
+	schemaErrors := []struct {
+		src, field string
+	}{
+		{`args = ["x"]`, "command"},
+		{`command = "x"
+power_limit = "lots"`, "power_limit"},
+		{`command = "x"
+sharing { mps = "maybe" }`, "mps"},
+		{`command = "x"
+gpus = 2`, "gpus"},
+	}
+	for _, tc := range schemaErrors {
+		_, err := plugin.EncodeHCLConfig(taskConfigSpec(), []byte(tc.src))
+		if err == nil || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("schema error for %q = %v, want it to name %q", tc.src, err, tc.field)
+		}
+	}
+	semantic := []struct {
+		src, want string
+	}{
+		{`command = "  "`, `"command": empty`},
+		{`command = "x"
+metrics { regex = "throughput ([0-9]+)" }`, `metrics.regex`},
+		{`command = "x"
+metrics { regex = "(?P<samples>[0-9" }`, `metrics.regex`},
+		{`command = "x"
+metrics { file = "../../etc/passwd" }`, `"metrics.file": got "../../etc/passwd"`},
+		{`command = "x"
+metrics { file = "/etc/passwd" }`, `"metrics.file"`},
+		{`command = "x"
+sharing { active_thread_pct = 50 }`, `"sharing.active_thread_pct": got 50 with mps = false`},
+		{`command = "x"
+sharing {
+  mps = true
+  active_thread_pct = 150
+}`, `"sharing.active_thread_pct": got 150, want 1..100`},
+		{`command = "x"
+power_limit = -5`, `"power_limit": got -5`},
+		{`command = "x"
+sharing {
+  mps = true
+  active_thread_pct = 12.5
+}`, `sharing.active_thread_pct`},
+	}
+	for _, tc := range semantic {
+		_, err := decodeTaskConfig(encodeTask(t, tc.src))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("decode %q: error %v, want one containing %q", tc.src, err, tc.want)
+		}
+	}
+}
+
+func FuzzDecodeTaskConfig(f *testing.F) {
+	for _, src := range []string{
+		`command = "python3"`,
+		`command = "x"
+args = ["a", "b"]
+metrics { file = "local/m.jsonl" }
+power_limit = 300`,
+		`command = "x"
+sharing {
+  mps = true
+  active_thread_pct = 25
+}`,
+	} {
+		f.Add(encodeTask(f, src))
+	}
+	f.Add([]byte{0xc0})
+	f.Add([]byte{0x81, 0xa7, 'c', 'o', 'm', 'm', 'a', 'n', 'd', 0x05})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := decodeTaskConfig(data)
+		if err != nil {
+			return
+		}
+		// Whatever decodes is valid by our own rules.
+		if verr := c.validate(); verr != nil {
+			t.Fatalf("decoded config fails validation: %v", verr)
+		}
+		if strings.TrimSpace(c.Command) == "" {
+			t.Fatal("empty command accepted")
+		}
+	})
+}
+
+func TestPluginConfig(t *testing.T) {
+	enc := func(src string) []byte {
+		b, err := plugin.EncodeHCLConfig(pluginConfigSpec(), []byte(src))
+		if err != nil {
+			t.Fatalf("encode %q: %v", src, err)
+		}
+		return b
+	}
+	c, err := decodePluginConfig(enc(`
+sidecar_addr    = "http://127.0.0.1:4656"
+state_dir       = "/var/lib/hetgpu-driver"
+sample_interval = "500ms"
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.SidecarAddr != "http://127.0.0.1:4656" || c.SpoolDir != "/var/lib/hetgpu-driver/spool" || c.SampleInterval != 500*time.Millisecond ||
+		c.NVML != "auto" || c.CgroupParent != "hetgpu.slice" || c.StartTimeout != 30*time.Second {
+		t.Fatalf("decoded %+v", c)
+	}
+	empty, err := decodePluginConfig(enc(``))
+	if err != nil || empty.StateDir == "" || empty.NVML != "auto" {
+		t.Fatalf("empty config: %+v, %v", empty, err)
+	}
+	for _, tc := range []struct{ src, want string }{
+		{`nvml = "maybe"`, `"nvml": got "maybe"`},
+		{`nvml = "fake"`, `"fake_gpus": empty`},
+		{`sample_interval = "1h"`, `"sample_interval": got 1h0m0s`},
+		{`sample_interval = "soon"`, `sample_interval`},
+		{`sidecar_addr = "127.0.0.1:4656"`, `"sidecar_addr": got "127.0.0.1:4656"`},
+		{`state_dir = "relative/dir"`, `"state_dir": got "relative/dir", want an absolute path`},
+		{`cgroup_parent = "../escape"`, `"cgroup_parent"`},
+	} {
+		if _, err := decodePluginConfig(enc(tc.src)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want %q", tc.src, err, tc.want)
+		}
+	}
+}
+
+func TestAnnotationsFromMetaEnv(t *testing.T) {
+	a := parseAnnotations(map[string]string{
+		"NOMAD_META_hetgpu_model":      "resnet/ResNet-50",
+		"NOMAD_META_HETGPU_MODEL":      "RESNET/RESNET-50",
+		"NOMAD_META_hetgpu.batch_size": "64",
+		"NOMAD_META_HETGPU_PARAMS":     "25.6M",
+		"NOMAD_META_hetgpu_framework":  "pytorch",
+		"NOMAD_META_other":             "x",
+		"PATH":                         "/bin",
+	})
+	if a.ModelFamily != "resnet" || a.ModelName != "ResNet-50" || a.BatchSize != 64 || a.ParamCount != 25.6e6 ||
+		a.Framework != "pytorch" || len(a.Problems) != 0 {
+		t.Fatalf("annotations = %+v", a)
+	}
+	bad := parseAnnotations(map[string]string{"NOMAD_META_hetgpu_batch_size": "big", "NOMAD_META_hetgpu_model": "BERT"})
+	if bad.BatchSize != 0 || bad.ModelName != "BERT" || bad.ModelFamily != "" || len(bad.Problems) != 1 ||
+		!strings.Contains(bad.Problems[0], `hetgpu.batch_size = "big"`) {
+		t.Fatalf("bad annotations = %+v", bad)
+	}
+}
+
+func TestParseSignal(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want syscall.Signal
+		err  bool
+	}{
+		{"", syscall.SIGINT, false}, {"SIGTERM", syscall.SIGTERM, false}, {"hup", syscall.SIGHUP, false},
+		{"SIGUSR1", syscall.SIGUSR1, false}, {"9", syscall.SIGKILL, false}, {"SIGNOPE", 0, true}, {"0", 0, true},
+	} {
+		got, err := parseSignal(tc.in)
+		if (err != nil) != tc.err || got != tc.want {
+			t.Errorf("parseSignal(%q) = %v, %v", tc.in, got, err)
+		}
+	}
+}
+
+func TestLabelsAndIDs(t *testing.T) {
+	if got := gpuLabel([]string{"NVIDIA A100-SXM4-40GB", "NVIDIA A100-SXM4-40GB"}); got != "2x A100-SXM4-40GB" {
+		t.Errorf("gpuLabel = %q", got)
+	}
+	if got := gpuLabel([]string{"Tesla T4", "Tesla V100-SXM2-16GB", "Tesla T4"}); got != "2x T4 + 1x V100-SXM2-16GB" {
+		t.Errorf("gpuLabel mixed = %q", got)
+	}
+	if got := gpuLabel(nil); got != "no GPUs" {
+		t.Errorf("gpuLabel none = %q", got)
+	}
+	if got := sanitizeID("0a1b-2c/train/8f3e"); got != "0a1b-2c_train_8f3e" {
+		t.Errorf("sanitizeID = %q", got)
+	}
+	if got := sanitizeID("../.."); strings.Contains(got, "/") || strings.HasPrefix(got, ".") {
+		t.Errorf("sanitizeID escapes: %q", got)
+	}
+	if got := formatRate(812.46); got != "812" {
+		t.Errorf("formatRate = %q", got)
+	}
+	if got := visibleIDs(" GPU-a, GPU-b ,"); len(got) != 2 || got[1] != "GPU-b" {
+		t.Errorf("visibleIDs = %q", got)
+	}
+}
+
+func TestDriverStateRoundTrip(t *testing.T) {
+	s := &driverState{GPUs: []string{"GPU-a"}, MetricsFile: "/m"}
+	s.Shim.Dir, s.Shim.ShimPID, s.Shim.TaskPID = "/state/tasks/x", 10, 11
+	b, err := encodeDriverState(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := decodeDriverState(b)
+	if err != nil || back.Shim.TaskPID != 11 || back.GPUs[0] != "GPU-a" {
+		t.Fatalf("round trip: %+v, %v", back, err)
+	}
+	for _, bad := range []string{``, `{}`, `{"version": 99, "shim": {"dir": "/x", "shim_pid": 1}}`, `{"version": 1}`, `not json`} {
+		if _, err := decodeDriverState([]byte(bad)); err == nil {
+			t.Errorf("decodeDriverState(%q) accepted", bad)
+		}
+	}
+}
+
+func TestEventBusKeepsEventsUntilSubscribed(t *testing.T) {
+	b := newEventBus()
+	for i := range maxPendingEvents + 5 {
+		b.publish(&drivers.DriverTaskEvent{Message: fmt.Sprint(i)})
+	}
+	ch, cancel := b.subscribe()
+	defer cancel()
+	first := <-ch
+	if first.GetMessage() != "5" || len(ch) != maxPendingEvents-1 {
+		t.Fatalf("first replayed = %q, %d queued; want the newest %d", first.GetMessage(), len(ch)+1, maxPendingEvents)
+	}
+	b.publish(&drivers.DriverTaskEvent{Message: "live"})
+	for len(ch) > 1 {
+		<-ch
+	}
+	if got := (<-ch).GetMessage(); got != "live" {
+		t.Fatalf("live event = %q", got)
+	}
+	ch2, cancel2 := b.subscribe()
+	defer cancel2()
+	if len(ch2) != 0 {
+		t.Fatal("events replayed twice")
+	}
+}
