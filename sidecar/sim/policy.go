@@ -1,0 +1,430 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sort"
+	"time"
+
+	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/sidecar/sched"
+)
+
+// Policy is a scheduler the engine consults after every batch of events. Schedule starts jobs
+// (State.Start, or State.Pin with cluster decisions) and, for preemptive policies, stops them
+// (State.Preempt). A policy that also implements sched.Learner receives one observation per
+// finished allocation.
+type Policy interface {
+	Name() string
+	Schedule(ctx context.Context, s *State) error
+}
+
+// PipelinePolicy runs the production scheduling pipeline unchanged: each round is
+// sched.Pipeline.RunRound against the engine (Snapshot -> Ranker -> Placer -> Pin).
+type PipelinePolicy struct {
+	PolicyName string
+	Ranker     sched.Ranker
+	Predictor  sched.Predictor
+	Placer     sched.Placer
+	// Learner, when set, receives the engine's observations (GOGH's online refinement).
+	Learner sched.Learner
+	// OnRound, when set, sees every round (tests, explain logs).
+	OnRound func(*sched.Round)
+}
+
+// Name implements Policy.
+func (p *PipelinePolicy) Name() string { return p.PolicyName }
+
+// Schedule implements Policy.
+func (p *PipelinePolicy) Schedule(ctx context.Context, s *State) error {
+	pl := sched.Pipeline{Cluster: s, Ranker: p.Ranker, Predictor: p.Predictor, Placer: p.Placer}
+	r, err := pl.RunRound(ctx)
+	if err != nil {
+		return err
+	}
+	if p.OnRound != nil {
+		p.OnRound(r)
+	}
+	return nil
+}
+
+// Observe implements sched.Learner by forwarding to Learner.
+func (p *PipelinePolicy) Observe(ctx context.Context, obs cluster.Observation) error {
+	if p.Learner == nil {
+		return nil
+	}
+	return p.Learner.Observe(ctx, obs)
+}
+
+// State is the engine as a policy sees it during a round. It implements cluster.Cluster, so the
+// production pipeline can use it as its backend.
+type State struct{ e *Engine }
+
+var _ cluster.Cluster = (*State)(nil)
+var _ cluster.Cluster = (*Engine)(nil)
+
+// Now is the simulated time in seconds.
+func (s *State) Now() float64 { return s.e.now }
+
+// Pending returns the waiting jobs in arrival order. The slice is valid until the next Start,
+// Preempt or Pin; callers must not modify it.
+func (s *State) Pending() []*JobState {
+	s.e.compact()
+	return s.e.pending
+}
+
+// Running returns the running jobs (in no particular order); callers must not modify it.
+func (s *State) Running() []*JobState { return s.e.running }
+
+// Oracle reports whether the policy may use true runtimes (Config.Oracle).
+func (s *State) Oracle() bool { return s.e.cfg.Oracle }
+
+// Start runs a pending job on a placement.
+func (s *State) Start(j *JobState, p Placement) error {
+	typ, nodes, err := s.e.validate(j, p)
+	if err != nil {
+		return err
+	}
+	s.e.start(j, p, typ, nodes)
+	return nil
+}
+
+// Preempt stops a running job and returns it to the queue (sim-only hook for preemptive
+// baselines; production hetgpu never preempts).
+func (s *State) Preempt(j *JobState) error { return s.e.preempt(j) }
+
+// WakeAt asks for a scheduling round at time t (round-based policies, LAS queue demotions). It
+// replaces the previous request; +Inf cancels it. Rounds also follow every arrival and
+// completion.
+func (s *State) WakeAt(t float64) {
+	if t > s.e.now && !math.IsNaN(t) {
+		s.e.wake = t
+	} else if math.IsInf(t, 1) {
+		s.e.wake = t
+	}
+}
+
+// Rate is the oracle throughput of a job on gpus GPUs of a type over nodes nodes (0: cannot run).
+func (s *State) Rate(j *JobState, gpuType string, gpus, nodes int) float64 {
+	return s.e.Rate(j, gpuType, gpus, nodes)
+}
+
+// NodeInfo describes one node for native policies.
+type NodeInfo struct {
+	ID, Class, GPUType string
+	GPUs, Free         int
+}
+
+// Nodes lists the nodes with their free GPU counts, in spec order.
+func (s *State) Nodes() []NodeInfo {
+	out := make([]NodeInfo, len(s.e.nodes))
+	for i, n := range s.e.nodes {
+		out[i] = NodeInfo{ID: n.id, Class: n.class, GPUType: n.gpuType, GPUs: len(n.gpus), Free: n.free}
+	}
+	return out
+}
+
+// GPUTypes lists the cluster's GPU types, sorted.
+func (s *State) GPUTypes() []string { return s.e.cfg.Spec.GPUTypes() }
+
+// FreeGPUs counts free GPUs per type.
+func (s *State) FreeGPUs() map[string]int {
+	m := map[string]int{}
+	for _, n := range s.e.nodes {
+		m[n.gpuType] += n.free
+	}
+	return m
+}
+
+// Capacity counts GPUs per type.
+func (s *State) Capacity() map[string]int {
+	m := make(map[string]int, len(s.e.typeTotal))
+	for k, v := range s.e.typeTotal {
+		m[k] = v
+	}
+	return m
+}
+
+// TotalGPUs is the cluster's size.
+func (s *State) TotalGPUs() int { return s.e.totalGPUs }
+
+// BestFit finds free GPUs for a job on one GPU type ("" = any type, in spec order of node
+// classes): the single node with the fewest free GPUs that still fits (Nomad's bin-packing), or,
+// when no node fits and the job may span nodes, the fewest nodes of one type taken fullest-free
+// first. It skips types the job cannot run on. ok is false when nothing fits now.
+func (s *State) BestFit(j *JobState, gpuType string) (Placement, bool) {
+	e := s.e
+	best := -1
+	for i, n := range e.nodes {
+		if gpuType != "" && n.gpuType != gpuType {
+			continue
+		}
+		if n.free < j.GPUs || (best >= 0 && n.free >= e.nodes[best].free) {
+			continue
+		}
+		if e.rate(j.JobType, n.gpuType, j.GPUs, false) <= 0 {
+			continue
+		}
+		best = i
+		if n.free == j.GPUs {
+			break
+		}
+	}
+	if best >= 0 {
+		return Placement{GPUs: freeOn(e.nodes[best], best, j.GPUs)}, true
+	}
+	if j.MaxNodes <= 1 {
+		return Placement{}, false
+	}
+	types := []string{gpuType}
+	if gpuType == "" {
+		types = e.cfg.Spec.GPUTypes()
+	}
+	for _, t := range types {
+		if e.rate(j.JobType, t, j.GPUs, true) <= 0 {
+			continue
+		}
+		var idx []int
+		total := 0
+		for i, n := range e.nodes {
+			if n.gpuType == t && n.free > 0 {
+				idx = append(idx, i)
+				total += n.free
+			}
+		}
+		if total < j.GPUs {
+			continue
+		}
+		sort.SliceStable(idx, func(a, b int) bool { return e.nodes[idx[a]].free > e.nodes[idx[b]].free })
+		var p Placement
+		need := j.GPUs
+		for k, i := range idx {
+			if k >= j.MaxNodes {
+				break
+			}
+			take := min(need, e.nodes[i].free)
+			p.GPUs = append(p.GPUs, freeOn(e.nodes[i], i, take)...)
+			need -= take
+			if need == 0 {
+				return p, true
+			}
+		}
+	}
+	return Placement{}, false
+}
+
+func freeOn(n *simNode, ni, k int) []GPURef {
+	out := make([]GPURef, 0, k)
+	for g := range n.gpus {
+		if n.gpus[g].n == 0 {
+			out = append(out, GPURef{ni, g})
+			if len(out) == k {
+				break
+			}
+		}
+	}
+	return out
+}
+
+// --- cluster.Cluster ---
+
+// Snapshot implements cluster.Cluster for the engine driven from outside (AdvanceTo mode).
+func (e *Engine) Snapshot(ctx context.Context) (*cluster.Snapshot, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.snapshot(), nil
+}
+
+// Pin implements cluster.Cluster for the engine driven from outside.
+func (e *Engine) Pin(ctx context.Context, ds []cluster.Decision) ([]cluster.PinResult, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.pin(ds), nil
+}
+
+// Snapshot implements cluster.Cluster inside a round.
+func (s *State) Snapshot(ctx context.Context) (*cluster.Snapshot, error) { return s.e.snapshot(), nil }
+
+// Pin implements cluster.Cluster inside a round.
+func (s *State) Pin(ctx context.Context, ds []cluster.Decision) ([]cluster.PinResult, error) {
+	return s.e.pin(ds), nil
+}
+
+// buildNodes renders the static part of snapshots once: nodes, device groups named as NVML
+// names them, and instances "GPU-<node>-<i>" with NVLink peers on NVLink nodes.
+func (e *Engine) buildNodes() []cluster.Node {
+	out := make([]cluster.Node, len(e.nodes))
+	for i, n := range e.nodes {
+		mem := int64(n.spec.MemoryGiB * 1024)
+		tdp := int64(n.spec.TDPW)
+		insts := make([]cluster.Instance, len(n.gpus))
+		for g := range n.gpus {
+			var peers []string
+			if n.interconnect == "nvlink" {
+				for p := range n.gpus {
+					if p != g {
+						peers = append(peers, instanceID(n.id, p))
+					}
+				}
+			}
+			insts[g] = cluster.Instance{ID: instanceID(n.id, g), Healthy: true,
+				PCIBusID: fmt.Sprintf("00000000:%02X:00.0", 0x10+g), NVLinkPeers: peers,
+				NUMANode: g * 2 / len(n.gpus), PCIeSwitch: fmt.Sprintf("pcie-%d", g/2)}
+		}
+		memU, tdpU := "MiB", "W"
+		out[i] = cluster.Node{ID: n.id, Name: n.id, Datacenter: "sim", Pool: "default", Class: n.class,
+			Status: "ready", Eligible: true,
+			Attributes: map[string]string{"unique.hostname": n.id, "kernel.name": "linux",
+				"driver.hetgpu": "1", "hetgpu.simulated": "true"},
+			Meta: map[string]string{},
+			Devices: []cluster.DeviceGroup{{Vendor: "nvidia", Type: "gpu", Name: n.gpuName, GPUType: n.gpuType,
+				Attributes: map[string]cluster.Attribute{
+					"memory":      {Int: &mem, Unit: memU},
+					"power_limit": {Int: &tdp, Unit: tdpU},
+				}, Instances: insts}},
+			Interconnect: n.interconnect}
+	}
+	return out
+}
+
+func (e *Engine) wall(t float64) time.Time {
+	return e.cfg.Epoch.Add(time.Duration(math.Round(t * float64(time.Second))))
+}
+
+func (e *Engine) snapshot() *cluster.Snapshot {
+	e.compact()
+	snap := &cluster.Snapshot{Now: e.wall(e.now), Nodes: e.baseNodes}
+	for _, j := range e.running {
+		byNode := map[int][]string{}
+		var order []int
+		for _, r := range j.Placement.GPUs {
+			if _, ok := byNode[r.Node]; !ok {
+				order = append(order, r.Node)
+			}
+			byNode[r.Node] = append(byNode[r.Node], instanceID(e.nodes[r.Node].id, r.Index))
+		}
+		sort.Ints(order)
+		for k, ni := range order {
+			snap.Running = append(snap.Running, cluster.Alloc{ID: fmt.Sprintf("%s-%d", j.ID, k), Namespace: j.Namespace,
+				JobID: j.ID, Group: JobGroup, NodeID: e.nodes[ni].id, DeviceIDs: byNode[ni],
+				GPUType: j.GPUType, StartTime: e.wall(j.segStart), Shared: j.Placement.Shared})
+		}
+	}
+	sort.Slice(snap.Running, func(a, b int) bool { return snap.Running[a].ID < snap.Running[b].ID })
+	snap.Pending = make([]cluster.Job, 0, len(e.pending))
+	for _, j := range e.pending {
+		snap.Pending = append(snap.Pending, e.clusterJob(j))
+	}
+	return snap
+}
+
+func (e *Engine) clusterJob(j *JobState) cluster.Job {
+	cj := cluster.Job{Namespace: j.Namespace, ID: j.ID, Group: JobGroup, Priority: 50,
+		SubmitTime: e.wall(j.ArrivalS), GPUs: j.GPUs, DeviceName: "nvidia/gpu",
+		Hetgpu: cluster.Annotations{Enabled: true, ModelName: j.Model, BatchSize: j.BatchSize,
+			MaxNodes: j.MaxNodes, AllowSharing: false},
+		AttainedGPUSeconds: j.attained}
+	if e.cfg.Oracle && j.RefS > 0 {
+		// Remaining runtime on the reference type: what an oracle user estimate would say now.
+		cj.Hetgpu.EstRuntime = time.Duration(j.RefS * j.remaining / j.TotalSteps * float64(time.Second))
+	}
+	return cj
+}
+
+func (e *Engine) pin(ds []cluster.Decision) []cluster.PinResult {
+	out := make([]cluster.PinResult, 0, len(ds))
+	for _, d := range ds {
+		res := cluster.PinResult{JobKey: d.JobKey()}
+		j := e.byKey[d.JobKey()]
+		switch {
+		case j == nil:
+			res.Err = fmt.Errorf("job %s does not exist in the simulation", d.JobKey())
+		case j.Status != StatusPending:
+			res.Conflict = true
+			res.Err = fmt.Errorf("job %s is not pending", d.JobKey())
+		default:
+			p, err := e.placementOf(d)
+			if err == nil {
+				var typ string
+				var nodes int
+				if typ, nodes, err = e.validate(j, p); err == nil {
+					e.start(j, p, typ, nodes)
+					res.Applied = true
+				}
+			}
+			if err != nil {
+				res.Conflict = true
+				res.Err = err
+			}
+		}
+		out = append(out, res)
+	}
+	return out
+}
+
+func (e *Engine) placementOf(d cluster.Decision) (Placement, error) {
+	p := Placement{Shared: d.Shared}
+	for _, a := range d.Assign {
+		ni, ok := e.nodeIdx[a.NodeID]
+		if !ok {
+			return p, fmt.Errorf("decision for %s: node %q does not exist", d.JobKey(), a.NodeID)
+		}
+		if want := "nvidia/gpu/" + e.nodes[ni].gpuName; a.DeviceGroup != "" && a.DeviceGroup != want {
+			return p, fmt.Errorf("decision for %s: device group %q is not on node %s (it has %q)", d.JobKey(), a.DeviceGroup, a.NodeID, want)
+		}
+		for _, id := range a.InstanceIDs {
+			r, ok := e.instIdx[id]
+			if !ok || r.Node != ni {
+				return p, fmt.Errorf("decision for %s: GPU %q is not on node %s", d.JobKey(), id, a.NodeID)
+			}
+			p.GPUs = append(p.GPUs, r)
+		}
+	}
+	return p, nil
+}
+
+// --- running a policy ---
+
+// Run replays the submitted jobs under a policy until every job has finished (or can never
+// start), or ctx ends. progress, when set, is called with the number of finished jobs.
+func (e *Engine) Run(ctx context.Context, p Policy, progress func(done int)) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if l, ok := p.(sched.Learner); ok {
+		e.observers = append(e.observers, l)
+	}
+	st := &State{e: e}
+	lastDone := -1
+	for {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("simulation of %s stopped at t=%.0fs: %w", p.Name(), e.now, err)
+		}
+		next, _ := e.nextEvent()
+		if math.IsInf(next, 1) {
+			break
+		}
+		changed := e.step(next)
+		if changed && (e.nPending > 0 || len(e.running) > 0) {
+			waiting := e.nPending
+			t0 := time.Now()
+			if err := p.Schedule(ctx, st); err != nil {
+				return fmt.Errorf("policy %s at t=%.0fs: %w", p.Name(), e.now, err)
+			}
+			if waiting > 0 {
+				e.latencies = append(e.latencies, time.Since(t0))
+			}
+		}
+		e.sample()
+		if progress != nil && e.done != lastDone {
+			lastDone = e.done
+			progress(e.done)
+		}
+	}
+	e.compact()
+	if len(e.pending) > 0 {
+		e.log.Warn("jobs left waiting with nothing running and nothing to come",
+			"policy", p.Name(), "jobs", len(e.pending))
+	}
+	return nil
+}
