@@ -1,0 +1,91 @@
+package predict
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/hetgpu/hetgpu/sidecar/cluster"
+)
+
+// benchPredictor is the default predictor (embedded model, bundled seeds) with a few
+// observed runs of one job, so every path (catalog, P1, P1+P2, datasheet prior) is warm.
+func benchPredictor(b *testing.B) (*Predictor, *cluster.Job) {
+	b.Helper()
+	p, err := New(Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	job := &cluster.Job{Namespace: "default", ID: "train", Group: "g", GPUs: 2,
+		Hetgpu: cluster.Annotations{ModelFamily: "resnet", ModelName: "ResNet-50", BatchSize: 48}}
+	for i, g := range []string{"v100", "v100", "a100"} {
+		err := p.Observe(context.Background(), cluster.Observation{Namespace: "default", JobID: "train", Group: "g",
+			ModelFamily: "resnet", ModelName: "ResNet-50", BatchSize: 48, GPUType: g, GPUs: 2,
+			Throughput: 9 + float64(i), AvgPowerW: 480, RuntimeS: 600, Time: time.Unix(int64(i), 0)})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	return p, job
+}
+
+// BenchmarkPredict measures one (job, GPU type) estimate; the target is < 50 us and no
+// allocation.
+func BenchmarkPredict(b *testing.B) {
+	p, job := benchPredictor(b)
+	newJob := &cluster.Job{Namespace: "default", ID: "new", Group: "g", Hetgpu: cluster.Annotations{ModelName: "Whisper", BatchSize: 16}}
+	cases := []struct {
+		name string
+		job  *cluster.Job
+		gpu  string
+		src  string
+	}{
+		{"p1p2", job, "p100", SrcP1P2},
+		{"p1", newJob, "v100", SrcP1},
+		{"datasheet", newJob, "h100", SrcDatasheet},
+		{"catalog", &cluster.Job{Hetgpu: cluster.Annotations{ModelName: "ResNet-50", BatchSize: 64}}, "v100", SrcCatalog},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			gpus := 2
+			if c.src == SrcCatalog {
+				gpus = 1
+			}
+			if e := p.Predict(c.job, c.gpu, gpus); e.Source != c.src {
+				b.Fatalf("source %q, want %q", e.Source, c.src)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				p.Predict(c.job, c.gpu, gpus)
+			}
+		})
+	}
+}
+
+// BenchmarkPredictAllTypes is what a placer does per pending job: every GPU type.
+func BenchmarkPredictAllTypes(b *testing.B) {
+	p, job := benchPredictor(b)
+	types := []string{"k80", "p100", "v100", "t4", "a10", "l4", "a100", "h100", "h200"}
+	b.ReportAllocs()
+	for b.Loop() {
+		for _, g := range types {
+			p.Predict(job, g, 2)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(types))/1e3, "us/type")
+}
+
+// BenchmarkTrain measures training of the shipped model on the bundled table.
+func BenchmarkTrain(b *testing.B) {
+	p, err := New(Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	recs := p.cat.Records()
+	for b.Loop() {
+		if _, err := Train(recs, TrainOptions{Seed: 1}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

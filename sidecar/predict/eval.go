@@ -1,0 +1,383 @@
+package predict
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"sort"
+	"time"
+
+	"github.com/hetgpu/hetgpu/sidecar/gpuspec"
+	"github.com/hetgpu/hetgpu/sidecar/throughput"
+)
+
+// Evaluation on a throughput table (Gavel's JSON format), two protocols, each repeated with
+// every job type held out in turn (P1 and P2 are retrained without it every time):
+//
+//	(a) new job: every entry of the job type is unknown; P1 predicts them from the job's
+//	    features and the other job types' entries.
+//	(b) partly observed job: one (job type, GPU type) pair is held out at all its GPU
+//	    counts; the job's entries on the other GPU types arrive as observed runs, one at a
+//	    time (k = 1..MaxRuns, round-robin over those entries in a seeded random order), each
+//	    the table value times exp(Noise x N(0,1)): multiplicative log-normal run-to-run
+//	    noise with a median of the true value. P1+P2 predict the held-out entries after
+//	    every run.
+//
+// Errors are normalised: |predicted - true| / true.
+
+// EvalOptions configure Evaluate.
+type EvalOptions struct {
+	// Seed drives training and the observed-run noise (default 1).
+	Seed uint64
+	// Noise is the log-scale standard deviation of one observed run (default 0.05).
+	Noise float64
+	// MaxRuns is the largest k of protocol (b) (default 10).
+	MaxRuns int
+	// Workers bounds parallel folds (default GOMAXPROCS).
+	Workers int
+	// Train tunes the per-fold training (Seed and KeepAll are set by Evaluate).
+	Train TrainOptions
+}
+
+// EvalReport is Evaluate's result.
+type EvalReport struct {
+	JobTypes int      `json:"job_types"`
+	GPUTypes []string `json:"gpu_types"`
+	Entries  int      `json:"entries"`
+	// MAE is the normalised MAE per model: "ffn", "rnn", "attention", "p1" (the architecture
+	// each fold selected by its own validation), "knn" (the neighbour kernel average P1
+	// starts from) under protocol (a); "p1p2" under protocol (b) after MaxRuns runs.
+	MAE map[string]float64 `json:"mae"`
+	// MAENewJob and MAEPartly hold protocol (a) and (b) separately; (b) has "p1" (k = 0),
+	// "p1p2" (k = MaxRuns) and "ratio", a reference that sees the job's other entries
+	// without noise: the held-out value is the job's value on another GPU type at the same
+	// count times the similar jobs' ratio between the two types (kernel-weighted). It shows
+	// how far a table's cross-type ratios are predictable at all.
+	MAENewJob map[string]float64 `json:"mae_new_job"`
+	MAEPartly map[string]float64 `json:"mae_partly_observed"`
+	// MAEAfter[k] and Within10[k]: protocol (b) after k observed runs, k = 0..MaxRuns.
+	MAEAfter        []float64 `json:"mae_after"`
+	Within10        []float64 `json:"within10"`
+	Within10After10 float64   `json:"within10_after10"`
+	// RatioWithin10 is the share within 10 % of the "ratio" reference of protocol (b).
+	RatioWithin10 float64 `json:"ratio_within10"`
+	// NewJobWithin10 is the share within 10 % under protocol (a) for the selected P1.
+	NewJobWithin10 float64 `json:"new_job_within10"`
+	// PartlyPredictions counts protocol (b)'s held-out predictions per k.
+	PartlyPredictions int `json:"partly_predictions"`
+	// Selected counts how often each architecture won a fold's validation.
+	Selected map[string]int `json:"selected"`
+	// Coloc is leave-one-pair-out co-location error (normalised MAE of each job's
+	// colocated/isolated ratio) and the error of always predicting the mean ratio.
+	ColocMAE         float64 `json:"coloc_mae"`
+	ColocMAEBaseline float64 `json:"coloc_mae_baseline"`
+	ColocPairs       int     `json:"coloc_pairs"`
+	// PerJob breaks the errors down by held-out job type.
+	PerJob  map[string]JobEval `json:"per_job"`
+	Noise   float64            `json:"noise"`
+	MaxRuns int                `json:"max_runs"`
+	Seed    uint64             `json:"seed"`
+	Seconds float64            `json:"seconds"`
+}
+
+// JobEval is one held-out job type's errors.
+type JobEval struct {
+	// NewJob is P1's normalised MAE under protocol (a); Partly P1+P2's under (b) after
+	// MaxRuns runs (absent for a job measured on one GPU type only).
+	NewJob float64  `json:"new_job"`
+	Partly *float64 `json:"partly_observed,omitempty"`
+}
+
+type entry struct {
+	gpu string
+	n   int
+	v   float64
+}
+
+// Evaluate runs both protocols on a table.
+func Evaluate(ctx context.Context, t *throughput.Table, opts EvalOptions) (*EvalReport, error) {
+	start := time.Now()
+	if opts.Seed == 0 {
+		opts.Seed = 1
+	}
+	if opts.Noise < 0 || math.IsNaN(opts.Noise) {
+		return nil, fmt.Errorf("eval: noise = %v, expected >= 0", opts.Noise)
+	}
+	if opts.Noise == 0 {
+		opts.Noise = defaultRunNoise
+	}
+	if opts.MaxRuns <= 0 {
+		opts.MaxRuns = 10
+	}
+	if opts.Workers <= 0 {
+		opts.Workers = runtime.GOMAXPROCS(0)
+	}
+	recs := SeedRecords(t)
+	byJob := map[string][]entry{}
+	names := map[string]string{}
+	var jobs []string
+	for _, r := range recs {
+		k := workloadKey(r.ModelName, r.BatchSize)
+		if _, ok := byJob[k]; !ok {
+			jobs = append(jobs, k)
+			byJob[k] = nil
+			names[k] = throughput.JobType(r.ModelName, r.BatchSize)
+		}
+		if r.Throughput > 0 {
+			byJob[k] = append(byJob[k], entry{r.GPUType, r.GPUs, r.Throughput})
+		}
+	}
+	sort.Strings(jobs)
+	jobNames := make([]string, len(jobs))
+	for i, k := range jobs {
+		jobNames[i] = names[k]
+	}
+	if len(jobs) < 4 {
+		return nil, fmt.Errorf("eval: %d job types with measurements, need at least 4", len(jobs))
+	}
+	rep := &EvalReport{JobTypes: len(jobs), GPUTypes: t.GPUTypes(), Entries: len(recs), MAE: map[string]float64{},
+		MAENewJob: map[string]float64{}, MAEPartly: map[string]float64{}, Selected: map[string]int{},
+		Noise: opts.Noise, MaxRuns: opts.MaxRuns, Seed: opts.Seed}
+
+	type foldOut struct {
+		arch string
+		// newJob[model] holds protocol (a) errors; partly[k] protocol (b) errors after k runs.
+		newJob map[string][]float64
+		partly [][]float64
+		ratio  []float64
+		err    error
+	}
+	outs := make([]foldOut, len(jobs))
+	empty := &colocModel{byGPU: map[string][]int{}}
+	parallel(len(jobs), opts.Workers, func(fi int) {
+		if ctx.Err() != nil {
+			outs[fi].err = ctx.Err()
+			return
+		}
+		held := jobs[fi]
+		var train []Record
+		for _, r := range recs {
+			if workloadKey(r.ModelName, r.BatchSize) != held {
+				train = append(train, r)
+			}
+		}
+		to := opts.Train
+		to.Seed, to.KeepAll, to.Workers = opts.Seed, true, 1
+		to = to.withDefaults()
+		m, err := Train(train, to)
+		if err != nil {
+			outs[fi].err = fmt.Errorf("fold %s: %w", held, err)
+			return
+		}
+		o := &outs[fi]
+		o.arch = m.Arch
+		o.newJob = map[string][]float64{}
+		o.partly = make([][]float64, opts.MaxRuns+1)
+		var hf Features
+		for _, r := range recs {
+			if workloadKey(r.ModelName, r.BatchSize) == held {
+				hf = r.Features()
+				break
+			}
+		}
+		q := newWorkload(hf)
+		specs := gpuspec.Default()
+		ix := buildIndex(train, to.MinSamples, specs)
+		gf := gpuFeatureMap(specs)
+		var in rawInputs
+		sc := new(scratch)
+		for _, e := range byJob[held] {
+			if !buildInputs(ix, &q, -1, e.gpu, e.n, gf[e.gpu], m.p1.net.shape.K, &in) {
+				continue
+			}
+			for a, nt := range m.all {
+				o.newJob[a] = append(o.newJob[a], relErr(float64(e.n)*math.Exp(nt.predict(&in, sc)), e.v))
+			}
+			o.newJob["p1"] = append(o.newJob["p1"], relErr(float64(e.n)*math.Exp(m.p1.predict(&in, sc)), e.v))
+			o.newJob["knn"] = append(o.newJob["knn"], relErr(float64(e.n)*math.Exp(in.base), e.v))
+		}
+
+		// Protocol (b): hold out each GPU type of the job in turn.
+		gpus := map[string]bool{}
+		for _, e := range byJob[held] {
+			gpus[e.gpu] = true
+		}
+		gl := make([]string, 0, len(gpus))
+		for g := range gpus {
+			gl = append(gl, g)
+		}
+		sort.Strings(gl)
+		if len(gl) < 2 {
+			return
+		}
+		for gi, g := range gl {
+			var heldOut, observed []entry
+			for _, e := range byJob[held] {
+				if e.gpu == g {
+					heldOut = append(heldOut, e)
+				} else {
+					observed = append(observed, e)
+				}
+			}
+			rng := rand.New(rand.NewPCG(opts.Seed, uint64(fi)<<16|uint64(gi)))
+			rng.Shuffle(len(observed), func(i, j int) { observed[i], observed[j] = observed[j], observed[i] })
+			p, err := New(Options{Model: m, Seeds: train, coloc: empty, Catalog: CatalogOptions{MinSamples: to.MinSamples}})
+			if err != nil {
+				o.err = err
+				return
+			}
+			for k := 0; k <= opts.MaxRuns; k++ {
+				if k > 0 {
+					e := observed[(k-1)%len(observed)]
+					v := e.v * math.Exp(opts.Noise*rng.NormFloat64())
+					rec := Record{Schema: RecordSchema, Source: SourceObserved, ModelName: hf.Name, BatchSize: hf.BatchSize,
+						GPUType: e.gpu, GPUs: e.n, Throughput: v}
+					if err := p.AddRecord(rec); err != nil {
+						o.err = err
+						return
+					}
+				}
+				for _, e := range heldOut {
+					est := p.PredictFeatures(hf, e.gpu, e.n)
+					o.partly[k] = append(o.partly[k], relErr(est.Throughput, e.v))
+				}
+			}
+			for _, e := range heldOut {
+				if y, ok := ratioTransfer(ix, &q, observed, e.gpu, e.n); ok {
+					o.ratio = append(o.ratio, relErr(float64(e.n)*math.Exp(y), e.v))
+				}
+			}
+		}
+	})
+	newJob := map[string][]float64{}
+	partly := make([][]float64, opts.MaxRuns+1)
+	var ratio []float64
+	rep.PerJob = map[string]JobEval{}
+	for fi, o := range outs {
+		if o.err != nil {
+			return nil, fmt.Errorf("eval: %w", o.err)
+		}
+		je := JobEval{NewJob: mean(o.newJob["p1"])}
+		if v := o.partly[opts.MaxRuns]; len(v) > 0 {
+			x := mean(v)
+			je.Partly = &x
+		}
+		rep.PerJob[jobNames[fi]] = je
+		rep.Selected[o.arch]++
+		for k, v := range o.newJob {
+			newJob[k] = append(newJob[k], v...)
+		}
+		for k := range partly {
+			partly[k] = append(partly[k], o.partly[k]...)
+		}
+		ratio = append(ratio, o.ratio...)
+	}
+	for k, v := range newJob {
+		rep.MAENewJob[k] = mean(v)
+		rep.MAE[k] = rep.MAENewJob[k]
+	}
+	rep.NewJobWithin10 = within(newJob["p1"], 0.1)
+	rep.MAEAfter = make([]float64, opts.MaxRuns+1)
+	rep.Within10 = make([]float64, opts.MaxRuns+1)
+	for k, v := range partly {
+		rep.MAEAfter[k] = mean(v)
+		rep.Within10[k] = within(v, 0.1)
+	}
+	rep.PartlyPredictions = len(partly[opts.MaxRuns])
+	if rep.PartlyPredictions > 0 {
+		rep.MAEPartly["p1"] = rep.MAEAfter[0]
+		rep.MAEPartly["p1p2"] = rep.MAEAfter[opts.MaxRuns]
+		rep.MAE["p1p2"] = rep.MAEPartly["p1p2"]
+		rep.MAEPartly["ratio"] = mean(ratio)
+		rep.MAE["ratio"] = rep.MAEPartly["ratio"]
+		rep.RatioWithin10 = within(ratio, 0.1)
+		rep.Within10After10 = rep.Within10[min(10, opts.MaxRuns)]
+	}
+	rep.ColocMAE, rep.ColocMAEBaseline, rep.ColocPairs = evalColoc(newColocModel(t))
+	rep.Seconds = time.Since(start).Seconds()
+	return rep, nil
+}
+
+// ratioTransfer is the "ratio" reference of protocol (b).
+func ratioTransfer(ix *index, q *workload, observed []entry, g string, n int) (float64, bool) {
+	at := func(id int, gpu string) (float64, bool) {
+		for _, c := range ix.trusted[wgKey{id, gpu}] {
+			if c.n == n {
+				return c.y, true
+			}
+		}
+		return 0, false
+	}
+	var sw, sy float64
+	for _, o := range observed {
+		if o.n != n {
+			continue
+		}
+		yo := math.Log(o.v / float64(n))
+		for id := range ix.wls {
+			yg, ok1 := at(id, g)
+			yh, ok2 := at(id, o.gpu)
+			if !ok1 || !ok2 {
+				continue
+			}
+			w := math.Exp(-distance(q, &ix.wls[id]) / kernelTau)
+			sw += w
+			sy += w * (yo + yg - yh)
+		}
+	}
+	if sw == 0 {
+		return 0, false
+	}
+	return sy / sw, true
+}
+
+// evalColoc predicts every measured pair with itself (both orders) hidden.
+func evalColoc(m *colocModel) (mae, baseline float64, pairs int) {
+	var all []float64
+	for _, p := range m.pairs {
+		all = append(all, math.Log(p.ra), math.Log(p.rb))
+	}
+	if len(all) == 0 {
+		return 0, 0, 0
+	}
+	avg := math.Exp(mean(all))
+	var errs, base []float64
+	for i := range m.pairs {
+		p := &m.pairs[i]
+		ra, rb, _ := m.predict(&p.a, &p.b, p.gpu, func(j int) bool {
+			q := &m.pairs[j]
+			return q.gpu == p.gpu && (q.a.key == p.a.key && q.b.key == p.b.key || q.a.key == p.b.key && q.b.key == p.a.key)
+		})
+		errs = append(errs, relErr(ra, p.ra), relErr(rb, p.rb))
+		base = append(base, relErr(avg, p.ra), relErr(avg, p.rb))
+	}
+	return mean(errs), mean(base), len(m.pairs)
+}
+
+func relErr(pred, truth float64) float64 { return math.Abs(pred-truth) / truth }
+
+func mean(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	var s float64
+	for _, x := range v {
+		s += x
+	}
+	return s / float64(len(v))
+}
+
+func within(v []float64, tol float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	n := 0
+	for _, x := range v {
+		if x <= tol {
+			n++
+		}
+	}
+	return float64(n) / float64(len(v))
+}

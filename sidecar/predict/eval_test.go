@@ -1,0 +1,68 @@
+package predict
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/hetgpu/hetgpu/sidecar/throughput"
+)
+
+// TestEvaluateSmall runs both protocols on the small synthetic table (testdata, written in
+// Gavel's format: 16 job types, three GPU types, 1 and 2 GPUs, one co-located pair). Its
+// cross-type ratios are consistent within a model, so P1+P2 must do well on it.
+func TestEvaluateSmall(t *testing.T) {
+	rep, err := Evaluate(context.Background(), smallTable(t), EvalOptions{Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("mae %v; within10 %v; %.1fs", rep.MAE, rep.Within10, rep.Seconds)
+	for _, k := range []string{ArchFFN, ArchRNN, ArchAttention, "p1", "knn", "p1p2", "ratio"} {
+		if v, ok := rep.MAE[k]; !ok || !(v > 0 && v < 1) {
+			t.Errorf("mae[%s] = %v, %v; want a normalised error in (0, 1)", k, v, ok)
+		}
+	}
+	if rep.JobTypes != 16 || rep.Entries != 96 || strings.Join(rep.GPUTypes, ",") != "k80,p100,v100" {
+		t.Errorf("table summary: %d job types, %d entries, types %v", rep.JobTypes, rep.Entries, rep.GPUTypes)
+	}
+	// Protocol (b) predicts each job's two counts on each of its three types once per k.
+	if len(rep.Within10) != 11 || len(rep.MAEAfter) != 11 || rep.PartlyPredictions != 16*3*2 {
+		t.Errorf("protocol (b): %d within10 values, %d MAE values, %d predictions per k; want 11, 11, 96",
+			len(rep.Within10), len(rep.MAEAfter), rep.PartlyPredictions)
+	}
+	if rep.Within10After10 != rep.Within10[10] || rep.MAE["p1p2"] != rep.MAEAfter[10] || rep.MAEPartly["p1"] != rep.MAEAfter[0] {
+		t.Error("summary fields disagree with the per-k series")
+	}
+	// Observed runs on the other types must help: P1+P2 after ten runs beats P1 alone.
+	if !(rep.MAE["p1p2"] < rep.MAEAfter[0]) || !(rep.Within10After10 > rep.Within10[0]) {
+		t.Errorf("P1+P2 after 10 runs: MAE %.3f, within 10 %% %.2f; P1 alone %.3f, %.2f", rep.MAE["p1p2"], rep.Within10After10, rep.MAEAfter[0], rep.Within10[0])
+	}
+	// Measured on this table: 0.045 and 91 %; the bounds leave room for numeric drift only.
+	if rep.MAE["p1p2"] > 0.07 || rep.Within10After10 < 0.8 {
+		t.Errorf("P1+P2 on a consistent table: MAE %.3f, within 10 %% %.2f; want <= 0.07 and >= 0.8", rep.MAE["p1p2"], rep.Within10After10)
+	}
+	if len(rep.PerJob) != 16 || rep.PerJob["LM (batch size 32)"].Partly == nil {
+		t.Errorf("per-job breakdown: %d jobs, LM (batch size 32) %+v", len(rep.PerJob), rep.PerJob["LM (batch size 32)"])
+	}
+	if rep.ColocPairs != 1 {
+		t.Errorf("co-location pairs %d, want the table's 1", rep.ColocPairs)
+	}
+}
+
+func TestEvaluateRejects(t *testing.T) {
+	tiny, err := throughput.ParseGavelJSON(strings.NewReader(`{"v100": {"('A (batch size 8)', 1)": {"null": 3}, "('B (batch size 8)', 1)": {"null": 4}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Evaluate(context.Background(), tiny, EvalOptions{}); err == nil || !strings.Contains(err.Error(), "2 job types") {
+		t.Errorf("Evaluate on 2 job types: %v", err)
+	}
+	if _, err := Evaluate(context.Background(), smallTable(t), EvalOptions{Noise: -1}); err == nil || !strings.Contains(err.Error(), "noise") {
+		t.Errorf("Evaluate with negative noise: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := Evaluate(ctx, smallTable(t), EvalOptions{}); err == nil {
+		t.Error("Evaluate on a cancelled context succeeded")
+	}
+}

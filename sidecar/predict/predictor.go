@@ -1,0 +1,535 @@
+// Package predict estimates how fast and at what power a training job runs on each GPU type
+// (GOGH's P1 and P2), learns from the runs the task driver measures, and predicts the
+// slowdown of two jobs sharing a GPU.
+//
+// Prediction order for a (job, GPU type, GPU count):
+//  1. catalog: the workload (model name + batch size) has a trusted entry for exactly that
+//     type and count - a bundled measurement, or at least MinSamples observed runs;
+//  2. P1: a network over the job's features and its most similar catalog entries on that
+//     type (feed-forward, recurrent or attention, whichever validated best), corrected by
+//  3. P2: the workload's own runs on any type and count (untrusted ones included), used
+//     twice: a Gaussian posterior over P1's residuals with a covariance across GPU types
+//     learnt from P1's cross-validation residuals, and the runs carried to the target slot
+//     through the log-ratios similar workloads show between the two slots; combined by
+//     precision ("p1p2");
+//  4. datasheet prior for a GPU type with no catalog entries at all: P1 on the nearest known
+//     types scaled by the datasheet speed ratio to the power Model.Beta.
+//
+// Power is idle + (TDP - idle) x load per GPU from the datasheet, with the load fraction
+// refined per GPU type and per workload by measured power. Energy per step is
+// PowerW / Throughput.
+package predict
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/sidecar/gpuspec"
+	"github.com/hetgpu/hetgpu/sidecar/sched"
+	"github.com/hetgpu/hetgpu/sidecar/throughput"
+)
+
+// Estimate sources, beyond sched's.
+const (
+	SrcCatalog   = "catalog"
+	SrcP1        = "p1"
+	SrcP1P2      = "p1p2"
+	SrcDatasheet = "datasheet-prior"
+	// SrcUnknown marks a GPU type without a datasheet or an empty catalog: Throughput is 0.
+	SrcUnknown = "unknown"
+)
+
+// Power model defaults: with no measurement a training job is taken to run at 80 %
+// utilisation with gpuspec's documented curvature 0.7, i.e. at 0.8^0.7 = 85.5 % of the way
+// from idle to TDP.
+const (
+	priorUtil       = 0.8
+	powerAlpha      = 0.7
+	powerTypePseudo = 5.0 // pseudo-runs behind the per-type prior load
+	powerJobPseudo  = 2.0 // pseudo-runs behind a workload's offset
+)
+
+// Options configure a Predictor. Zero values take the defaults.
+type Options struct {
+	// Model is the trained P1/P2 model (default: the embedded DefaultModel).
+	Model *Model
+	// Seeds are the records a new cluster starts from (default: every isolated measurement
+	// of throughput.Bundled()). A non-nil empty slice starts blind.
+	Seeds []Record
+	// CatalogPath is the JSON-lines file that keeps observed runs across restarts; empty
+	// keeps them in memory only.
+	CatalogPath string
+	Catalog     CatalogOptions
+	// Pairs is the co-location table (default: throughput.Bundled()).
+	Pairs  *throughput.Table
+	Logger hclog.Logger
+	// coloc replaces Pairs (evaluation builds many predictors and needs none).
+	coloc *colocModel
+}
+
+// Predictor implements sched.Predictor and sched.Learner. Predict is safe for concurrent
+// use and lock-free; Observe serialises updates and swaps in a rebuilt state.
+type Predictor struct {
+	log   hclog.Logger
+	specs *gpuspec.Table
+	gf    map[string]gpuFeatures
+	model *Model
+	coloc *colocModel
+
+	mu    sync.Mutex // serialises Observe
+	cat   *Catalog
+	state atomic.Pointer[state]
+	pool  sync.Pool
+}
+
+var (
+	_ sched.Predictor = (*Predictor)(nil)
+	_ sched.Learner   = (*Predictor)(nil)
+)
+
+// predScratch is the per-call working memory, pooled so Predict does not allocate.
+type predScratch struct {
+	sc  scratch
+	in  rawInputs
+	buf [maxP2Obs]float64
+}
+
+// countVarPerDoubling is the log-variance the transfer adds per doubling of GPU count it
+// carries with the table's scaling exponent and no linking workload (0.1 per doubling).
+const countVarPerDoubling = 0.01
+
+// maxP2Obs bounds the slots a workload's P2 posterior conditions on.
+const maxP2Obs = 128
+
+// New builds a predictor: loads the model, seeds and opens the catalog.
+func New(opts Options) (*Predictor, error) {
+	p := &Predictor{log: opts.Logger, specs: gpuspec.Default(), model: opts.Model}
+	if p.log == nil {
+		p.log = hclog.NewNullLogger()
+	}
+	p.gf = gpuFeatureMap(p.specs)
+	p.pool.New = func() any { return new(predScratch) }
+	var err error
+	if p.model == nil {
+		if p.model, err = DefaultModel(); err != nil {
+			return nil, err
+		}
+	}
+	seeds, pairs := opts.Seeds, opts.Pairs
+	if seeds == nil || pairs == nil && opts.coloc == nil {
+		tab, err := throughput.Bundled()
+		if err != nil {
+			return nil, fmt.Errorf("predictor seeds: %w", err)
+		}
+		if seeds == nil {
+			seeds = SeedRecords(tab)
+		}
+		if pairs == nil {
+			pairs = tab
+		}
+	}
+	p.coloc = opts.coloc
+	if p.coloc == nil {
+		p.coloc = newColocModel(pairs)
+	}
+	if opts.CatalogPath != "" {
+		if p.cat, err = OpenCatalog(opts.CatalogPath, seeds, opts.Catalog); err != nil {
+			return nil, err
+		}
+	} else {
+		p.cat = NewCatalog(seeds, opts.Catalog)
+	}
+	p.state.Store(p.build(p.cat.Records()))
+	p.log.Debug("predictor ready", "arch", p.model.Arch, "seeds", len(seeds), "observed", len(p.cat.obs))
+	return p, nil
+}
+
+// Model returns the predictor's trained model.
+func (p *Predictor) Model() *Model { return p.model }
+
+// Catalog returns the observed records in the window, oldest first.
+func (p *Predictor) Catalog() []Record {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cat.Observed()
+}
+
+// Observe records a measured run and refreshes the catalog index, power fits and every
+// workload's P2 posterior.
+func (p *Predictor) Observe(ctx context.Context, obs cluster.Observation) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	rec, err := RecordFromObservation(&obs)
+	if err != nil {
+		return err
+	}
+	return p.AddRecord(rec)
+}
+
+// AddRecord adds an observed record (as Observe does, without the conversion).
+func (p *Predictor) AddRecord(rec Record) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.cat.Add(rec); err != nil {
+		return err
+	}
+	p.state.Store(p.build(p.cat.Records()))
+	return nil
+}
+
+// state is an immutable view of the catalog prepared for prediction.
+type state struct {
+	ix   *index
+	grid *grid
+	p2   map[int]*p2State
+	// tr holds each workload's transferred estimates per grid slot.
+	tr        map[int][]trEst
+	runNoise  float64
+	powerType map[string]float64
+	powerWl   map[int]float64
+	// powerDirect holds a workload's measured load on a type once trusted.
+	powerDirect map[wgKey]float64
+
+	cacheMu sync.RWMutex
+	cache   map[cacheKey]*resolved
+}
+
+type cacheKey struct {
+	f             Features
+	ns, id, group string
+}
+
+type resolved struct {
+	wl workload
+	id int
+}
+
+func (p *Predictor) build(recs []Record) *state {
+	minS := p.cat.opts.MinSamples
+	st := &state{ix: buildIndex(recs, minS, p.specs), p2: map[int]*p2State{}, tr: map[int][]trEst{}, cache: map[cacheKey]*resolved{},
+		powerType: map[string]float64{}, powerWl: map[int]float64{}, powerDirect: map[wgKey]float64{}}
+	ix := st.ix
+	st.grid = newGrid(ix, p.specs)
+	// Run-to-run noise from repeated observed runs, shrunk towards the model's value.
+	const pseudo = 10.0
+	var m2, dof float64
+	for _, sk := range ix.keys {
+		if s := ix.stats[sk]; s.runs > 1 {
+			m2 += s.m2
+			dof += float64(s.runs - 1)
+		}
+	}
+	st.runNoise = math.Sqrt((m2 + pseudo*p.model.p2.runNoise*p.model.p2.runNoise) / (dof + pseudo))
+
+	// P2: every workload's own evidence, as residuals against P1 without itself (for the
+	// posterior) and as values on the transfer grid.
+	ps := p.pool.Get().(*predScratch)
+	defer p.pool.Put(ps)
+	type acc struct{ sum, runs float64 }
+	perWl := map[int]map[pslot]acc{}
+	own := map[int][]ownSlot{}
+	var order []int
+	for _, sk := range ix.keys {
+		s := ix.stats[sk]
+		var y, runs float64
+		switch {
+		case s.runs >= minS || s.runs > 0 && !(s.seed && !s.seedZero):
+			y, runs = s.meanY, float64(s.runs)
+		case s.seed && !s.seedZero:
+			y, runs = s.seedY, seedRuns
+		default:
+			continue
+		}
+		if _, seen := own[sk.wl]; !seen {
+			order = append(order, sk.wl)
+			own[sk.wl] = nil
+		}
+		if ti, ok := st.grid.tIdx[sk.gpu]; ok {
+			if b, ok := exactBucket(sk.n); ok {
+				own[sk.wl] = append(own[sk.wl], ownSlot{slot: ti*nBuckets + b, y: y, runs: runs})
+			}
+		}
+		wl := &ix.wls[sk.wl]
+		y1, u, ok := p.p1(st, wl, sk.wl, sk.gpu, sk.n, ps)
+		if !ok {
+			continue
+		}
+		if perWl[sk.wl] == nil {
+			perWl[sk.wl] = map[pslot]acc{}
+		}
+		a := perWl[sk.wl][u]
+		perWl[sk.wl][u] = acc{a.sum + runs*(y-y1), a.runs + runs}
+	}
+	tc := transferConst{beta: p.model.Beta, betaVar: p.model.BetaVar, countVar: countVarPerDoubling}
+	w := make([]float64, len(ix.wls))
+	for _, id := range order {
+		if m := perWl[id]; len(m) > 0 && len(m) <= maxP2Obs {
+			obs := make([]p2Obs, 0, len(m))
+			for u, a := range m {
+				obs = append(obs, p2Obs{s: u, r: a.sum / a.runs, runs: a.runs})
+			}
+			sortObs(obs)
+			post, err := p.model.p2.posterior(obs, st.runNoise)
+			if err != nil {
+				p.log.Warn("P2 posterior skipped", "workload", ix.wls[id].key, "error", err)
+			} else {
+				st.p2[id] = post
+			}
+		}
+		if len(own[id]) > 0 {
+			for j := range ix.wls {
+				w[j] = math.Exp(-distance(&ix.wls[id], &ix.wls[j]) / kernelTau)
+			}
+			st.tr[id] = st.grid.transfer(id, w, own[id], st.runNoise, tc)
+		}
+	}
+
+	// Power: per-type load fraction, then each workload's offset from it.
+	typeSum, typeN := map[string]float64{}, map[string]float64{}
+	for _, wk := range ix.powerKeys {
+		pw := ix.power[wk]
+		typeSum[wk.gpu] += pw.sumFrac
+		typeN[wk.gpu] += float64(pw.n)
+	}
+	f0 := math.Pow(priorUtil, powerAlpha)
+	for _, g := range p.specs.Types() {
+		st.powerType[g] = (typeSum[g] + powerTypePseudo*f0) / (typeN[g] + powerTypePseudo)
+	}
+	offSum, offN := map[int]float64{}, map[int]float64{}
+	for _, wk := range ix.powerKeys {
+		pw := ix.power[wk]
+		offSum[wk.wl] += pw.sumFrac - float64(pw.n)*st.powerType[wk.gpu]
+		offN[wk.wl] += float64(pw.n)
+		if pw.n >= minS {
+			st.powerDirect[wk] = pw.sumFrac / float64(pw.n)
+		}
+	}
+	for id, s := range offSum {
+		st.powerWl[id] = s / (offN[id] + powerJobPseudo)
+	}
+	return st
+}
+
+func sortObs(obs []p2Obs) {
+	// Deterministic order (map iteration is random): by GPU type, then count bucket.
+	for i := 1; i < len(obs); i++ {
+		for j := i; j > 0 && obsLess(obs[j], obs[j-1]); j-- {
+			obs[j], obs[j-1] = obs[j-1], obs[j]
+		}
+	}
+}
+
+func obsLess(a, b p2Obs) bool {
+	if a.s.gpu != b.s.gpu {
+		return a.s.gpu < b.s.gpu
+	}
+	return a.s.bucket < b.s.bucket
+}
+
+// resolve finds (or creates and caches) the workload of a query.
+func (st *state) resolve(k cacheKey) *resolved {
+	st.cacheMu.RLock()
+	r := st.cache[k]
+	st.cacheMu.RUnlock()
+	if r != nil {
+		return r
+	}
+	f := k.f
+	if f.Name == "" {
+		f.Name = k.ns + "/" + k.id + "/" + k.group
+	}
+	r = &resolved{wl: newWorkload(f), id: -1}
+	if id, ok := st.ix.byKey[r.wl.key]; ok {
+		r.id = id
+		// The catalog's features fill what the job leaves out.
+		cf := st.ix.wls[id].f
+		if r.wl.f.ParamCount == 0 {
+			r.wl.f.ParamCount = cf.ParamCount
+		}
+		if f.Family == "" && cf.Family != "" {
+			r.wl.family = st.ix.wls[id].family
+		}
+	}
+	st.cacheMu.Lock()
+	st.cache[k] = r
+	st.cacheMu.Unlock()
+	return r
+}
+
+// Predict implements sched.Predictor. A GPU type without a datasheet yields Throughput 0
+// and Source "unknown"; a measured zero (out of memory) yields Throughput 0 from the
+// catalog. Callers treat 0 as infeasible.
+func (p *Predictor) Predict(job *cluster.Job, gpuType string, gpus int) sched.Estimate {
+	a := &job.Hetgpu
+	k := cacheKey{f: Features{Family: a.ModelFamily, Name: a.ModelName, BatchSize: a.BatchSize, ParamCount: a.ParamCount, Framework: a.Framework}}
+	if a.ModelName == "" {
+		k.ns, k.id, k.group = job.Namespace, job.ID, job.Group
+	}
+	return p.predict(k, gpuType, gpus)
+}
+
+// PredictFeatures predicts for a workload described by its features.
+func (p *Predictor) PredictFeatures(f Features, gpuType string, gpus int) sched.Estimate {
+	return p.predict(cacheKey{f: f}, gpuType, gpus)
+}
+
+func (p *Predictor) predict(k cacheKey, gpuType string, gpus int) sched.Estimate {
+	g := gpuType
+	if _, ok := p.gf[g]; !ok {
+		if g = gpuspec.Canonical(gpuType); g == "" {
+			return sched.Estimate{Uncertainty: 1, Source: SrcUnknown}
+		}
+		if _, ok := p.gf[g]; !ok {
+			return sched.Estimate{Uncertainty: 1, Source: SrcUnknown}
+		}
+	}
+	gpus = max(gpus, 1)
+	st := p.state.Load()
+	r := st.resolve(k)
+	ps := p.pool.Get().(*predScratch)
+	e := p.estimate(st, &r.wl, r.id, g, gpus, ps)
+	p.pool.Put(ps)
+	return e
+}
+
+func (p *Predictor) estimate(st *state, q *workload, id int, g string, n int, ps *predScratch) sched.Estimate {
+	minS := p.cat.opts.MinSamples
+	power := p.power(st, id, g, n)
+	if id >= 0 {
+		if s := st.ix.stats[statKey{id, g, n}]; s != nil {
+			if s.infeasible(minS) {
+				return sched.Estimate{PowerW: power, Uncertainty: 0, Source: SrcCatalog}
+			}
+			if y, ok := s.value(minS); ok {
+				unc := 0.02 // a published mean: its run-to-run spread is not known
+				if s.runs >= minS {
+					unc = math.Sqrt(s.m2/float64(s.runs-1)/float64(s.runs) + 0.02*0.02)
+				}
+				return sched.Estimate{Throughput: float64(n) * math.Exp(y), PowerW: power, Uncertainty: unc, Source: SrcCatalog}
+			}
+		}
+	}
+	y1, u, ok := p.p1(st, q, id, g, n, ps)
+	if !ok {
+		return sched.Estimate{PowerW: power, Uncertainty: 1, Source: SrcUnknown}
+	}
+	var post *p2State
+	var tr []trEst
+	if id >= 0 {
+		post, tr = st.p2[id], st.tr[id]
+	}
+	mean, variance := p.model.p2.query(post, u, ps.buf[:])
+	y, src := y1+mean, SrcP1
+	switch {
+	case post != nil || tr != nil:
+		src = SrcP1P2
+	case u.cold:
+		src = SrcDatasheet
+	}
+	if tr != nil {
+		// Precision-weighted with the job's own runs carried over from other slots. Where
+		// P1 had no related workload on this type (or the type is cold) its figure is a
+		// population level that the job's own runs make obsolete: the transfer alone.
+		if ti, ok := st.grid.tIdx[g]; ok {
+			b := min(max(bucketOf(n), 0), maxBucket)
+			if e := tr[ti*nBuckets+b]; !math.IsInf(e.v, 1) {
+				ey := e.y + (throughput.ScalingExponent-1)*(math.Log(float64(n))-float64(b)*math.Ln2)
+				if u.unrelated {
+					y, variance = ey, e.v
+				} else {
+					pr := 1/variance + 1/e.v
+					y = (y/variance + ey/e.v) / pr
+					variance = 1 / pr
+				}
+			}
+		}
+	}
+	return sched.Estimate{Throughput: float64(n) * math.Exp(y), PowerW: power, Uncertainty: math.Sqrt(variance), Source: src}
+}
+
+// p1Class buckets P1's nearest-neighbour distance: the same model at another batch size,
+// the same family, or unrelated workloads.
+func p1Class(nearest float64) int {
+	switch {
+	case nearest < 1.25:
+		return 0
+	case nearest < 3:
+		return 1
+	}
+	return 2
+}
+
+// p1 returns P1's per-GPU log-throughput of q on (g, n), excluding workload self from the
+// neighbours, and the slot as P2 sees it (with P1's error scale). For a type without
+// catalog entries it is the datasheet prior (cold).
+func (p *Predictor) p1(st *state, q *workload, self int, g string, n int, ps *predScratch) (y float64, u pslot, ok bool) {
+	m := p.model
+	u = pslot{gpu: g, bucket: bucketOf(n)}
+	if buildInputs(st.ix, q, self, g, n, p.gf[g], m.p1.net.shape.K, &ps.in) {
+		c := p1Class(ps.in.nearest)
+		u.f, u.unrelated = m.errScale[c], c == 2
+		return m.p1.predict(&ps.in, &ps.sc), u, true
+	}
+	// Cold start: the two measured types closest by datasheet, weighted by closeness.
+	u.cold, u.unrelated = true, true
+	gi, ok := st.grid.tIdx[g]
+	if !ok {
+		return 0, u, false
+	}
+	nt := len(st.grid.types)
+	var sw, sy float64
+	var used [2]string
+	for range used {
+		best, bd, bl := "", math.Inf(1), 0.0
+		for _, h := range st.ix.gpus {
+			hi, ok := st.grid.tIdx[h]
+			if h == g || h == used[0] || !ok {
+				continue
+			}
+			if l := st.grid.lnDS[hi*nt+gi]; math.Abs(l) < bd {
+				best, bd, bl = h, math.Abs(l), l
+			}
+		}
+		if best == "" || !buildInputs(st.ix, q, self, best, n, p.gf[best], m.p1.net.shape.K, &ps.in) {
+			break
+		}
+		yh := m.p1.predict(&ps.in, &ps.sc) + m.Beta*bl
+		w := 1 / (0.05 + bd)
+		sw += w
+		sy += w * yh
+		u.f = math.Max(u.f, m.errScale[p1Class(ps.in.nearest)])
+		if used[0] == "" {
+			used[0] = best
+		} else {
+			used[1] = best
+		}
+	}
+	if sw == 0 {
+		return 0, u, false
+	}
+	return sy / sw, u, true
+}
+
+// power is the predicted average power of all n GPUs in watts.
+func (p *Predictor) power(st *state, id int, g string, n int) float64 {
+	s, ok := p.specs.Lookup(g)
+	if !ok {
+		return 0
+	}
+	frac, direct := st.powerDirect[wgKey{id, g}]
+	if !direct {
+		frac = st.powerType[g]
+		if id >= 0 {
+			frac += st.powerWl[id]
+		}
+	}
+	frac = math.Max(0.05, math.Min(1, frac))
+	return float64(n) * (s.IdleW + (s.TDPW-s.IdleW)*frac)
+}
