@@ -1,0 +1,60 @@
+package place
+
+import (
+	"context"
+	"testing"
+)
+
+// benchPlace times Place on one random snapshot of the given size, reporting HiGHS statistics
+// as custom metrics.
+func benchPlace(b *testing.B, spec BenchSpec, cfg Config) {
+	snap, err := RandomSnapshot(spec)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	pred := NewPriorPredictor()
+	ranked, err := FIFO{}.Rank(ctx, snap, pred)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pl, err := New(cfg, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var st Stats
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		_, st, err = pl.PlaceDetailed(ctx, snap, ranked, pred)
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(st.Cols), "cols")
+	b.ReportMetric(float64(st.Rows), "rows")
+	b.ReportMetric(float64(st.MIPNodes), "mip-nodes")
+	b.ReportMetric(float64(st.LPIterations), "lp-iters")
+	b.ReportMetric(float64(st.Placed), "placed")
+	b.ReportMetric(st.Objective, "objective")
+	fb := 0.0
+	if st.Fallback {
+		fb = 1
+	}
+	b.ReportMetric(fb, "fallback")
+}
+
+// BenchmarkPlace256Jobs1024GPUs is the first target: 256 pending jobs on 128 nodes x 8 GPUs of
+// 4 types, p99 under 100 ms (see hetgpu place bench for p50/p99 over many rounds).
+func BenchmarkPlace256Jobs1024GPUs(b *testing.B) {
+	benchPlace(b, BenchSpec{Jobs: 256, GPUs: 1024, Types: 4, Seed: 1}, Default())
+}
+
+// BenchmarkPlace1024Jobs10240GPUs is the second target: 1024 jobs on 10,240 GPUs, under 1 s.
+func BenchmarkPlace1024Jobs10240GPUs(b *testing.B) {
+	benchPlace(b, BenchSpec{Jobs: 1024, GPUs: 10240, Types: 4, Seed: 1}, Default())
+}
+
+func BenchmarkPlace64Jobs256GPUs(b *testing.B) {
+	benchPlace(b, BenchSpec{Jobs: 64, GPUs: 256, Types: 4, Seed: 2}, Default())
+}

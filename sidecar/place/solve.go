@@ -1,0 +1,780 @@
+package place
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/lanl/highs"
+)
+
+// fits reports whether option o can be applied to state st.
+func (m *model) fits(o *option, st *state) bool {
+	j := &m.jobs[o.job]
+	for _, p := range o.parts {
+		if !o.coloc && st.domFree[p.dom] < p.count {
+			return false
+		}
+		for _, ii := range p.insts {
+			if o.coloc {
+				if st.instUsed[ii] >= m.cfg.MaxShare {
+					return false
+				}
+			} else if st.instUsed[ii] != 0 {
+				return false
+			}
+		}
+		if iso := m.doms[p.dom].iso; iso >= 0 && st.isoNS[iso] != -1 && st.isoNS[iso] != j.ns {
+			return false
+		}
+	}
+	if cap := m.cfg.MaxJobsPerNode; cap > 0 {
+		for _, u := range o.units {
+			if st.nodeJobs[m.units[u].node] >= cap {
+				return false
+			}
+		}
+	}
+	if c := m.nsCap[j.ns]; c >= 0 && st.nsGPUs[j.ns]+j.g > c {
+		return false
+	}
+	return true
+}
+
+// apply books option o in state st.
+func (m *model) apply(o *option, st *state) {
+	j := &m.jobs[o.job]
+	for _, p := range o.parts {
+		if !o.coloc {
+			st.domFree[p.dom] -= p.count
+		}
+		for _, ii := range p.insts {
+			st.instUsed[ii]++
+		}
+		if iso := m.doms[p.dom].iso; iso >= 0 {
+			st.isoNS[iso] = j.ns
+		}
+	}
+	for _, u := range o.units {
+		st.nodeJobs[m.units[u].node]++
+	}
+	st.nsGPUs[j.ns] += j.g
+}
+
+// scope is one optimisation problem: jobs, the units they may use, their classes and the
+// class-level candidate options.
+type scope struct {
+	jobs   []int
+	cs     *classSet
+	opts   []option
+	byJob  map[int][]int
+	budget []int
+	// noPolish skips the full MILP (step 4): the second pass keeps its latency low.
+	noPolish bool
+}
+
+// prepareScope builds classes and class-level options for jobs (in rank order) over the units
+// allow admits. It uses the model's caches, so scopes are prepared one at a time.
+func (m *model) prepareScope(jobs []int, allow func(u int) bool, st *state, budget []int) *scope {
+	sc := &scope{jobs: jobs, byJob: map[int][]int{}, budget: budget}
+	sc.cs = m.buildClasses(st, allow, jobs)
+	for _, ji := range jobs {
+		var opts []option
+		if m.cfg.exhaustive {
+			opts = m.exhaustiveOptions(ji, st)
+		} else {
+			opts = m.classOptions(ji, sc.cs, st)
+		}
+		for _, o := range opts {
+			sc.add(o)
+		}
+	}
+	return sc
+}
+
+// add appends a column (options of one job are distinct by construction) and returns its
+// index; options outside the scope's classes are dropped (-1).
+func (sc *scope) add(o option) int {
+	for _, p := range o.parts {
+		if sc.cs.classOf[p.dom] < 0 && !o.coloc {
+			return -1
+		}
+	}
+	i := len(sc.opts)
+	o.col = i
+	sc.opts = append(sc.opts, o)
+	sc.byJob[o.job] = append(sc.byJob[o.job], i)
+	return i
+}
+
+// sub is a view of the scope: some of its jobs, the columns keep admits, its own namespace
+// budget. Column indices stay those of the scope.
+func (sc *scope) sub(jobs []int, keep func(o *option) bool, budget []int) *scope {
+	out := &scope{jobs: jobs, cs: sc.cs, opts: sc.opts, byJob: map[int][]int{}, budget: budget}
+	for _, ji := range jobs {
+		for _, c := range sc.byJob[ji] {
+			if keep == nil || keep(&sc.opts[c]) {
+				out.byJob[ji] = append(out.byJob[ji], c)
+			}
+		}
+	}
+	return out
+}
+
+// columns lists the scope's columns of its jobs, ascending.
+func (sc *scope) columns() []int {
+	var cols []int
+	for _, ji := range sc.jobs {
+		cols = append(cols, sc.byJob[ji]...)
+	}
+	slices.Sort(cols)
+	return cols
+}
+
+// greedyRealize takes jobs in order and gives each its best column that can be realized in
+// st (mutated). Columns of a job are sorted best first.
+func (m *model) greedyRealize(sc *scope, order []int, st *state) []option {
+	base := st.clone()
+	var out []option
+	for _, ji := range order {
+		if !m.anyCapacity(st) {
+			break
+		}
+		for _, oi := range sc.byJob[ji] {
+			if r, ok := m.realize(sc.cs, &sc.opts[oi], st, base, sc.budget); ok {
+				out = append(out, r)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// solveScope optimises a prepared scope against st (not modified) and returns the chosen,
+// realized options. It stops at the first step whose solution is within MIPGap of the LP
+// bound:
+//
+//  1. greedy: jobs in rank order, each its best realizable column;
+//  2. the LP relaxation (the bound), and its rounding (columns by LP value, realized while
+//     they fit, then the greedy for the jobs left);
+//  3. a restricted MILP (RENS-like): each job keeps the columns the LP uses plus its best
+//     one, or its best six if the LP places it fractionally or not at all; warm-started from
+//     the greedy solution, it is small and nearly integral;
+//  4. the full MILP, warm-started from the best solution so far, for at most PolishLimit.
+//
+// Every MILP solution is realized (first fit decreasing into concrete domains); jobs whose
+// column cannot be realized get their best realizable one. On error or time limit the best
+// solution at hand is used and the solve is flagged as a fallback.
+func (m *model) solveScope(sc *scope, st *state, deadline time.Time) ([]option, solveStats) {
+	var ss solveStats
+	for _, ji := range sc.jobs {
+		ss.cands += len(sc.byJob[ji])
+	}
+	best := m.greedyRealize(sc, sc.jobs, st.clone())
+	bestObj := sumOpts(best)
+	ss.greedyObjective, ss.objective = bestObj, bestObj
+	all := sc.columns()
+	if len(all) == 0 {
+		ss.status = "empty"
+		return best, ss
+	}
+	fallback := func(reason string) ([]option, solveStats) {
+		ss.fallback, ss.reason, ss.objective = true, reason, bestObj
+		return best, ss
+	}
+	start := time.Now()
+	defer func() { ss.solveTime = time.Since(start) }()
+	mod, zIndex := m.buildMILP(sc, all, st)
+	ss.cols, ss.rows = len(mod.ColCosts), len(mod.RowUpper)
+
+	// 1. LP relaxation: the bound, and a guide.
+	lp := mod
+	lp.VarTypes = nil
+	lpRes, err := m.runHiGHS(lp, deadline, nil)
+	ss.lpIters += lpRes.LPIters
+	if err != nil {
+		return fallback(err.Error())
+	}
+	if lpRes.ModelStatus != highsModelOptimal || !lpRes.HasPrimal {
+		return fallback("LP relaxation: HiGHS status " + highsModelStatusNames[lpRes.ModelStatus])
+	}
+	bound := lpRes.Objective
+	ss.bound, ss.lpTime = bound, time.Since(start)
+	lpX := make([]float64, len(sc.opts)) // by scope column
+	for k, c := range all {
+		lpX[c] = lpRes.X[k]
+	}
+	done := func(sol []option, obj float64, status string) ([]option, solveStats) {
+		ss.gap, ss.objective, ss.status = relGap(bound, obj), obj, status
+		return sol, ss
+	}
+	if relGap(bound, bestObj) <= m.cfg.MIPGap {
+		return done(best, bestObj, "greedy within gap")
+	}
+	if r := m.realizeColumns(sc, sc.jobs, st, lpX); sumOpts(r) > bestObj {
+		best, bestObj = r, sumOpts(r)
+		if relGap(bound, bestObj) <= m.cfg.MIPGap {
+			return done(best, bestObj, "rounded LP within gap")
+		}
+	}
+
+	// 2. Restricted MILP (RENS-like): each job keeps only the columns the LP uses plus its
+	// best one. The model is a fraction of the full one and nearly integral, so HiGHS solves
+	// it quickly; its optimum is usually within a fraction of a percent of the full MILP's.
+	var restricted []int
+	{
+		keep := make([]bool, len(sc.opts))
+		for _, c := range all {
+			keep[c] = lpX[c] > 1e-6
+		}
+		for _, ji := range sc.jobs {
+			cols := sc.byJob[ji]
+			mass := 0.0
+			for _, c := range cols {
+				mass += lpX[c]
+			}
+			// Jobs the LP places fractionally or not at all are the contested ones: they keep
+			// more of their best columns than the others.
+			n := restrictKeep
+			if mass < 1-1e-6 || lpFractional(lpX, cols) {
+				n = restrictKeepContested
+			}
+			for k := 0; k < min(n, len(cols)); k++ {
+				keep[cols[k]] = true
+			}
+		}
+		for i, k := range keep {
+			if k {
+				restricted = append(restricted, i)
+			}
+		}
+	}
+	if len(restricted) < len(all) {
+		sub, _ := m.buildMILP(sc, restricted, st)
+		var bestCols []int
+		for i := range best {
+			if best[i].col >= 0 {
+				bestCols = append(bestCols, best[i].col)
+			}
+		}
+		var x []float64
+		if m.cfg.WarmStart {
+			x = m.startFor(sc, restricted, bestCols, len(sub.ColCosts))
+		}
+		res, err := m.runHiGHS(sub, deadline, x)
+		ss.nodes += res.Nodes
+		ss.lpIters += res.LPIters
+		ss.subCols = len(sub.ColCosts)
+		if err == nil && res.HasPrimal {
+			xs := make([]float64, len(sc.opts))
+			for k, c := range restricted {
+				if res.X[k] > 0.5 {
+					xs[c] = 1
+				}
+			}
+			if cand := m.realizeColumns(sc, sc.jobs, st, xs); sumOpts(cand) > bestObj {
+				best, bestObj = cand, sumOpts(cand)
+			}
+		}
+	}
+	ss.restrictedObjective, ss.restrictedTime = bestObj, time.Since(start)
+	if relGap(bound, bestObj) <= m.cfg.MIPGap {
+		return done(best, bestObj, "restricted MILP within gap")
+	}
+
+	if sc.noPolish {
+		return done(best, bestObj, "restricted MILP (second pass, no polish)")
+	}
+	// 3. The full MILP, warm-started from the best solution so far.
+	var x []float64
+	if m.cfg.WarmStart {
+		var cols []int
+		for i := range best {
+			if best[i].col >= 0 {
+				cols = append(cols, best[i].col)
+			}
+		}
+		x = m.startFor(sc, all, cols, len(mod.ColCosts))
+		var local []int
+		pos := map[int]int{}
+		for k, c := range all {
+			pos[c] = k
+		}
+		for _, c := range cols {
+			if k, ok := pos[c]; ok {
+				local = append(local, k)
+			}
+		}
+		m.warmZ(mod, sc, all, local, zIndex, x)
+	}
+	polishEnd := deadline
+	if m.cfg.PolishLimit > 0 && time.Now().Add(m.cfg.PolishLimit).Before(deadline) {
+		polishEnd = time.Now().Add(m.cfg.PolishLimit)
+	}
+	res, err := m.runHiGHS(mod, polishEnd, x)
+	ss.nodes, ss.lpIters = ss.nodes+res.Nodes, ss.lpIters+res.LPIters
+	ss.status = highsModelStatusNames[res.ModelStatus]
+	if err != nil {
+		return fallback(err.Error())
+	}
+	if res.HasPrimal {
+		xs := make([]float64, len(sc.opts))
+		for k, c := range all {
+			if res.X[k] > 0.5 {
+				xs[c] = 1
+			}
+		}
+		if r := m.realizeColumns(sc, sc.jobs, st, xs); sumOpts(r) > bestObj {
+			best, bestObj = r, sumOpts(r)
+		}
+	}
+	switch res.ModelStatus {
+	case highsModelOptimal:
+		sol, st := done(best, bestObj, "optimal")
+		st.gap = min(st.gap, max(res.Gap, 0))
+		return sol, st
+	case highsModelTimeLimit:
+		if polishEnd.Before(deadline) {
+			// Only the polishing budget ran out: the best solution so far stands, no fallback.
+			return done(best, bestObj, "MILP stopped at the polish limit")
+		}
+		ss.gap = relGap(bound, bestObj)
+		return fallback("time limit")
+	}
+	return fallback("HiGHS status " + ss.status)
+}
+
+// startFor builds a start vector for a model over cols from chosen scope columns.
+func (m *model) startFor(sc *scope, cols []int, chosen []int, n int) []float64 {
+	pos := make(map[int]int, len(cols))
+	for k, c := range cols {
+		pos[c] = k
+	}
+	x := make([]float64, n)
+	for _, c := range chosen {
+		if k, ok := pos[c]; ok {
+			x[k] = 1
+		}
+	}
+	return x
+}
+
+// realizeColumns realizes columns in decreasing order of x (named instances first at equal
+// x, then larger jobs), one per job, in a copy of st, then gives the jobs left their best
+// realizable column.
+func (m *model) realizeColumns(sc *scope, jobs []int, st *state, x []float64) []option {
+	idx := make([]int, 0, len(sc.opts))
+	for i := range sc.opts {
+		if x[i] > 1e-6 {
+			idx = append(idx, i)
+		}
+	}
+	sort.SliceStable(idx, func(a, b int) bool {
+		oa, ob := &sc.opts[idx[a]], &sc.opts[idx[b]]
+		if x[idx[a]] != x[idx[b]] {
+			return x[idx[a]] > x[idx[b]]
+		}
+		if oa.concrete != ob.concrete {
+			return oa.concrete
+		}
+		if ga, gb := m.jobs[oa.job].g, m.jobs[ob.job].g; ga != gb {
+			return ga > gb
+		}
+		return oa.value > ob.value
+	})
+	cur := st.clone()
+	base := st.clone()
+	done := map[int]bool{}
+	var out []option
+	for _, oi := range idx {
+		o := &sc.opts[oi]
+		if done[o.job] {
+			continue
+		}
+		if r, ok := m.realize(sc.cs, o, cur, base, sc.budget); ok {
+			done[o.job] = true
+			out = append(out, r)
+		}
+	}
+	for _, ji := range jobs {
+		if done[ji] {
+			continue
+		}
+		for _, oi := range sc.byJob[ji] {
+			if r, ok := m.realize(sc.cs, &sc.opts[oi], cur, base, sc.budget); ok {
+				out = append(out, r)
+				break
+			}
+		}
+	}
+	return out
+}
+
+func relGap(bound, obj float64) float64 {
+	if bound <= 1e-12 {
+		return 0
+	}
+	return max(0, (bound-obj)/bound)
+}
+
+// withinBudget checks a namespace's new GPUs against nsBudget (chk already holds the earlier
+// choices; base is the state before any).
+func (m *model) withinBudget(o *option, chk, base *state, nsBudget []int) bool {
+	j := &m.jobs[o.job]
+	if nsBudget == nil || nsBudget[j.ns] < 0 {
+		return true
+	}
+	return chk.nsGPUs[j.ns]-base.nsGPUs[j.ns]+j.g <= nsBudget[j.ns]
+}
+
+// runHiGHS solves mod within the deadline, optionally from a start.
+func (m *model) runHiGHS(mod highs.Model, deadline time.Time, startX []float64) (highsResult, error) {
+	left := time.Until(deadline)
+	if left <= 0 {
+		return highsResult{}, errNoTime
+	}
+	raw, err := mod.ToRawModel()
+	if err != nil {
+		return highsResult{}, fmt.Errorf("build HiGHS model: %w", err)
+	}
+	for _, o := range []struct {
+		name string
+		set  func() error
+	}{
+		{"output_flag", func() error { return raw.SetBoolOption("output_flag", false) }},
+		{"time_limit", func() error { return raw.SetFloat64Option("time_limit", left.Seconds()) }},
+		{"mip_rel_gap", func() error { return raw.SetFloat64Option("mip_rel_gap", m.cfg.MIPGap) }},
+		{"random_seed", func() error { return raw.SetIntOption("random_seed", 1) }},
+	} {
+		if err := o.set(); err != nil {
+			return highsResult{}, fmt.Errorf("set HiGHS option %s: %w", o.name, err)
+		}
+	}
+	if startX != nil {
+		if err := highsSetStart(raw, startX); err != nil {
+			return highsResult{}, err
+		}
+	}
+	res, err := highsRun(raw)
+	if err != nil {
+		return res, fmt.Errorf("HiGHS: %w", err)
+	}
+	return res, nil
+}
+
+type zKey struct{ iso, ns int }
+
+// buildMILP writes the scope's model: binary x per column (maximise the sum of values), and
+// binary z per (PCIe switch, namespace) where tenant isolation must pick one namespace.
+// Only the columns cols of the scope are used (column k of the model is sc.opts[cols[k]]).
+// Rows: one column per job; per class, the GPUs its items take <= its free GPUs, and for
+// every item size s, items of >= s GPUs <= sum over its domains of floor(free/s) (a domain
+// holds at most that many; with power-of-two sizes these rows make first-fit decreasing
+// always succeed);
+// named instances at most once (or MaxShare holders); node caps; namespace caps; isolation.
+func (m *model) buildMILP(sc *scope, cols []int, st *state) (highs.Model, map[zKey]int) {
+	opts := make([]option, len(cols))
+	byJob := map[int][]int{}
+	for k, c := range cols {
+		opts[k] = sc.opts[c]
+		byJob[opts[k].job] = append(byJob[opts[k].job], k)
+	}
+	var mod highs.Model
+	mod.Maximize = true
+	n := len(opts)
+	mod.ColCosts = make([]float64, n, n+8)
+	for i := range opts {
+		mod.ColCosts[i] = opts[i].value
+	}
+	row := 0
+	addRow := func(ub float64, entries []highs.Nonzero) {
+		for _, e := range entries {
+			e.Row = row
+			mod.ConstMatrix = append(mod.ConstMatrix, e)
+		}
+		mod.RowLower = append(mod.RowLower, math.Inf(-1))
+		mod.RowUpper = append(mod.RowUpper, ub)
+		row++
+	}
+	for _, ji := range sortedKeys(byJob) {
+		ois := byJob[ji]
+		if len(ois) < 2 {
+			continue
+		}
+		e := make([]highs.Nonzero, len(ois))
+		for k, oi := range ois {
+			e[k] = highs.Nonzero{Col: oi, Val: 1}
+		}
+		addRow(1, e)
+	}
+	// Items per class: (column, count) pairs.
+	type item struct{ col, count int }
+	classItems := map[int][]item{}
+	instUse := map[int][]highs.Nonzero{}
+	nodeUse := map[int][]highs.Nonzero{}
+	nodeJobs := map[int]map[int]bool{}
+	isoUse := map[zKey][]highs.Nonzero{}
+	isoJobs := map[zKey]map[int]bool{}
+	isoNS := map[int]map[int]bool{}
+	for i := range opts {
+		o := &opts[i]
+		j := &m.jobs[o.job]
+		for _, p := range o.parts {
+			if !o.coloc {
+				c := sc.cs.classOf[p.dom]
+				classItems[c] = append(classItems[c], item{i, p.count})
+			}
+			for _, ii := range p.insts {
+				instUse[ii] = append(instUse[ii], highs.Nonzero{Col: i, Val: 1})
+			}
+			if iso := m.doms[p.dom].iso; iso >= 0 {
+				k := zKey{iso, j.ns}
+				if isoJobs[k] == nil {
+					isoJobs[k] = map[int]bool{}
+					if isoNS[iso] == nil {
+						isoNS[iso] = map[int]bool{}
+					}
+				}
+				isoUse[k] = append(isoUse[k], highs.Nonzero{Col: i, Val: 1})
+				isoJobs[k][o.job] = true
+				isoNS[iso][j.ns] = true
+			}
+		}
+		if m.cfg.MaxJobsPerNode > 0 {
+			for _, u := range o.units {
+				nd := m.units[u].node
+				nodeUse[nd] = append(nodeUse[nd], highs.Nonzero{Col: i, Val: 1})
+				if nodeJobs[nd] == nil {
+					nodeJobs[nd] = map[int]bool{}
+				}
+				nodeJobs[nd][o.job] = true
+			}
+		}
+	}
+	for _, c := range sortedKeys(classItems) {
+		cl := &sc.cs.classes[c]
+		items := classItems[c]
+		free := 0
+		for _, d := range cl.doms {
+			free += st.domFree[d]
+		}
+		var sizes []int
+		for _, it := range items {
+			if !slices.Contains(sizes, it.count) {
+				sizes = append(sizes, it.count)
+			}
+		}
+		jobMax := map[int]int{}
+		for _, it := range items {
+			tot := 0
+			for _, it2 := range items {
+				if it2.col == it.col {
+					tot += it2.count
+				}
+			}
+			jobMax[opts[it.col].job] = max(jobMax[opts[it.col].job], tot)
+		}
+		worst := 0
+		for _, v := range jobMax {
+			worst += v
+		}
+		coef := map[int]float64{}
+		for _, it := range items {
+			coef[it.col] += float64(it.count)
+		}
+		if worst > free {
+			var e []highs.Nonzero
+			for _, col := range sortedKeys(coef) {
+				e = append(e, highs.Nonzero{Col: col, Val: coef[col]})
+			}
+			addRow(float64(free), e)
+		}
+		slices.Sort(sizes)
+		for si, s := range sizes {
+			// Weighted: when every larger size is a multiple of s (powers of two), the items
+			// of >= s GPUs fill at most s x floor(free/s) of each domain; this is what makes
+			// the rows exact for first-fit decreasing.
+			divisible := true
+			for _, t := range sizes[si:] {
+				divisible = divisible && t%s == 0
+			}
+			if divisible && s > 1 {
+				limit, total := 0, 0
+				for _, d := range cl.doms {
+					limit += s * (st.domFree[d] / s)
+				}
+				wc := map[int]float64{}
+				perJob := map[int]int{}
+				for _, it := range items {
+					if it.count >= s {
+						wc[it.col] += float64(it.count)
+					}
+				}
+				for col, v := range wc {
+					perJob[opts[col].job] = max(perJob[opts[col].job], int(v))
+				}
+				for _, v := range perJob {
+					total += v
+				}
+				if total > limit {
+					var e []highs.Nonzero
+					for _, col := range sortedKeys(wc) {
+						e = append(e, highs.Nonzero{Col: col, Val: wc[col]})
+					}
+					addRow(float64(limit), e)
+				}
+			}
+			limit := 0
+			for _, d := range cl.doms {
+				limit += st.domFree[d] / s
+			}
+			cnt := map[int]float64{}
+			maxItems := map[int]int{}
+			for _, it := range items {
+				if it.count >= s {
+					cnt[it.col]++
+				}
+			}
+			for col, v := range cnt {
+				maxItems[opts[col].job] = max(maxItems[opts[col].job], int(v))
+			}
+			total := 0
+			for _, v := range maxItems {
+				total += v
+			}
+			if total <= limit {
+				continue
+			}
+			var e []highs.Nonzero
+			for _, col := range sortedKeys(cnt) {
+				e = append(e, highs.Nonzero{Col: col, Val: cnt[col]})
+			}
+			addRow(float64(limit), e)
+		}
+	}
+	for _, ii := range sortedKeys(instUse) {
+		capacity := 1 - st.instUsed[ii]
+		if m.insts[ii].used > 0 {
+			capacity = m.cfg.MaxShare - st.instUsed[ii]
+		}
+		if len(instUse[ii]) > capacity {
+			addRow(float64(max(capacity, 0)), instUse[ii])
+		}
+	}
+	for _, nd := range sortedKeys(nodeUse) {
+		room := m.cfg.MaxJobsPerNode - st.nodeJobs[nd]
+		if len(nodeJobs[nd]) > room {
+			addRow(float64(max(room, 0)), nodeUse[nd])
+		}
+	}
+	nsUse := map[int][]highs.Nonzero{}
+	nsWorst := map[int]int{}
+	for _, ji := range sortedKeys(byJob) {
+		j := &m.jobs[ji]
+		for _, oi := range byJob[ji] {
+			nsUse[j.ns] = append(nsUse[j.ns], highs.Nonzero{Col: oi, Val: float64(j.g)})
+		}
+		nsWorst[j.ns] += j.g
+	}
+	for _, ns := range sortedKeys(nsUse) {
+		room := -1
+		if sc.budget != nil {
+			room = sc.budget[ns]
+		} else if m.nsCap[ns] >= 0 {
+			room = max(m.nsCap[ns]-st.nsGPUs[ns], 0)
+		}
+		if room >= 0 && nsWorst[ns] > room {
+			addRow(float64(room), nsUse[ns])
+		}
+	}
+	zIndex := map[zKey]int{}
+	for _, iso := range sortedKeys(isoNS) {
+		if len(isoNS[iso]) < 2 {
+			continue
+		}
+		var zs []highs.Nonzero
+		for _, ns := range sortedKeys(isoNS[iso]) {
+			k := zKey{iso, ns}
+			col := len(mod.ColCosts)
+			mod.ColCosts = append(mod.ColCosts, 0)
+			zIndex[k] = col
+			e := append([]highs.Nonzero(nil), isoUse[k]...)
+			e = append(e, highs.Nonzero{Col: col, Val: -float64(len(isoJobs[k]))})
+			addRow(0, e)
+			zs = append(zs, highs.Nonzero{Col: col, Val: 1})
+		}
+		addRow(1, zs)
+	}
+	nc := len(mod.ColCosts)
+	mod.ColLower = make([]float64, nc)
+	mod.ColUpper = make([]float64, nc)
+	mod.VarTypes = make([]highs.VariableType, nc)
+	for i := range mod.ColUpper {
+		mod.ColUpper[i] = 1
+		mod.VarTypes[i] = highs.IntegerType
+	}
+	return mod, zIndex
+}
+
+// warmZ sets the isolation indicators consistent with chosen model columns (indices into
+// cols).
+func (m *model) warmZ(_ highs.Model, sc *scope, cols []int, chosen []int, zIndex map[zKey]int, x []float64) {
+	for _, k := range chosen {
+		o := &sc.opts[cols[k]]
+		for _, p := range o.parts {
+			if iso := m.doms[p.dom].iso; iso >= 0 {
+				if col, ok := zIndex[zKey{iso, m.jobs[o.job].ns}]; ok {
+					x[col] = 1
+				}
+			}
+		}
+	}
+}
+
+func sortedKeys[V any](mp map[int]V) []int {
+	keys := make([]int, 0, len(mp))
+	for k := range mp {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// solveStats is what one scope's solve reports.
+type solveStats struct {
+	restrictedObjective    float64
+	lpTime, restrictedTime time.Duration
+	cands                  int
+	subCols                int
+	bound                  float64
+	rows, cols             int
+	nodes, lpIters         int64
+	gap                    float64
+	status                 string
+	fallback               bool
+	reason                 string
+	greedyObjective        float64
+	objective              float64
+	solveTime              time.Duration
+}
+
+var errNoTime = errors.New("time budget spent before the solve")
+
+// restrictKeep is how many of its best columns a job the LP places integrally keeps in the
+// restricted MILP.
+const restrictKeep = 1
+
+// restrictKeepContested is the same for jobs the LP places fractionally or not at all.
+const restrictKeepContested = 6
+
+func lpFractional(x []float64, cols []int) bool {
+	for _, c := range cols {
+		if x[c] > 1e-6 && x[c] < 1-1e-6 {
+			return true
+		}
+	}
+	return false
+}
