@@ -89,3 +89,28 @@ func BenchmarkTrain(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkObserve measures one Observe (catalog add and full state rebuild) with 40
+// observed workloads (ResNet-50 at 40 batch sizes, on V100 and P100 at 1 and 2 GPUs), the
+// conditional-Gaussian transfer included.
+func BenchmarkObserve(b *testing.B) {
+	p, _ := benchPredictor(b)
+	ctx := context.Background()
+	obs := func(i int) cluster.Observation {
+		return cluster.Observation{Namespace: "default", JobID: "o", Group: "g", ModelFamily: "resnet", ModelName: "ResNet-50",
+			BatchSize: 8 + i%40, GPUType: []string{"v100", "p100"}[i/40%2], GPUs: 1 + i/80%2, Throughput: 5 + float64(i%7),
+			Time: time.Unix(int64(i), 0)}
+	}
+	for i := range 160 {
+		if err := p.Observe(ctx, obs(i)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	i := 160
+	for b.Loop() {
+		if err := p.Observe(ctx, obs(i)); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}

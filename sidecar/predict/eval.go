@@ -24,6 +24,11 @@ import (
 //	    the table value times exp(Noise x N(0,1)): multiplicative log-normal run-to-run
 //	    noise with a median of the true value. P1+P2 predict the held-out entries after
 //	    every run.
+//	(b') partly observed job, per entry: one entry of Gavel's table, i.e. one (job type,
+//	    GPU type, GPU count) cell, is held out while the job's other cells (the other GPU
+//	    types and the other GPU counts on the same type) arrive as MaxRuns observed runs,
+//	    round-robin in a seeded random order with the same noise; P1+P2 predict the held-out
+//	    cell after them (and P1 alone before them).
 //
 // Errors are normalised: |predicted - true| / true.
 
@@ -48,7 +53,8 @@ type EvalReport struct {
 	Entries  int      `json:"entries"`
 	// MAE is the normalised MAE per model: "ffn", "rnn", "attention", "p1" (the architecture
 	// each fold selected by its own validation), "knn" (the neighbour kernel average P1
-	// starts from) under protocol (a); "p1p2" under protocol (b) after MaxRuns runs.
+	// starts from) under protocol (a); "p1p2" (and "ratio") under protocol (b) and
+	// "p1p2_entry" under protocol (b'), both after MaxRuns runs.
 	MAE map[string]float64 `json:"mae"`
 	// MAENewJob and MAEPartly hold protocol (a) and (b) separately; (b) has "p1" (k = 0),
 	// "p1p2" (k = MaxRuns) and "ratio", a reference that sees the job's other entries
@@ -61,6 +67,13 @@ type EvalReport struct {
 	MAEAfter        []float64 `json:"mae_after"`
 	Within10        []float64 `json:"within10"`
 	Within10After10 float64   `json:"within10_after10"`
+	// MAEEntry and Within10Entry are protocol (b'), one (job type, GPU type, GPU count)
+	// entry held out: "p1" before any run, "p1p2" after MaxRuns runs (the JSON name
+	// within10_entry_after10 holds the share after MaxRuns, 10 by default).
+	MAEEntry             map[string]float64 `json:"mae_entry"`
+	Within10EntryAfter0  float64            `json:"within10_entry_after0"`
+	Within10EntryAfter10 float64            `json:"within10_entry_after10"`
+	EntryPredictions     int                `json:"entry_predictions"`
 	// RatioWithin10 is the share within 10 % of the "ratio" reference of protocol (b).
 	RatioWithin10 float64 `json:"ratio_within10"`
 	// NewJobWithin10 is the share within 10 % under protocol (a) for the selected P1.
@@ -138,7 +151,7 @@ func Evaluate(ctx context.Context, t *throughput.Table, opts EvalOptions) (*Eval
 		return nil, fmt.Errorf("eval: %d job types with measurements, need at least 4", len(jobs))
 	}
 	rep := &EvalReport{JobTypes: len(jobs), GPUTypes: t.GPUTypes(), Entries: len(recs), MAE: map[string]float64{},
-		MAENewJob: map[string]float64{}, MAEPartly: map[string]float64{}, Selected: map[string]int{},
+		MAENewJob: map[string]float64{}, MAEPartly: map[string]float64{}, MAEEntry: map[string]float64{}, Selected: map[string]int{},
 		Noise: opts.Noise, MaxRuns: opts.MaxRuns, Seed: opts.Seed}
 
 	type foldOut struct {
@@ -147,7 +160,9 @@ func Evaluate(ctx context.Context, t *throughput.Table, opts EvalOptions) (*Eval
 		newJob map[string][]float64
 		partly [][]float64
 		ratio  []float64
-		err    error
+		// entry0 and entry hold protocol (b') errors before and after MaxRuns runs.
+		entry0, entry []float64
+		err           error
 	}
 	outs := make([]foldOut, len(jobs))
 	empty := &colocModel{byGPU: map[string][]int{}}
@@ -250,10 +265,43 @@ func Evaluate(ctx context.Context, t *throughput.Table, opts EvalOptions) (*Eval
 				}
 			}
 		}
+
+		// Protocol (b'): hold out each entry of the job in turn.
+		all := byJob[held]
+		if len(all) < 2 {
+			return
+		}
+		for ei, h := range all {
+			observed := make([]entry, 0, len(all)-1)
+			for j, e := range all {
+				if j != ei {
+					observed = append(observed, e)
+				}
+			}
+			rng := rand.New(rand.NewPCG(opts.Seed, 1<<40|uint64(fi)<<16|uint64(ei)))
+			rng.Shuffle(len(observed), func(i, j int) { observed[i], observed[j] = observed[j], observed[i] })
+			p, err := New(Options{Model: m, Seeds: train, coloc: empty, Catalog: CatalogOptions{MinSamples: to.MinSamples}})
+			if err != nil {
+				o.err = err
+				return
+			}
+			o.entry0 = append(o.entry0, relErr(p.PredictFeatures(hf, h.gpu, h.n).Throughput, h.v))
+			runs := make([]Record, opts.MaxRuns)
+			for k := range runs {
+				e := observed[k%len(observed)]
+				runs[k] = Record{Schema: RecordSchema, Source: SourceObserved, ModelName: hf.Name, BatchSize: hf.BatchSize,
+					GPUType: e.gpu, GPUs: e.n, Throughput: e.v * math.Exp(opts.Noise*rng.NormFloat64())}
+			}
+			if err := p.addRecords(runs); err != nil {
+				o.err = err
+				return
+			}
+			o.entry = append(o.entry, relErr(p.PredictFeatures(hf, h.gpu, h.n).Throughput, h.v))
+		}
 	})
 	newJob := map[string][]float64{}
 	partly := make([][]float64, opts.MaxRuns+1)
-	var ratio []float64
+	var ratio, entry0, entryK []float64
 	rep.PerJob = map[string]JobEval{}
 	for fi, o := range outs {
 		if o.err != nil {
@@ -273,6 +321,8 @@ func Evaluate(ctx context.Context, t *throughput.Table, opts EvalOptions) (*Eval
 			partly[k] = append(partly[k], o.partly[k]...)
 		}
 		ratio = append(ratio, o.ratio...)
+		entry0 = append(entry0, o.entry0...)
+		entryK = append(entryK, o.entry...)
 	}
 	for k, v := range newJob {
 		rep.MAENewJob[k] = mean(v)
@@ -294,6 +344,13 @@ func Evaluate(ctx context.Context, t *throughput.Table, opts EvalOptions) (*Eval
 		rep.MAE["ratio"] = rep.MAEPartly["ratio"]
 		rep.RatioWithin10 = within(ratio, 0.1)
 		rep.Within10After10 = rep.Within10[min(10, opts.MaxRuns)]
+	}
+	if rep.EntryPredictions = len(entryK); rep.EntryPredictions > 0 {
+		rep.MAEEntry["p1"] = mean(entry0)
+		rep.MAEEntry["p1p2"] = mean(entryK)
+		rep.MAE["p1p2_entry"] = rep.MAEEntry["p1p2"]
+		rep.Within10EntryAfter0 = within(entry0, 0.1)
+		rep.Within10EntryAfter10 = within(entryK, 0.1)
 	}
 	rep.ColocMAE, rep.ColocMAEBaseline, rep.ColocPairs = evalColoc(newColocModel(t))
 	rep.Seconds = time.Since(start).Seconds()

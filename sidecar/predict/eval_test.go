@@ -41,6 +41,14 @@ func TestEvaluateSmall(t *testing.T) {
 	if rep.MAE["p1p2"] > 0.07 || rep.Within10After10 < 0.8 {
 		t.Errorf("P1+P2 on a consistent table: MAE %.3f, within 10 %% %.2f; want <= 0.07 and >= 0.8", rep.MAE["p1p2"], rep.Within10After10)
 	}
+	// Protocol (b') holds out each of a job's six entries once.
+	if rep.EntryPredictions != 16*6 || rep.MAE["p1p2_entry"] != rep.MAEEntry["p1p2"] {
+		t.Errorf("protocol (b'): %d predictions, mae %v; want 96", rep.EntryPredictions, rep.MAEEntry)
+	}
+	if !(rep.MAEEntry["p1p2"] < rep.MAEEntry["p1"]) || !(rep.Within10EntryAfter10 > rep.Within10EntryAfter0) || rep.MAEEntry["p1p2"] > 0.07 {
+		t.Errorf("protocol (b'): P1+P2 MAE %.3f within 10 %% %.2f; P1 alone %.3f, %.2f; want better than P1 and <= 0.07",
+			rep.MAEEntry["p1p2"], rep.Within10EntryAfter10, rep.MAEEntry["p1"], rep.Within10EntryAfter0)
+	}
 	if len(rep.PerJob) != 16 || rep.PerJob["LM (batch size 32)"].Partly == nil {
 		t.Errorf("per-job breakdown: %d jobs, LM (batch size 32) %+v", len(rep.PerJob), rep.PerJob["LM (batch size 32)"])
 	}

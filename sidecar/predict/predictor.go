@@ -10,8 +10,9 @@
 //  3. P2: the workload's own runs on any type and count (untrusted ones included), used
 //     twice: a Gaussian posterior over P1's residuals with a covariance across GPU types
 //     learnt from P1's cross-validation residuals, and the runs carried to the target slot
-//     through the log-ratios similar workloads show between the two slots; combined by
-//     precision ("p1p2");
+//     (transfer.go: the log-ratios similar workloads show between the two slots, the same
+//     model's ratios interpolated in log batch size, double differences; condgauss.go: a
+//     conditional Gaussian over all slots); combined by precision ("p1p2");
 //  4. datasheet prior for a GPU type with no catalog entries at all: P1 on the nearest known
 //     types scaled by the datasheet speed ratio to the power Model.Beta.
 //
@@ -184,6 +185,19 @@ func (p *Predictor) AddRecord(rec Record) error {
 	return nil
 }
 
+// addRecords adds several observed records and rebuilds the state once (evaluation).
+func (p *Predictor) addRecords(recs []Record) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, rec := range recs {
+		if err := p.cat.Add(rec); err != nil {
+			return err
+		}
+	}
+	p.state.Store(p.build(p.cat.Records()))
+	return nil
+}
+
 // state is an immutable view of the catalog prepared for prediction.
 type state struct {
 	ix   *index
@@ -235,6 +249,7 @@ func (p *Predictor) build(recs []Record) *state {
 	type acc struct{ sum, runs float64 }
 	perWl := map[int]map[pslot]acc{}
 	own := map[int][]ownSlot{}
+	observed := map[int]bool{}
 	var order []int
 	for _, sk := range ix.keys {
 		s := ix.stats[sk]
@@ -246,6 +261,9 @@ func (p *Predictor) build(recs []Record) *state {
 			y, runs = s.seedY, seedRuns
 		default:
 			continue
+		}
+		if s.runs > 0 {
+			observed[sk.wl] = true
 		}
 		if _, seen := own[sk.wl]; !seen {
 			order = append(order, sk.wl)
@@ -288,6 +306,22 @@ func (p *Predictor) build(recs []Record) *state {
 				w[j] = math.Exp(-distance(&ix.wls[id], &ix.wls[j]) / kernelTau)
 			}
 			st.tr[id] = st.grid.transfer(id, w, own[id], st.runNoise, tc)
+			if observed[id] {
+				// Only workloads with runs of their own: for seeded ones it adds nothing the
+				// catalog does not know, and it is the costly part of a rebuild. Combined
+				// with the pairwise transfer by precision; as there, the two share the
+				// job's runs, so the result claims at most twice the better one's certainty.
+				for t, e := range st.tr[id] {
+					if y, v, ok := st.grid.conditional(id, w, own[id], st.runNoise, t); ok {
+						if math.IsInf(e.v, 1) {
+							st.tr[id][t] = trEst{y: y, v: v}
+						} else {
+							pr := 1/v + 1/e.v
+							st.tr[id][t] = trEst{y: (y/v + e.y/e.v) / pr, v: math.Max(1/pr, math.Min(e.v, v)/2)}
+						}
+					}
+				}
+			}
 		}
 	}
 

@@ -31,6 +31,10 @@ type grid struct {
 	stride int
 	// lnDS[from*len(types)+to] is the log datasheet speed ratio, NaN when unknown.
 	lnDS []float64
+	// lb is each workload's log2 batch size; sib lists the other workloads of the same
+	// model name with a known batch size (nil when the workload's batch is unknown).
+	lb  []float64
+	sib [][]int
 }
 
 func newGrid(ix *index, specs *gpuspec.Table) *grid {
@@ -46,6 +50,26 @@ func newGrid(ix *index, specs *gpuspec.Table) *grid {
 			g.lnDS[i*nt+j] = math.NaN()
 			if r := datasheetRatio(specs, a, b); r > 0 {
 				g.lnDS[i*nt+j] = math.Log(r)
+			}
+		}
+	}
+	g.lb = make([]float64, len(ix.wls))
+	g.sib = make([][]int, len(ix.wls))
+	byName := map[string][]int{}
+	for i := range ix.wls {
+		w := &ix.wls[i]
+		g.lb[i] = w.lb
+		if w.f.BatchSize > 0 {
+			byName[w.name] = append(byName[w.name], i)
+		}
+	}
+	for i := range ix.wls {
+		if ix.wls[i].f.BatchSize <= 0 {
+			continue
+		}
+		for _, j := range byName[ix.wls[i].name] {
+			if j != i {
+				g.sib[i] = append(g.sib[i], j)
 			}
 		}
 	}
@@ -105,6 +129,13 @@ type transferConst struct {
 func (g *grid) transfer(self int, w []float64, own []ownSlot, runNoise float64, tc transferConst) []trEst {
 	out := make([]trEst, g.stride)
 	nw := len(w)
+	ownAt := make([]int, g.stride)
+	for i := range ownAt {
+		ownAt[i] = -1
+	}
+	for i, o := range own {
+		ownAt[o.slot] = i
+	}
 	for t := 0; t < g.stride; t++ {
 		tt, tb := t/nBuckets, t%nBuckets
 		var prec, py, minV float64
@@ -139,6 +170,7 @@ func (g *grid) transfer(self int, w []float64, own []ownSlot, runNoise float64, 
 				priorVar += tc.betaVar
 			}
 			var r, v float64
+			okK := true
 			switch {
 			case sw > 0:
 				neff := sw * sw / sw2
@@ -154,13 +186,54 @@ func (g *grid) transfer(self int, w []float64, own []ownSlot, runNoise float64, 
 			case !math.IsNaN(prior):
 				r, v = prior, priorVar+0.002
 			default:
+				okK = false
+			}
+			nv := runNoise * runNoise / o.runs
+			if ri, vi, ok := g.interpolate(self, [4]int{t, o.slot, -1, -1}); ok {
+				vi += nv
+				prec += 1 / vi
+				py += (o.y + ri) / vi
+				minV = math.Min(minV, vi)
+			}
+			if !okK {
 				continue
 			}
-			v += runNoise * runNoise / o.runs
+			v += nv
 			y := o.y + r
 			prec += 1 / v
 			py += y / v
 			minV = math.Min(minV, v)
+			minV = math.Min(minV, v)
+		}
+		// Double differences: with the job's own runs on (target type, count m), (type h,
+		// target count) and (h, m), the target is y(t,m) + y(h,n) - y(h,m) plus the
+		// interaction the same model shows at neighbouring batch sizes. It cancels both the
+		// job's type effect and its count effect, which single ratios carry as error.
+		for _, o1 := range own {
+			if o1.slot/nBuckets != tt || o1.slot == t {
+				continue
+			}
+			ob := o1.slot % nBuckets
+			for _, o2 := range own {
+				ht := o2.slot / nBuckets
+				if o2.slot%nBuckets != tb || ht == tt {
+					continue
+				}
+				i3 := ownAt[ht*nBuckets+ob]
+				if i3 < 0 {
+					continue
+				}
+				o3 := own[i3]
+				r, v, ok := g.interpolate(self, [4]int{t, o1.slot, o2.slot, o3.slot})
+				if !ok {
+					continue
+				}
+				v += runNoise * runNoise * (1/o1.runs + 1/o2.runs + 1/o3.runs)
+				y := o1.y + o2.y - o3.y + r
+				prec += 1 / v
+				py += y / v
+				minV = math.Min(minV, v)
+			}
 		}
 		if prec == 0 {
 			out[t] = trEst{v: math.Inf(1)}
@@ -171,4 +244,62 @@ func (g *grid) transfer(self int, w []float64, own []ownSlot, runNoise float64, 
 		out[t] = trEst{y: py / prec, v: math.Max(1/prec, minV/2)}
 	}
 	return out
+}
+
+// interpVar is the variance floor of a batch-size interpolated log-ratio.
+const interpVar = 0.003
+
+// interpolate is the same-model estimate for workload self of the log-ratio between grid
+// slots sl[0] and sl[1], or with sl[2], sl[3] >= 0 of the double difference
+// y[0] - y[1] - y[2] + y[3]: cross-type and cross-count ratios of one model vary a lot with batch size
+// (Gavel's ResNet-18 V100/P100 ratio is 0.90 at batch 16 and 1.54 at batch 128) but
+// smoothly, so the ratio is interpolated linearly in log2 batch between the model's nearest
+// smaller and larger batch sizes measured on both slots, or taken from the nearest one when
+// the batch lies outside them. The variance is half the squared half-gap of the two
+// bracketing ratios (how non-linear the curve is there), or the spread of the model's
+// ratios when extrapolating. It needs two such sibling workloads; otherwise ok is false and
+// the caller falls back to the kernel average over all workloads.
+func (g *grid) interpolate(self int, sl [4]int) (r, v float64, ok bool) {
+	sib := g.sib[self]
+	if len(sib) < 2 {
+		return 0, 0, false
+	}
+	lb0 := g.lb[self]
+	lo, hi := math.Inf(-1), math.Inf(1)
+	var loD, hiD, sum, sum2 float64
+	n := 0
+	for _, p := range sib {
+		row := g.vals[p*g.stride : (p+1)*g.stride]
+		d := row[sl[0]] - row[sl[1]]
+		if sl[2] >= 0 {
+			d += row[sl[3]] - row[sl[2]]
+		}
+		if math.IsNaN(d) {
+			continue
+		}
+		x := g.lb[p] - lb0
+		n++
+		sum += d
+		sum2 += d * d
+		switch {
+		case x < 0 && x > lo:
+			lo, loD = x, d
+		case x > 0 && x < hi:
+			hi, hiD = x, d
+		}
+	}
+	if n < 2 {
+		return 0, 0, false
+	}
+	switch {
+	case !math.IsInf(lo, 0) && !math.IsInf(hi, 0):
+		half := (hiD - loD) / 2
+		return loD + (hiD-loD)*(-lo)/(hi-lo), 0.5*half*half + interpVar, true
+	case !math.IsInf(lo, 0):
+		r = loD
+	default:
+		r = hiD
+	}
+	m := sum / float64(n)
+	return r, math.Max(sum2/float64(n)-m*m, 0) + interpVar, true
 }
