@@ -1,14 +1,16 @@
 package driver
 
 import (
-	"strconv"
 	"strings"
+
+	"github.com/hetgpu/hetgpu/sidecar/annot"
 )
 
 // annotations are the hetgpu.* job/group meta keys the run record carries as features. Nomad
 // hands meta to the task as NOMAD_META_<key> environment variables (also upper-cased, and
 // with characters other than letters, digits and '_' possibly replaced by '_'), so keys are
-// compared after normalising both sides.
+// compared after normalising both sides; the values are parsed by sidecar/annot, so the
+// driver and the sidecar agree on what a well-formed annotation is.
 type annotations struct {
 	ModelFamily string
 	ModelName   string
@@ -32,76 +34,61 @@ func normMetaKey(k string) string {
 	return b.String()
 }
 
+// annotKey returns the annot key a normalised env key stands for, and whether it is one of the
+// older spellings the driver still accepts (see README); the annot key wins when both are set.
+func annotKey(n string) (key string, alias bool) {
+	for _, k := range annot.Keys() {
+		if normMetaKey(k.Key) == n {
+			return k.Key, false
+		}
+	}
+	switch n {
+	case "hetgpu_batch":
+		return annot.KeyBatchSize, true
+	case "hetgpu_param_count":
+		return annot.KeyParams, true
+	}
+	return "", false
+}
+
 // parseAnnotations reads the hetgpu annotations from a task environment.
 func parseAnnotations(env map[string]string) annotations {
 	meta := map[string]string{}
+	aliased := map[string]string{}
 	for k, v := range env {
 		rest, ok := strings.CutPrefix(k, "NOMAD_META_")
 		if !ok {
 			continue
 		}
-		n := normMetaKey(rest)
-		if !strings.HasPrefix(n, "hetgpu_") {
+		// Unknown hetgpu_* keys are the sidecar's business, not a problem of this task.
+		key, alias := annotKey(normMetaKey(rest))
+		if key == "" {
+			continue
+		}
+		if alias {
+			aliased[key] = v
 			continue
 		}
 		// The exact lower-case spelling wins over the upper-cased copy if they differ.
-		if _, seen := meta[n]; !seen || rest == strings.ToLower(rest) {
-			meta[n] = strings.TrimSpace(v)
+		if _, seen := meta[key]; !seen || rest == strings.ToLower(rest) {
+			meta[key] = v
 		}
 	}
-	var a annotations
-	if m := meta["hetgpu_model"]; m != "" {
-		if fam, name, ok := strings.Cut(m, "/"); ok {
-			a.ModelFamily, a.ModelName = strings.TrimSpace(fam), strings.TrimSpace(name)
-		} else {
-			a.ModelName = m
+	for key, v := range aliased {
+		if _, ok := meta[key]; !ok {
+			meta[key] = v
 		}
 	}
-	a.Framework = meta["hetgpu_framework"]
-	for _, key := range []string{"hetgpu_batch_size", "hetgpu_batch"} {
-		if v := meta[key]; v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil || n <= 0 {
-				a.Problems = append(a.Problems, "hetgpu."+strings.TrimPrefix(key, "hetgpu_")+" = "+strconv.Quote(v)+": want a positive whole number")
-				continue
-			}
-			a.BatchSize = n
-			break
-		}
+	parsed, err := annot.Parse(meta, nil, "")
+	a := annotations{
+		ModelFamily: parsed.ModelFamily,
+		ModelName:   parsed.ModelName,
+		BatchSize:   parsed.BatchSize,
+		ParamCount:  parsed.ParamCount,
+		Framework:   parsed.Framework,
 	}
-	for _, key := range []string{"hetgpu_param_count", "hetgpu_params"} {
-		if v := meta[key]; v != "" {
-			f, err := parseCount(v)
-			if err != nil || f <= 0 {
-				a.Problems = append(a.Problems, "hetgpu."+strings.TrimPrefix(key, "hetgpu_")+" = "+strconv.Quote(v)+`: want a positive number such as 25.6e6 or "25.6M"`)
-				continue
-			}
-			a.ParamCount = f
-			break
-		}
+	for _, e := range annot.Errors(err) {
+		a.Problems = append(a.Problems, e.Error())
 	}
 	return a
-}
-
-// parseCount accepts plain numbers and K/M/B/G/T suffixes ("340M", "1.5B").
-func parseCount(s string) (float64, error) {
-	s = strings.TrimSpace(s)
-	mult := 1.0
-	if n := len(s); n > 0 {
-		switch s[n-1] {
-		case 'k', 'K':
-			mult = 1e3
-		case 'm', 'M':
-			mult = 1e6
-		case 'b', 'B', 'g', 'G':
-			mult = 1e9
-		case 't', 'T':
-			mult = 1e12
-		}
-		if mult != 1 {
-			s = s[:n-1]
-		}
-	}
-	f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
-	return f * mult, err
 }

@@ -214,8 +214,8 @@ args    = ["-steps", "15", "-step-time", "60ms", "-batch", "32", "-log-every", "
 		t.Errorf("observation = %+v", obs)
 	}
 	// 32 samples per ~60 ms step.
-	if obs.Throughput < 300 || obs.Throughput > 700 {
-		t.Errorf("throughput = %v samples/s, want about 530", obs.Throughput)
+	if obs.SamplesPerSec < 300 || obs.SamplesPerSec > 700 {
+		t.Errorf("throughput = %v samples/s, want about 530", obs.SamplesPerSec)
 	}
 
 	if _, err := l.Driver.DestroyTask(ctx, &drivers.DestroyTaskRequest{TaskId: cfg.Id}); err != nil {
@@ -520,8 +520,8 @@ metrics {
 		t.Errorf("observation = %+v, want avg power about %.0f W", obs, want)
 	}
 	// The regex mode: the toy logs "throughput N samples/s" every 10 steps.
-	if obs.Throughput < 400 || obs.Throughput > 800 {
-		t.Errorf("throughput from stdout = %v, want about 640", obs.Throughput)
+	if obs.SamplesPerSec < 400 || obs.SamplesPerSec > 800 {
+		t.Errorf("throughput from stdout = %v, want about 640", obs.SamplesPerSec)
 	}
 	m, err := os.ReadFile(filepath.Join(cfg.AllocDir, "train", "local", "from-stdout.jsonl"))
 	if err != nil || !strings.Contains(string(m), `"samples_per_sec"`) {

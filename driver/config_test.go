@@ -201,6 +201,12 @@ func TestAnnotationsFromMetaEnv(t *testing.T) {
 		!strings.Contains(bad.Problems[0], `hetgpu.batch_size = "big"`) {
 		t.Fatalf("bad annotations = %+v", bad)
 	}
+	// Older spellings still count; the documented key wins when both are set.
+	alias := parseAnnotations(map[string]string{"NOMAD_META_hetgpu_param_count": "1.5B", "NOMAD_META_hetgpu_batch": "8",
+		"NOMAD_META_hetgpu_batch_size": "16", "NOMAD_META_hetgpu_unknown": "x"})
+	if alias.ParamCount != 1.5e9 || alias.BatchSize != 16 || len(alias.Problems) != 0 {
+		t.Fatalf("aliased annotations = %+v", alias)
+	}
 }
 
 func TestParseSignal(t *testing.T) {

@@ -324,11 +324,13 @@ func (h *taskHandle) observation(res *drivers.ExitResult, completed time.Time, t
 		Framework:   h.ann.Framework,
 		GPUs:        len(h.st.GPUs),
 		Nodes:       1,
-		Throughput:  tp,
-		RuntimeS:    completed.Sub(h.st.StartedAt).Seconds(),
-		ExitCode:    int(res.ExitCode),
-		Time:        completed.UTC(),
+		// The metrics source counts samples; the catalog's unit is steps (per-GPU batches).
+		SamplesPerSec: tp,
+		RuntimeS:      completed.Sub(h.st.StartedAt).Seconds(),
+		ExitCode:      int(res.ExitCode),
+		Time:          completed.UTC(),
 	}
+	obs.Throughput = obs.StepsPerSec()
 	if names := h.gpuNames(); len(names) > 0 {
 		// The most common model among the task's GPUs (they are one device group in
 		// practice).

@@ -260,14 +260,31 @@ type Observation struct {
 	GPUName string `json:"gpu_name,omitempty"`
 	GPUs    int    `json:"gpus"`
 	Nodes   int    `json:"nodes,omitempty"`
-	// Throughput in samples (or steps) per second for the whole job.
-	Throughput float64 `json:"throughput"`
-	EnergyJ    float64 `json:"energy_j"`
-	AvgPowerW  float64 `json:"avg_power_w,omitempty"`
-	PeakPowerW float64 `json:"peak_power_w,omitempty"`
-	RuntimeS   float64 `json:"runtime_s"`
-	ExitCode   int     `json:"exit_code"`
+	// Throughput is in steps per second for the whole job: one step is one per-GPU batch, summed
+	// over the job's GPUs (Gavel's unit, the predictor's and the simulator's). A reporter that
+	// counts samples sets SamplesPerSec and, when it knows the per-GPU batch size, Throughput =
+	// SamplesPerSec / BatchSize; the sidecar derives it the same way when only samples came.
+	Throughput    float64 `json:"throughput"`
+	SamplesPerSec float64 `json:"samples_per_sec,omitempty"`
+	EnergyJ       float64 `json:"energy_j"`
+	AvgPowerW     float64 `json:"avg_power_w,omitempty"`
+	PeakPowerW    float64 `json:"peak_power_w,omitempty"`
+	RuntimeS      float64 `json:"runtime_s"`
+	ExitCode      int     `json:"exit_code"`
 	// CoRunner is the model name of a job that shared the GPU, if any.
 	CoRunner string    `json:"co_runner,omitempty"`
 	Time     time.Time `json:"time"`
+}
+
+// StepsPerSec returns the run's throughput in steps per second, deriving it from samples per
+// second and the per-GPU batch size when the reporter only counted samples; 0 when unknown.
+// A given Throughput, valid or not, is returned as is for validators to judge.
+func (o *Observation) StepsPerSec() float64 {
+	if o.Throughput != 0 {
+		return o.Throughput
+	}
+	if o.SamplesPerSec > 0 && o.BatchSize > 0 {
+		return o.SamplesPerSec / float64(o.BatchSize)
+	}
+	return 0
 }

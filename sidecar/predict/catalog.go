@@ -95,7 +95,7 @@ func RecordFromObservation(o *cluster.Observation) (Record, error) {
 	f := ObservationFeatures(o)
 	r := Record{Schema: RecordSchema, Source: SourceObserved, Time: o.Time, Job: o.Namespace + "/" + o.JobID + "/" + o.Group,
 		ModelFamily: f.Family, ModelName: f.Name, BatchSize: f.BatchSize, ParamCount: f.ParamCount, Framework: f.Framework,
-		GPUType: gpuspec.Canonical(o.GPUType), GPUs: o.GPUs, Throughput: o.Throughput, AvgPowerW: o.AvgPowerW, CoRunner: o.CoRunner}
+		GPUType: gpuspec.Canonical(o.GPUType), GPUs: o.GPUs, Throughput: o.StepsPerSec(), AvgPowerW: o.AvgPowerW, CoRunner: o.CoRunner}
 	if r.GPUType == "" {
 		r.GPUType = gpuspec.Canonical(o.GPUName)
 	}
@@ -105,10 +105,10 @@ func RecordFromObservation(o *cluster.Observation) (Record, error) {
 	if r.AvgPowerW == 0 && o.EnergyJ > 0 && o.RuntimeS > 0 {
 		r.AvgPowerW = o.EnergyJ / o.RuntimeS
 	}
-	if o.EnergyJ > 0 && o.RuntimeS > 0 && o.Throughput > 0 {
-		r.EnergyPerStepJ = o.EnergyJ / (o.Throughput * o.RuntimeS)
-	} else if r.AvgPowerW > 0 && o.Throughput > 0 {
-		r.EnergyPerStepJ = r.AvgPowerW / o.Throughput
+	if o.EnergyJ > 0 && o.RuntimeS > 0 && r.Throughput > 0 {
+		r.EnergyPerStepJ = o.EnergyJ / (r.Throughput * o.RuntimeS)
+	} else if r.AvgPowerW > 0 && r.Throughput > 0 {
+		r.EnergyPerStepJ = r.AvgPowerW / r.Throughput
 	}
 	if err := r.Validate(); err != nil {
 		return Record{}, fmt.Errorf("observation %s: %w", r.Job, err)
