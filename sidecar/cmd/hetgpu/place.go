@@ -1,0 +1,120 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/hetgpu/hetgpu/sidecar/place"
+)
+
+// runPlace dispatches `hetgpu place <subcommand>`.
+func runPlace(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
+		fmt.Fprintln(stderr, "Usage: hetgpu place bench --jobs N --gpus M --types K --seed S [--json]")
+		if len(args) == 0 {
+			return fmt.Errorf("%w: hetgpu place: missing subcommand (bench)", errUsage)
+		}
+		return nil
+	}
+	switch args[0] {
+	case "bench":
+		return runPlaceBench(ctx, args[1:], stdout, stderr)
+	}
+	return fmt.Errorf("%w: hetgpu place: unknown subcommand %q, expected bench", errUsage, args[0])
+}
+
+// runPlaceBench times the placement engine on random clusters and queues.
+func runPlaceBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("place bench", stderr)
+	jobs := fs.Int("jobs", 256, "pending jobs")
+	gpus := fs.Int("gpus", 1024, "GPUs in the cluster (a multiple of 8; 8 per node)")
+	types := fs.Int("types", 4, "GPU types (1-9), in equal shares")
+	seed := fs.Uint64("seed", 1, "seed of the first round (round r uses seed+r)")
+	rounds := fs.Int("rounds", 20, "rounds, each a new random snapshot")
+	preset := fs.String("preset", "hetgpu", "placement preset: hetgpu, rltune or gogh")
+	solver := fs.String("solver", "", "override the solver: auto, milp, decomposed or greedy")
+	timeLimit := fs.Duration("time-limit", 0, "override the solve time limit (e.g. 500ms)")
+	compare := fs.Bool("compare-full", false, "also solve each round as one full MILP without time limit and report the objective lost")
+	asJSON := fs.Bool("json", false, "print JSON instead of the table")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, "Usage: hetgpu place bench --jobs N --gpus M --types K --seed S [--json]\n\n"+
+			"Generates random heterogeneous clusters and queues of that size and reports the placement\n"+
+			"decision time (p50/p99 wall clock and CPU), objective, MIP gap, fallbacks and HiGHS statistics.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: hetgpu place bench: unexpected argument %q (all options are flags)", errUsage, fs.Arg(0))
+	}
+	cfg, err := place.Preset(*preset)
+	if err != nil {
+		return fmt.Errorf("%w: hetgpu place bench --preset: %v", errUsage, err)
+	}
+	if *solver != "" {
+		cfg.Solver = *solver
+	}
+	if *timeLimit != 0 {
+		cfg.TimeLimit = *timeLimit
+	}
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("%w: hetgpu place bench: %v", errUsage, err)
+	}
+	if *rounds < 1 {
+		return fmt.Errorf("%w: hetgpu place bench --rounds = %d, expected >= 1", errUsage, *rounds)
+	}
+	spec := place.BenchSpec{Jobs: *jobs, GPUs: *gpus, Types: *types, Seed: *seed}
+	if _, err := place.RandomSnapshot(place.BenchSpec{Jobs: 0, GPUs: *gpus, Types: *types}); err != nil || *jobs < 0 {
+		if err == nil {
+			err = fmt.Errorf("--jobs = %d, expected >= 0", *jobs)
+		}
+		return fmt.Errorf("%w: hetgpu place bench: %v", errUsage, err)
+	}
+	res, err := place.Bench(ctx, cfg, spec, *rounds, *compare)
+	if err != nil {
+		return err
+	}
+	if res.VerifyError != "" {
+		return fmt.Errorf("a placement failed verification: %s", res.VerifyError)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	row := func(k, format string, v ...any) { fmt.Fprintf(tw, "%s\t"+format+"\n", append([]any{k}, v...)...) }
+	row("cluster", "%d GPUs (%d nodes x 8), %d types; %d pending jobs; %d rounds from seed %d", res.GPUs, res.GPUs/8, res.Types, res.Jobs, res.Rounds, res.Seed)
+	row("preset / solver", "%s / %s (time limit %v, MIP gap %.2g)", *preset, res.Solver, cfg.TimeLimit, cfg.MIPGap)
+	row("decision time", "p50 %.1f ms, p99 %.1f ms, max %.1f ms (wall clock)", res.P50Ms, res.P99Ms, res.MaxMs)
+	row("CPU time", "p50 %.1f ms, p99 %.1f ms (process CPU per decision)", res.CPUP50Ms, res.CPUP99Ms)
+	row("model build", "%.1f ms mean (classes and candidate columns)", res.BuildMs)
+	row("jobs placed", "%.1f mean (%.1f by backfill), window %.1f jobs", res.Placed, res.Backfilled, res.Window)
+	row("objective", "%.2f mean (greedy %.2f, %+.2f%%)", res.Objective, res.GreedyObj, pct(res.Objective, res.GreedyObj))
+	row("MIP gap", "%.3g%% worst (relative to the LP bound of the columns)", 100*res.Gap)
+	row("fallbacks", "%d of %d rounds%s", res.Fallbacks, res.Rounds, reasons(res.Reasons))
+	row("HiGHS", "%.0f columns, %.0f rows, %.1f solves, %.0f LP iterations, %.1f B&B nodes (means)", res.Cols, res.Rows, res.Solves, res.LPIters, res.MIPNodes)
+	if *compare {
+		row("vs full MILP", "full objective %.2f, loss %.2f%%", res.FullObj, 100*res.DecompGap)
+	}
+	return tw.Flush()
+}
+
+func pct(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return 100 * (a - b) / b
+}
+
+func reasons(rs []string) string {
+	if len(rs) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(rs, "; ") + ")"
+}

@@ -1,0 +1,161 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/hetgpu/hetgpu/sidecar/predict"
+	"github.com/hetgpu/hetgpu/sidecar/throughput"
+)
+
+const predictUsage = `usage: hetgpu predict <eval|train> [flags]
+  eval   evaluate P1 and P1+P2 on a throughput table in Gavel's JSON format
+  train  train the predictor on a throughput table and write the model file`
+
+// runPredict dispatches "predict eval" and "predict train".
+func runPredict(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return fmt.Errorf("%w: %s", errUsage, predictUsage)
+	}
+	switch args[0] {
+	case "eval":
+		return runPredictEval(ctx, args[1:], stdout, stderr)
+	case "train":
+		return runPredictTrain(ctx, args[1:], stdout, stderr)
+	case "-h", "--help", "help":
+		fmt.Fprintln(stderr, predictUsage)
+		return nil
+	}
+	return fmt.Errorf("%w: unknown predict subcommand %q\n%s", errUsage, args[0], predictUsage)
+}
+
+func loadThroughputs(path string) (*throughput.Table, error) {
+	if path == "" || path == "bundled" {
+		return throughput.Bundled()
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("--throughputs: %w", err)
+	}
+	defer f.Close()
+	t, err := throughput.ParseGavelJSON(f)
+	if err != nil {
+		return nil, fmt.Errorf("--throughputs %s: %w", path, err)
+	}
+	return t, nil
+}
+
+func runPredictEval(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("predict eval", stderr)
+	file := fs.String("throughputs", "", "throughput table in Gavel's simulation_throughputs.json format (required)")
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	seed := fs.Uint64("seed", 1, "seed for training and observed-run noise")
+	noise := fs.Float64("noise", 0.05, "log-scale standard deviation of one observed run")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *file == "" {
+		return fmt.Errorf("%w: predict eval: --throughputs FILE is required", errUsage)
+	}
+	if *noise < 0 {
+		return fmt.Errorf("%w: predict eval: --noise = %v, expected >= 0", errUsage, *noise)
+	}
+	t, err := loadThroughputs(*file)
+	if err != nil {
+		return err
+	}
+	rep, err := predict.Evaluate(ctx, t, predict.EvalOptions{Seed: *seed, Noise: *noise})
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	writeEvalText(stdout, *file, rep)
+	return nil
+}
+
+func writeEvalText(w io.Writer, file string, r *predict.EvalReport) {
+	fmt.Fprintf(w, "predictor evaluation on %s: %d job types, GPU types %s, %d entries (seed %d, run noise %.3g, %.1fs)\n\n",
+		file, r.JobTypes, strings.Join(r.GPUTypes, ","), r.Entries, r.Seed, r.Noise, r.Seconds)
+	fmt.Fprintln(w, "(a) new job, all entries of a job type held out (normalised MAE):")
+	names := make([]string, 0, len(r.MAENewJob))
+	for k := range r.MAENewJob {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		fmt.Fprintf(w, "  %-10s %.3f\n", k, r.MAENewJob[k])
+	}
+	won := make([]string, 0, len(r.Selected))
+	for k, v := range r.Selected {
+		won = append(won, fmt.Sprintf("%s %d", k, v))
+	}
+	sort.Strings(won)
+	fmt.Fprintf(w, "  p1 (per-fold choice) within 10 %%: %.1f %%; folds won: %s\n\n", 100*r.NewJobWithin10, strings.Join(won, ", "))
+	fmt.Fprintf(w, "(b) partly observed job, one (job type, GPU type) held out at all its GPU counts, the job's entries on the other types observed, %d predictions per k:\n", r.PartlyPredictions)
+	fmt.Fprintln(w, "  k   MAE    within 10 %")
+	for k := range r.MAEAfter {
+		fmt.Fprintf(w, "  %-3d %.3f  %5.1f %%\n", k, r.MAEAfter[k], 100*r.Within10[k])
+	}
+	if v, ok := r.MAEPartly["ratio"]; ok {
+		fmt.Fprintf(w, "  reference \"ratio\" (the job's other entries without noise x similar jobs' type ratios): MAE %.3f, within 10 %% %.1f %%\n",
+			v, 100*r.RatioWithin10)
+	}
+	if r.EntryPredictions > 0 {
+		fmt.Fprintf(w, "\n(b') partly observed job, one entry (job type, GPU type, GPU count) held out, the job's other entries (other types and other counts) observed, %d predictions:\n", r.EntryPredictions)
+		fmt.Fprintf(w, "  p1 (k = 0)          MAE %.3f  within 10 %% %5.1f %%\n", r.MAEEntry["p1"], 100*r.Within10EntryAfter0)
+		fmt.Fprintf(w, "  p1p2 (k = %-2d)       MAE %.3f  within 10 %% %5.1f %%\n", r.MaxRuns, r.MAEEntry["p1p2"], 100*r.Within10EntryAfter10)
+	}
+	fmt.Fprintf(w, "\nco-location (leave one pair out, %d pairs): MAE %.3f (mean-ratio baseline %.3f)\n", r.ColocPairs, r.ColocMAE, r.ColocMAEBaseline)
+}
+
+func runPredictTrain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("predict train", stderr)
+	file := fs.String("throughputs", "bundled", `training table in Gavel's JSON format, or "bundled" (Gavel + ElasticFlow)`)
+	out := fs.String("out", "", "model file to write (required)")
+	seed := fs.Uint64("seed", 1, "training seed")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *out == "" {
+		return fmt.Errorf("%w: predict train: --out FILE is required", errUsage)
+	}
+	if *seed == 0 {
+		return fmt.Errorf("%w: predict train: --seed = 0, expected a positive integer", errUsage)
+	}
+	t, err := loadThroughputs(*file)
+	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m, err := predict.Train(predict.SeedRecords(t), predict.TrainOptions{Seed: *seed})
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	if err := m.Save(&buf); err != nil {
+		return err
+	}
+	if err := os.WriteFile(*out, buf.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("--out: %w", err)
+	}
+	vals := make([]string, 0, len(m.ValMAE))
+	for k, v := range m.ValMAE {
+		vals = append(vals, fmt.Sprintf("%s %.3f", k, v))
+	}
+	sort.Strings(vals)
+	fmt.Fprintf(stdout, "trained P1 %s (validation MAE: %s) on %d workloads, %d examples; wrote %s\n",
+		m.Arch, strings.Join(vals, ", "), m.TrainedOn.Workloads, m.TrainedOn.Examples, *out)
+	return nil
+}

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestSimJSONAndReport(t *testing.T) {
+	dir := t.TempDir()
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"sim", "--cluster", "gavel-108", "--trace", "synthetic:jobs=60,rate=4",
+		"--policies", "fifo,sjf", "--seed", "3", "--json", "--out", dir}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	var rs []map[string]any
+	if err := json.Unmarshal(out.Bytes(), &rs); err != nil {
+		t.Fatalf("stdout is not a JSON array: %v\n%s", err, out.String())
+	}
+	if len(rs) != 2 || rs[0]["policy"] != "fifo" || rs[1]["policy"] != "sjf" {
+		t.Fatalf("results %v", rs)
+	}
+	for _, k := range []string{"policy", "jobs", "avg_jct_s", "p99_jct_s", "avg_queue_s", "makespan_s", "gpu_util", "energy_kwh", "decision_p99_ms"} {
+		if _, ok := rs[0][k]; !ok {
+			t.Errorf("JSON lacks key %s", k)
+		}
+	}
+	if rs[0]["jobs"].(float64) != 60 {
+		t.Errorf("jobs = %v, want 60", rs[0]["jobs"])
+	}
+	if !strings.Contains(errb.String(), filepath.Join(dir, "index.html")) {
+		t.Errorf("stderr does not say where the report is: %q", errb.String())
+	}
+	for _, f := range []string{"index.html", "results.csv", "jct_cdf.png", "energy.png"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+func TestSimTable(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"sim", "--cluster", "modern-mix", "--trace", "synthetic:jobs=30,rate=4", "--policies", "fifo"}, &out, &errb)
+	if code != 0 || !strings.Contains(out.String(), "avg JCT h") || !strings.Contains(out.String(), "fifo") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
+	}
+}
+
+func TestSimUsageErrors(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"sim", "--policies", "nope"}, 2, `unknown policy "nope"`},
+		{[]string{"sim", "extra"}, 2, `unexpected argument "extra"`},
+		{[]string{"sim", "--restart-penalty", "-1"}, 2, "--restart-penalty"},
+		{[]string{"sim", "--cluster", "mars", "--policies", "fifo"}, 1, `cluster "mars"`},
+		{[]string{"sim", "--trace", "synthetic:jobs=5", "--policies", "fifo"}, 1, "key rate is missing"},
+	} {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), c.args, &out, &errb)
+		if code != c.code || !strings.Contains(errb.String(), c.want) {
+			t.Errorf("run(%q) = %d, stderr %q; want %d and %q", c.args, code, errb.String(), c.code, c.want)
+		}
+	}
+}

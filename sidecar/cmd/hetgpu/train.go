@@ -1,0 +1,194 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
+
+	"github.com/hetgpu/hetgpu/sidecar/policies"
+	"github.com/hetgpu/hetgpu/sidecar/rank"
+	"github.com/hetgpu/hetgpu/sidecar/rank/rltrain"
+)
+
+// runTrain trains the prioritiser in the simulator (`hetgpu train`) or evaluates the hetgpu
+// policy on held-out traces (`hetgpu train eval`).
+func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "eval" {
+		return runTrainEval(ctx, args[1:], stdout, stderr)
+	}
+	fs := newFlagSet("train", stderr)
+	cluster := fs.String("cluster", "gavel-108", "bundled cluster or HCL spec file")
+	traceRef := fs.String("trace", "bundled:train", "training trace (cut into episodes); see hetgpu sim -h")
+	epochs := fs.Int("epochs", 60, "PPO epochs to run (more after --resume)")
+	out := fs.String("out", "", "checkpoint file to write (required); rewritten after every epoch")
+	plot := fs.String("plot", "", "learning-curve image (default: --out with .png)")
+	resume := fs.String("resume", "", "checkpoint to continue training from")
+	seed := fs.Uint64("seed", 1, "seed (ignored with --resume: the checkpoint's wins)")
+	episodeJobs := fs.Int("episode-jobs", rltrain.DefaultEpisodeJobs, "jobs per episode (a window of the trace)")
+	stride := fs.Int("stride", rltrain.DefaultStride, "jobs between episode starts")
+	rollouts := fs.Int("rollouts", 0, "episodes per epoch (default 8)")
+	score := fs.String("score", string(rank.ScoreBSLD), "reward score: bsld, jct, wait, util, energy-mix")
+	baseline := fs.String("baseline", rltrain.DefaultBaseline, "reward baseline: heuristic (hetgpu with the fallback ranker) or a simulator policy")
+	evalEvery := fs.Int("eval-every", rltrain.DefaultEvalEvery, "score the greedy policy every N epochs (0: never)")
+	minBSLD := fs.Float64("min-bsld", rltrain.DefaultMinBSLD, "train only on episodes whose baseline mean bounded slowdown reaches this (<0: all)")
+	workers := fs.Int("workers", 0, "parallel rollouts (0: one per CPU; results do not depend on it)")
+	logLevel := fs.String("log-level", "warn", "log level on stderr")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: hetgpu train --cluster NAME --trace REF --epochs N --out FILE [flags]\n"+
+			"       hetgpu train eval [flags]   (held-out comparison; -h for its flags)\n\n"+
+			"Trains the prioritiser (PPO) in the simulator, episodes being windows of the trace.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: hetgpu train: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	if *out == "" {
+		return fmt.Errorf("%w: hetgpu train: --out FILE is required", errUsage)
+	}
+	if *epochs <= 0 {
+		return fmt.Errorf("%w: hetgpu train --epochs = %d, expected > 0", errUsage, *epochs)
+	}
+	kind, err := rank.ParseScore(*score)
+	if err != nil {
+		return fmt.Errorf("%w: hetgpu train --score: %v", errUsage, err)
+	}
+	level := hclog.LevelFromString(*logLevel)
+	if level == hclog.NoLevel {
+		return fmt.Errorf("%w: hetgpu train --log-level = %q, expected trace, debug, info, warn or error", errUsage, *logLevel)
+	}
+	logger := hclog.New(&hclog.LoggerOptions{Name: "train", Level: level, Output: stderr})
+	if *plot == "" {
+		*plot = strings.TrimSuffix(*out, filepath.Ext(*out)) + ".png"
+	}
+	o := rltrain.TrainOptions{Cluster: *cluster, Trace: *traceRef, Epochs: *epochs, Seed: *seed,
+		EpisodeJobs: *episodeJobs, Stride: *stride, Rollouts: *rollouts, Score: kind, Baseline: *baseline,
+		EvalEvery: *evalEvery, MinBSLD: *minBSLD, Workers: *workers, Pipeline: policies.HetgpuPipeline, Logger: logger,
+		Checkpoint: func(c *rank.Checkpoint) error { return c.Save(*out) }}
+	if *resume != "" {
+		if o.Resume, err = rank.LoadCheckpoint(*resume); err != nil {
+			return err
+		}
+	}
+	var bar *progressbar.ProgressBar
+	if f, ok := stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		bar = progressbar.NewOptions(*epochs, progressbar.OptionSetWriter(stderr), progressbar.OptionSetDescription("training"),
+			progressbar.OptionShowCount(), progressbar.OptionSetPredictTime(true), progressbar.OptionClearOnFinish())
+	}
+	start := time.Now()
+	o.Progress = func(s rank.EpochStats) {
+		if bar != nil {
+			bar.Clear()
+		}
+		fmt.Fprintln(stdout, rltrain.FormatEpoch(s))
+		if bar != nil {
+			_ = bar.Add(1)
+		}
+	}
+	res, err := rltrain.Train(ctx, o)
+	if bar != nil {
+		_ = bar.Finish()
+	}
+	if res != nil && len(res.Trainer.Curve) > 0 {
+		title := fmt.Sprintf("hetgpu prioritiser: %s on %s (%s vs %s)", *traceRef, *cluster, kind, *baseline)
+		if perr := rank.PlotCurve(res.Trainer.Curve, title, *plot); perr != nil && err == nil {
+			err = perr
+		}
+	}
+	if err != nil {
+		return err
+	}
+	kept := res.Trainer.Epoch
+	if res.Best != nil {
+		kept = res.BestEpoch
+	}
+	fmt.Fprintf(stdout, "trained %d epochs (%d episodes of %d jobs) in %s; kept epoch %d (best greedy evaluation); policy: %s; learning curve: %s\n",
+		res.Trainer.Epoch, res.Episodes, *episodeJobs, time.Since(start).Round(time.Second), kept, *out, *plot)
+	return nil
+}
+
+func runTrainEval(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("train eval", stderr)
+	clusters := fs.String("clusters", "gavel-108,modern-mix", "comma-separated clusters")
+	traces := fs.String("traces", strings.Join(rltrain.HeldOutTraces(), ","), "comma-separated held-out traces")
+	policyList := fs.String("policies", "all", "policies to compare (must include hetgpu for the targets); "+rltrain.HeuristicVariant+" adds hetgpu with the fallback heuristic ranker")
+	policyFile := fs.String("policy", "", "prioritiser checkpoint for hetgpu (default: the bundled policy)")
+	seed := fs.Uint64("seed", 1, "seed")
+	parallel := fs.Int("parallel", 0, "policies simulated at once (0: one per CPU)")
+	asJSON := fs.Bool("json", false, "print JSON")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: hetgpu train eval [flags]\n\nCompares hetgpu with every baseline on held-out traces and checks the prioritiser's targets.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: hetgpu train eval: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	var names []string
+	var rest []string
+	for _, n := range splitList(*policyList) {
+		if n == rltrain.HeuristicVariant {
+			names = append(names, n)
+		} else {
+			rest = append(rest, n)
+		}
+	}
+	if len(rest) > 0 {
+		reg, err := policies.ParseList(strings.Join(rest, ","))
+		if err != nil {
+			return fmt.Errorf("%w: hetgpu train eval --policies: %v", errUsage, err)
+		}
+		names = append(reg, names...)
+	}
+	if len(names) == 0 {
+		return fmt.Errorf("%w: hetgpu train eval --policies is empty", errUsage)
+	}
+	var pol *rank.Policy
+	if *policyFile != "" {
+		c, err := rank.LoadCheckpoint(*policyFile)
+		if err != nil {
+			return err
+		}
+		if pol, err = c.Policy(); err != nil {
+			return err
+		}
+	}
+	cs, ts := splitList(*clusters), splitList(*traces)
+	if len(cs) == 0 || len(ts) == 0 {
+		return fmt.Errorf("%w: hetgpu train eval: --clusters and --traces must not be empty", errUsage)
+	}
+	ev, err := rltrain.Evaluate(ctx, rltrain.EvalOptions{Clusters: cs, Traces: ts, Policies: names, Policy: pol, Seed: *seed, Parallel: *parallel,
+		Progress: func(c, t int) { fmt.Fprintf(stderr, "simulating %s on %s...\n", ts[t], cs[c]) }})
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", " ")
+		return enc.Encode(ev)
+	}
+	return ev.WriteTable(stdout)
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}

@@ -1,0 +1,82 @@
+package policies
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/hetgpu/hetgpu/sidecar/sim"
+	"github.com/hetgpu/hetgpu/sidecar/throughput"
+	"github.com/hetgpu/hetgpu/sidecar/trace"
+)
+
+// CompareOptions describe one `hetgpu sim` comparison.
+type CompareOptions struct {
+	// Cluster is a bundled name or HCL file (sim.LoadSpec); Trace a trace reference
+	// (trace.Load).
+	Cluster, Trace string
+	// Policies are registered names (see ParseList).
+	Policies []string
+	Seed     uint64
+	// Parallel bounds concurrent simulations (GOMAXPROCS when <= 0).
+	Parallel int
+	Logger   hclog.Logger
+	// Progress, when set, gets (policy index, finished jobs) and is called once with the total
+	// job count as (-1, total) before the runs start.
+	Progress func(i, done int)
+	// Throughput defaults to throughput.Bundled().
+	Throughput *throughput.Table
+	// RestartPenaltyS is the work a preempted job loses per restart (sim.Config).
+	RestartPenaltyS float64
+}
+
+// DefaultRestartPenaltyS is what `hetgpu sim` charges a preemptive baseline per restart: 30 s of
+// lost work for checkpoint restore and warm-up (Gavel and Tiresias report restarts of seconds to
+// tens of seconds). Production hetgpu never preempts.
+const DefaultRestartPenaltyS = 30
+
+// Comparison is the outcome of Compare.
+type Comparison struct {
+	Spec    *sim.Spec
+	Trace   *trace.Trace
+	Results []*sim.Result
+}
+
+// Compare loads the cluster and trace and simulates every policy on them.
+func Compare(ctx context.Context, o CompareOptions) (*Comparison, error) {
+	if o.Logger == nil {
+		o.Logger = hclog.NewNullLogger()
+	}
+	tab := o.Throughput
+	if tab == nil {
+		var err error
+		if tab, err = throughput.Bundled(); err != nil {
+			return nil, fmt.Errorf("throughput table: %w", err)
+		}
+	}
+	spec, err := sim.LoadSpec(o.Cluster)
+	if err != nil {
+		return nil, err
+	}
+	tr, err := trace.Load(o.Trace, sim.TraceOptions(tab, o.Seed))
+	if err != nil {
+		return nil, err
+	}
+	ps := make([]sim.Policy, 0, len(o.Policies))
+	for _, name := range o.Policies {
+		p, err := New(name, Options{Spec: spec, Throughput: tab, Seed: o.Seed, Logger: o.Logger.Named(name)})
+		if err != nil {
+			return nil, err
+		}
+		ps = append(ps, p)
+	}
+	if o.Progress != nil {
+		o.Progress(-1, len(tr.Jobs))
+	}
+	res, err := sim.SimulateAll(ctx, sim.Setup{Spec: spec, Throughput: tab, Trace: tr, Logger: o.Logger, RestartPenaltyS: o.RestartPenaltyS}, ps, o.Parallel, o.Progress)
+	if err != nil {
+		return nil, err
+	}
+	return &Comparison{Spec: spec, Trace: tr, Results: res}, nil
+}

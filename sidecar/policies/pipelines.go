@@ -1,0 +1,56 @@
+package policies
+
+import (
+	"fmt"
+
+	"github.com/hetgpu/hetgpu/sidecar/place"
+	"github.com/hetgpu/hetgpu/sidecar/predict"
+	"github.com/hetgpu/hetgpu/sidecar/rank"
+	"github.com/hetgpu/hetgpu/sidecar/sim"
+)
+
+// The production-pipeline baselines run sched.Pipeline unchanged against the simulator's
+// Snapshot and Pin (sim.PipelinePolicy): the same stage implementations the sidecar runs
+// against Nomad, configured the way each paper describes its system.
+
+// newRLTune is RLTune-style scheduling (arXiv 2512.10271): a PPO-trained prioritiser orders the
+// queue from observable job and cluster features (rank.NewDefault: the bundled trained policy,
+// its heuristic when the build has none), and a MILP maps the chosen jobs to nodes and GPUs
+// maximising priority x speed with fragmentation, load-balance and look-ahead terms
+// (place.PresetRLTune: no energy term, no T_min). RLTune has no learned throughput model: the
+// MILP's speeds are datasheet ratios (place.PriorPredictor).
+func newRLTune(o Options) (sim.Policy, error) {
+	r, err := rank.NewDefault(rank.WithExplain(false))
+	if err != nil {
+		return nil, fmt.Errorf("rltune ranker: %w", err)
+	}
+	pl, err := place.New(deterministic(place.PresetRLTune()), o.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("rltune placer: %w", err)
+	}
+	return &sim.PipelinePolicy{PolicyName: "rltune", Ranker: r, Placer: pl, Predictor: place.NewPriorPredictor()}, nil
+}
+
+// newGOGH is GOGH-style scheduling (arXiv 2510.15652): jobs in arrival order; P1 predicts each
+// job's throughput and power per GPU type from similar past runs and P2 refines it online from
+// the runs the cluster finishes (predict.Predictor, fed the simulator's observations); an ILP
+// minimises energy subject to each job's minimum throughput, capacity and distribution degree
+// with a load-adaptive energy weight (place.PresetGOGH).
+func newGOGH(o Options) (sim.Policy, error) {
+	pr, err := predict.New(predict.Options{Logger: o.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("gogh predictor: %w", err)
+	}
+	pl, err := place.New(deterministic(place.PresetGOGH()), o.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("gogh placer: %w", err)
+	}
+	return &sim.PipelinePolicy{PolicyName: "gogh", Ranker: place.FIFO{}, Placer: pl, Predictor: pr, Learner: pr}, nil
+}
+
+// deterministic makes a placer configuration reproducible run to run: one decomposition cell at
+// a time. (A solve that hits its wall-clock time limit can still differ between machines.)
+func deterministic(c place.Config) place.Config {
+	c.Parallelism = 1
+	return c
+}

@@ -1,0 +1,257 @@
+package policies
+
+import (
+	"context"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/hetgpu/hetgpu/sidecar/sched"
+	"github.com/hetgpu/hetgpu/sidecar/sim"
+	"github.com/hetgpu/hetgpu/sidecar/throughput"
+	"github.com/hetgpu/hetgpu/sidecar/trace"
+)
+
+var (
+	tabOnce sync.Once
+	tabVal  *throughput.Table
+	tabErr  error
+)
+
+func tab(t testing.TB) *throughput.Table {
+	t.Helper()
+	tabOnce.Do(func() { tabVal, tabErr = throughput.Bundled() })
+	if tabErr != nil {
+		t.Fatal(tabErr)
+	}
+	return tabVal
+}
+
+func TestParseList(t *testing.T) {
+	got, err := ParseList("sjf, fifo,sjf")
+	if err != nil || strings.Join(got, ",") != "sjf,fifo" {
+		t.Fatalf("ParseList: %v %v", got, err)
+	}
+	all, err := ParseList("all")
+	if err != nil || strings.Join(all, ",") != strings.Join(Names(), ",") {
+		t.Fatalf("all: %v %v", all, err)
+	}
+	for _, bad := range []string{"", "fifo,nope"} {
+		if _, err := ParseList(bad); err == nil || !strings.Contains(err.Error(), "known: ") {
+			t.Fatalf("ParseList(%q) error %v should list known policies", bad, err)
+		}
+	}
+	for _, e := range Entries() {
+		if e.Summary == "" || e.New == nil {
+			t.Fatalf("policy %s lacks a summary or constructor", e.Name)
+		}
+	}
+}
+
+func simulate(t *testing.T, s *sim.Spec, jobs []trace.Job, p sim.Policy) *sim.Result {
+	t.Helper()
+	r, err := sim.Simulate(context.Background(), sim.Setup{Spec: s, Throughput: tab(t), Trace: &trace.Trace{Name: "t", Jobs: jobs}}, p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func job(id, jt string, gpus int, arrival, seconds float64, onV100 *throughput.Table) trace.Job {
+	thr, _, _ := onV100.Throughput(jt, "v100", gpus)
+	m, b, _ := trace.SplitJobType(jt)
+	return trace.Job{ID: id, JobType: jt, Model: m, BatchSize: b, GPUs: gpus, ArrivalS: arrival, TotalSteps: seconds * thr}
+}
+
+func v100s(t *testing.T, perNode, nodes int) *sim.Spec {
+	s, err := sim.ParseSpec([]byte(`name = "v"
+node_class "v" {
+  gpu = "Tesla V100-SXM2-16GB"
+  gpus_per_node = `+strconv.Itoa(perNode)+`
+  count = `+strconv.Itoa(nodes)+`
+}
+`), "v.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// SJF runs the short job first when both wait; FIFO runs them in arrival order.
+func TestSJFvsFIFO(t *testing.T) {
+	tb := tab(t)
+	jt := "ResNet-50 (batch size 32)"
+	jobs := []trace.Job{job("blocker", jt, 1, 0, 100, tb), job("long", jt, 1, 1, 1000, tb), job("short", jt, 1, 2, 10, tb)}
+	s := v100s(t, 1, 1)
+	start := func(r *sim.Result) map[string]float64 {
+		m := map[string]float64{}
+		for _, j := range r.JobResults {
+			m[j.ID] = j.StartS
+		}
+		return m
+	}
+	f, _ := New("fifo", Options{})
+	sj, _ := New("sjf", Options{})
+	fs, ss := start(simulate(t, s, jobs, f)), start(simulate(t, s, jobs, sj))
+	if !(fs["long"] < fs["short"]) || !(ss["short"] < ss["long"]) {
+		t.Fatalf("fifo starts %v, sjf starts %v", fs, ss)
+	}
+}
+
+// Tiresias preempts a job that has used more than the first queue's threshold for a newcomer.
+func TestTiresiasPreemptsForNewcomer(t *testing.T) {
+	tb := tab(t)
+	jt := "ResNet-50 (batch size 32)"
+	jobs := []trace.Job{job("old", jt, 1, 0, 4*3600, tb), job("new", jt, 1, 2*3600, 600, tb)}
+	p, _ := New("tiresias", Options{})
+	r := simulate(t, v100s(t, 1, 1), jobs, p)
+	fin := map[string]float64{}
+	for _, j := range r.JobResults {
+		fin[j.ID] = j.FinishS
+	}
+	if r.Preemptions == 0 || math.Abs(fin["new"]-(2*3600+600)) > 1e-6 {
+		t.Fatalf("preemptions %d, new finished at %v, want %v", r.Preemptions, fin["new"], 2*3600+600)
+	}
+}
+
+// Gavel puts the job that gains most from a V100 on it: with one V100 and one K80, the job with
+// the larger V100/K80 speed-up gets the V100 more of the time.
+func TestGavelHeterogeneityAware(t *testing.T) {
+	tb := tab(t)
+	s, err := sim.ParseSpec([]byte(`name = "vk"
+node_class "v" {
+  gpu = "Tesla V100-SXM2-16GB"
+  gpus_per_node = 1
+  count = 1
+}
+node_class "k" {
+  gpu = "Tesla K80"
+  gpus_per_node = 1
+  count = 1
+}
+`), "vk.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ratio := func(jt string) float64 {
+		v, _ := tb.Measured(jt, "v100", 1)
+		k, _ := tb.Measured(jt, "k80", 1)
+		return v / k
+	}
+	big, small := "ResNet-50 (batch size 64)", "A3C"
+	if ratio(big) <= ratio(small) {
+		t.Fatalf("fixture assumption: %s speeds up %.2fx, %s %.2fx", big, ratio(big), small, ratio(small))
+	}
+	jobs := []trace.Job{job("a", small, 1, 0, 20*3600, tb), job("b", big, 1, 0, 20*3600, tb)}
+	p, _ := New("gavel", Options{})
+	e, err := sim.New(sim.Config{Spec: s, Throughput: tb})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Submit(jobs...); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Run(context.Background(), p, nil); err != nil {
+		t.Fatal(err)
+	}
+	r := e.Result("gavel")
+	if r.Jobs != 2 {
+		t.Fatalf("%d jobs finished", r.Jobs)
+	}
+	// Compare with FIFO, which is heterogeneity-unaware: Gavel's makespan must not be worse.
+	f, _ := New("fifo", Options{})
+	rf := simulate(t, s, jobs, f)
+	if r.MakespanS > rf.MakespanS*1.001 {
+		t.Fatalf("gavel makespan %.0f s worse than fifo %.0f s", r.MakespanS, rf.MakespanS)
+	}
+}
+
+// The LP allocation respects per-job and per-type capacity and is max-min fair.
+func TestGavelLP(t *testing.T) {
+	tb := tab(t)
+	s := v100s(t, 4, 1)
+	var jobs []trace.Job
+	for i, jt := range []string{"A3C", "ResNet-18 (batch size 64)", "LM (batch size 20)", "Transformer (batch size 64)", "CycleGAN", "ResNet-50 (batch size 32)"} {
+		jobs = append(jobs, job(string(rune('a'+i)), jt, 1, 0, 3600, tb))
+	}
+	e, _ := sim.New(sim.Config{Spec: s, Throughput: tb})
+	_ = e.Submit(jobs...)
+	g := &gavel{round: 360, alloc: map[*sim.JobState]map[string]float64{}, received: map[*sim.JobState]map[string]float64{}, lastSeen: map[*sim.JobState]float64{}}
+	probe := &lpProbe{g: g}
+	if err := e.Run(context.Background(), probe, nil); err != nil {
+		t.Fatal(err)
+	}
+	if probe.total == 0 {
+		t.Fatal("LP never ran")
+	}
+	// 6 equal single-GPU jobs on 4 GPUs: each gets 4/6 of a GPU.
+	for j, x := range probe.first {
+		if math.Abs(x["v100"]-4.0/6) > 1e-6 {
+			t.Fatalf("job %s gets %v of a V100, want 2/3", j, x["v100"])
+		}
+	}
+}
+
+type lpProbe struct {
+	g     *gavel
+	first map[string]map[string]float64
+	total int
+}
+
+func (p *lpProbe) Name() string { return "probe" }
+func (p *lpProbe) Schedule(ctx context.Context, s *sim.State) error {
+	if err := p.g.Schedule(ctx, s); err != nil {
+		return err
+	}
+	p.total++
+	if p.first == nil {
+		p.first = map[string]map[string]float64{}
+		for j, x := range p.g.alloc {
+			p.first[j.ID] = x
+		}
+	}
+	return nil
+}
+
+// The production-pipeline baselines run through sched.Pipeline on the engine and finish a
+// small contended trace, never violating capacity.
+func TestPipelinePoliciesFinish(t *testing.T) {
+	s, err := sim.LoadSpec("modern-mix:scale=0.25")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := trace.Load("synthetic:jobs=40,rate=6", sim.TraceOptions(tab(t), 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"rltune", "gogh"} {
+		t.Run(name, func(t *testing.T) {
+			p, err := New(name, Options{Spec: s, Throughput: tab(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pp, ok := p.(*sim.PipelinePolicy)
+			if !ok {
+				t.Fatalf("%s is %T, want a *sim.PipelinePolicy", name, p)
+			}
+			decisions := 0
+			pp.OnRound = func(r *sched.Round) {
+				decisions += len(r.Decisions)
+				for _, pin := range r.Pins {
+					if pin.Err != nil {
+						t.Errorf("pin %s: %v", pin.JobKey, pin.Err)
+					}
+				}
+			}
+			r := simulate(t, s, tr.Jobs, p)
+			if r.Jobs+r.Unschedulable != len(tr.Jobs) || r.Unfinished != 0 {
+				t.Fatalf("finished %d, unschedulable %d, unfinished %d of %d", r.Jobs, r.Unschedulable, r.Unfinished, len(tr.Jobs))
+			}
+			if decisions < r.Jobs {
+				t.Fatalf("%d decisions for %d jobs", decisions, r.Jobs)
+			}
+		})
+	}
+}

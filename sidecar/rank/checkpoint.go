@@ -1,0 +1,255 @@
+package rank
+
+import (
+	"bytes"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+)
+
+// CheckpointFormat and CheckpointVersion identify policy files. The version changes when the
+// file layout changes; the feature schema inside has its own version.
+const (
+	CheckpointFormat  = "hetgpu-rank-policy"
+	CheckpointVersion = 1
+)
+
+// Checkpoint is a policy file: the feature schema and normalisation the policy was trained
+// with, both networks, and (for resuming) the training state.
+type Checkpoint struct {
+	Format  string      `json:"format"`
+	Version int         `json:"version"`
+	Schema  Schema      `json:"schema"`
+	Norm    *Normalizer `json:"norm"`
+	GNorm   *Normalizer `json:"global_norm"`
+	Actor   NetFile     `json:"actor"`
+	Critic  NetFile     `json:"critic"`
+	// Training is absent in a policy stripped for shipping.
+	Training *TrainState `json:"training,omitempty"`
+	// Meta records provenance (cluster, trace, score, command).
+	Meta map[string]string `json:"meta,omitempty"`
+}
+
+// NetFile is one network's layout and parameters.
+type NetFile struct {
+	Sizes  []int     `json:"sizes"`
+	Params []float64 `json:"params"`
+}
+
+// TrainState is what resuming needs besides the policy.
+type TrainState struct {
+	Config Config       `json:"config"`
+	Epoch  int          `json:"epoch"`
+	AdamPi *Adam        `json:"adam_policy"`
+	AdamV  *Adam        `json:"adam_value"`
+	Curve  []EpochStats `json:"curve"`
+}
+
+// PolicyCheckpoint wraps a policy without training state.
+func PolicyCheckpoint(p *Policy) *Checkpoint {
+	return &Checkpoint{
+		Format: CheckpointFormat, Version: CheckpointVersion, Schema: p.Schema,
+		Norm: p.Norm.Clone(), GNorm: p.GNorm.Clone(),
+		Actor:  NetFile{Sizes: p.Actor.Sizes, Params: p.Actor.Params},
+		Critic: NetFile{Sizes: p.Critic.Sizes, Params: p.Critic.Params},
+	}
+}
+
+// Checkpoint captures the trainer's full state.
+func (t *Trainer) Checkpoint() *Checkpoint {
+	c := PolicyCheckpoint(t.Policy)
+	c.Training = &TrainState{Config: t.Config, Epoch: t.Epoch, AdamPi: t.AdamPi, AdamV: t.AdamV, Curve: t.Curve}
+	return c
+}
+
+// Policy rebuilds the policy of a validated checkpoint.
+func (c *Checkpoint) Policy() (*Policy, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	a, err := NewMLP(c.Actor.Sizes...)
+	if err != nil {
+		return nil, fmt.Errorf("actor: %w", err)
+	}
+	copy(a.Params, c.Actor.Params)
+	cr, err := NewMLP(c.Critic.Sizes...)
+	if err != nil {
+		return nil, fmt.Errorf("critic: %w", err)
+	}
+	copy(cr.Params, c.Critic.Params)
+	return &Policy{Schema: c.Schema, Norm: c.Norm.Clone(), GNorm: c.GNorm.Clone(), Actor: a, Critic: cr}, nil
+}
+
+// Resume rebuilds a trainer that continues exactly where the checkpoint's training stopped.
+func (c *Checkpoint) Resume() (*Trainer, error) {
+	if c.Training == nil {
+		return nil, errors.New("checkpoint has no training state (a policy stripped for shipping cannot be resumed)")
+	}
+	p, err := c.Policy()
+	if err != nil {
+		return nil, err
+	}
+	ts := c.Training
+	cfg := ts.Config.withDefaults()
+	if ts.AdamPi == nil || ts.AdamV == nil {
+		return nil, errors.New("training: adam_policy and adam_value are required to resume")
+	}
+	if err := ts.AdamPi.validate(len(p.Actor.Params), "training.adam_policy"); err != nil {
+		return nil, err
+	}
+	if err := ts.AdamV.validate(len(p.Critic.Params), "training.adam_value"); err != nil {
+		return nil, err
+	}
+	if ts.Epoch < 0 {
+		return nil, fmt.Errorf("training.epoch: %d, expected >= 0", ts.Epoch)
+	}
+	pi, v := *ts.AdamPi, *ts.AdamV
+	pi.M, pi.V = append([]float64(nil), pi.M...), append([]float64(nil), pi.V...)
+	v.M, v.V = append([]float64(nil), v.M...), append([]float64(nil), v.V...)
+	return &Trainer{Config: cfg, Policy: p, Epoch: ts.Epoch, Curve: append([]EpochStats(nil), ts.Curve...), AdamPi: &pi, AdamV: &v}, nil
+}
+
+// Validate checks a checkpoint read from a file, naming the offending field.
+func (c *Checkpoint) Validate() error {
+	if c.Format != CheckpointFormat {
+		return fmt.Errorf("format: %q, expected %q", c.Format, CheckpointFormat)
+	}
+	if c.Version != CheckpointVersion {
+		return fmt.Errorf("version: %d, this build reads version %d", c.Version, CheckpointVersion)
+	}
+	if err := c.Schema.Validate(); err != nil {
+		return err
+	}
+	f, g := len(c.Schema.Features), len(c.Schema.Globals)
+	if c.Norm == nil || c.GNorm == nil {
+		return errors.New("norm and global_norm: both are required")
+	}
+	if err := c.Norm.validate(f, "norm"); err != nil {
+		return err
+	}
+	if err := c.GNorm.validate(g, "global_norm"); err != nil {
+		return err
+	}
+	if err := c.Actor.validate("actor", f); err != nil {
+		return err
+	}
+	return c.Critic.validate("critic", 2*f+g)
+}
+
+func (n NetFile) validate(field string, in int) error {
+	if len(n.Sizes) < 2 || n.Sizes[0] != in || n.Sizes[len(n.Sizes)-1] != 1 {
+		return fmt.Errorf("%s.sizes: %v, expected [%d, hidden..., 1]", field, n.Sizes, in)
+	}
+	want := 0
+	for i := 1; i < len(n.Sizes); i++ {
+		if n.Sizes[i] <= 0 {
+			return fmt.Errorf("%s.sizes[%d]: %d, expected > 0", field, i, n.Sizes[i])
+		}
+		want += n.Sizes[i-1]*n.Sizes[i] + n.Sizes[i]
+	}
+	if len(n.Params) != want {
+		return fmt.Errorf("%s.params: %d values, expected %d for sizes %v", field, len(n.Params), want, n.Sizes)
+	}
+	for i, v := range n.Params {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return fmt.Errorf("%s.params[%d]: %v, expected a finite number", field, i, v)
+		}
+	}
+	return nil
+}
+
+// Write encodes the checkpoint as JSON.
+func (c *Checkpoint) Write(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", " ")
+	return enc.Encode(c)
+}
+
+// Save writes the checkpoint to path atomically (temporary file, then rename).
+func (c *Checkpoint) Save(path string) error {
+	var b bytes.Buffer
+	if err := c.Write(&b); err != nil {
+		return fmt.Errorf("encode checkpoint: %w", err)
+	}
+	if dir := filepath.Dir(path); dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("save checkpoint: %w", err)
+		}
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("save checkpoint: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("save checkpoint: %w", err)
+	}
+	return nil
+}
+
+// ReadCheckpoint decodes and validates a checkpoint.
+func ReadCheckpoint(r io.Reader) (*Checkpoint, error) {
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	var c Checkpoint
+	if err := dec.Decode(&c); err != nil {
+		return nil, fmt.Errorf("decode policy checkpoint: %w", err)
+	}
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("policy checkpoint: %w", err)
+	}
+	return &c, nil
+}
+
+// LoadCheckpoint reads a checkpoint file.
+func LoadCheckpoint(path string) (*Checkpoint, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open policy checkpoint: %w", err)
+	}
+	defer f.Close()
+	c, err := ReadCheckpoint(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// bundled holds the pretrained default policy produced by `make train`.
+//
+//go:embed policy
+var bundled embed.FS
+
+// DefaultPolicyPath is where the bundled policy lives in the source tree.
+const DefaultPolicyPath = "policy/default.json"
+
+// DefaultPolicy returns the bundled pretrained policy, or nil (and no error) when this build
+// has none, in which case the ranker falls back to Heuristic.
+func DefaultPolicy() (*Policy, error) {
+	b, err := bundled.ReadFile(DefaultPolicyPath)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bundled policy: %w", err)
+	}
+	c, err := ReadCheckpoint(bytes.NewReader(b))
+	if err != nil {
+		return nil, fmt.Errorf("bundled policy %s: %w", DefaultPolicyPath, err)
+	}
+	return c.Policy()
+}
+
+// NewDefault returns a ranker with the bundled policy, or the heuristic when there is none.
+func NewDefault(opts ...Option) (*Ranker, error) {
+	p, err := DefaultPolicy()
+	if err != nil {
+		return nil, err
+	}
+	return New(p, opts...)
+}

@@ -1,0 +1,694 @@
+package rank
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"time"
+)
+
+// Env is a training environment: a fixed, indexed set of episodes (for the simulator: trace
+// windows on a cluster) that an agent plays to the end.
+type Env interface {
+	// Episodes is how many distinct episodes there are; with G = GroupSize and R =
+	// RolloutsPerEpoch, rollout r of epoch e plays episode (e x R/G + r/G) mod Episodes.
+	Episodes() int
+	// Play runs episode ep with agent making every ordering decision and returns the episode's
+	// reward (see Reward). It must be deterministic given the episode and the agent's choices,
+	// and safe to call concurrently for different agents.
+	Play(ctx context.Context, ep int, agent *Agent) (float64, error)
+}
+
+// Config are PPO's hyper-parameters. Zero fields take the defaults of DefaultConfig.
+type Config struct {
+	Seed uint64 `json:"seed"`
+	// Hidden are the hidden layer widths of actor and critic.
+	Hidden           []int `json:"hidden"`
+	RolloutsPerEpoch int   `json:"rollouts_per_epoch"`
+	// GroupSize rollouts play the same episode each epoch, and each one's reward is taken
+	// relative to the mean of the others (a leave-one-out baseline): episodes differ far more
+	// than the policy's choices within one, so this removes most of the reward's variance.
+	// RolloutsPerEpoch should be a multiple of it; 1 disables grouping.
+	GroupSize int `json:"group_size"`
+	// PolicyLR and ValueLR are the two Adam learning rates.
+	PolicyLR float64 `json:"policy_lr"`
+	ValueLR  float64 `json:"value_lr"`
+	// Clip is PPO's ratio clip epsilon.
+	Clip float64 `json:"clip"`
+	// Gamma discounts per decision; Lambda is GAE's lambda.
+	Gamma  float64 `json:"gamma"`
+	Lambda float64 `json:"lambda"`
+	// TargetKL stops an epoch's policy iterations once the approximate KL to the rollout policy
+	// exceeds 1.5 x TargetKL.
+	TargetKL    float64 `json:"target_kl"`
+	PolicyIters int     `json:"policy_iters"`
+	ValueIters  int     `json:"value_iters"`
+	Minibatch   int     `json:"minibatch"`
+	EntropyCoef float64 `json:"entropy_coef"`
+	// PrefixLen caps how many leading picks of one decision are sampled and credited.
+	PrefixLen int `json:"prefix_len"`
+	// ImitationEpochs are the first epochs of training, in which Trainer.Teacher decides and
+	// the actor learns to reproduce its orders (maximum likelihood of the Plackett-Luce
+	// prefix), so PPO starts from the fallback heuristic instead of a random ranking.
+	ImitationEpochs int `json:"imitation_epochs"`
+	// ImitationLR and ImitationIters drive the supervised imitation updates (larger than PPO's
+	// steps: there is no trust region to respect, and a sharp imitation keeps PPO's first
+	// explorations close to the teacher).
+	ImitationLR    float64 `json:"imitation_lr"`
+	ImitationIters int     `json:"imitation_iters"`
+	// Workers bounds parallel rollouts and gradient chunks; 0 = GOMAXPROCS. Results do not
+	// depend on it.
+	Workers int `json:"-"`
+}
+
+// DefaultConfig are the hyper-parameters of the bundled policy.
+func DefaultConfig() Config {
+	return Config{
+		Seed: 1, Hidden: []int{32, 32}, RolloutsPerEpoch: 8, GroupSize: 4,
+		PolicyLR: 3e-4, ValueLR: 1e-3, Clip: 0.2, Gamma: 1, Lambda: 0.97, TargetKL: 0.02,
+		PolicyIters: 20, ValueIters: 20, Minibatch: 256, EntropyCoef: 0.003, PrefixLen: 16,
+		ImitationLR: 3e-3, ImitationIters: 60,
+	}
+}
+
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if len(c.Hidden) == 0 {
+		c.Hidden = d.Hidden
+	}
+	if c.RolloutsPerEpoch <= 0 {
+		c.RolloutsPerEpoch = d.RolloutsPerEpoch
+	}
+	if c.GroupSize <= 0 {
+		c.GroupSize = 1
+	}
+	c.GroupSize = min(c.GroupSize, c.RolloutsPerEpoch)
+	if c.PolicyLR <= 0 {
+		c.PolicyLR = d.PolicyLR
+	}
+	if c.ValueLR <= 0 {
+		c.ValueLR = d.ValueLR
+	}
+	if c.Clip <= 0 {
+		c.Clip = d.Clip
+	}
+	if c.Gamma <= 0 {
+		c.Gamma = d.Gamma
+	}
+	if c.Lambda <= 0 {
+		c.Lambda = d.Lambda
+	}
+	if c.TargetKL <= 0 {
+		c.TargetKL = d.TargetKL
+	}
+	if c.PolicyIters <= 0 {
+		c.PolicyIters = d.PolicyIters
+	}
+	if c.ValueIters <= 0 {
+		c.ValueIters = d.ValueIters
+	}
+	if c.Minibatch <= 0 {
+		c.Minibatch = d.Minibatch
+	}
+	if c.EntropyCoef < 0 {
+		c.EntropyCoef = 0
+	}
+	if c.PrefixLen <= 0 {
+		c.PrefixLen = d.PrefixLen
+	}
+	if c.ImitationLR <= 0 {
+		c.ImitationLR = d.ImitationLR
+	}
+	if c.ImitationIters <= 0 {
+		c.ImitationIters = d.ImitationIters
+	}
+	return c
+}
+
+func (c Config) workers() int {
+	if c.Workers > 0 {
+		return c.Workers
+	}
+	return runtime.GOMAXPROCS(0)
+}
+
+// gradChunks is the fixed number of pieces a minibatch gradient is split into; the pieces are
+// summed in order, so the result does not depend on how many cores computed them.
+const gradChunks = 8
+
+// step is one recorded decision.
+type step struct {
+	featOff, n   int // rows in traj.feats
+	maskOff      int // n entries in traj.masks
+	actOff, k    int // k prefix picks in traj.acts
+	cinOff       int // critic input in traj.cins
+	logp, value  float64
+	adv, ret     float64
+	masked, full bool
+}
+
+// trajectory is what one rollout recorded.
+type trajectory struct {
+	feats  []float64
+	masks  []bool
+	acts   []int
+	cins   []float64
+	steps  []step
+	reward float64
+}
+
+// Agent makes the ordering decisions of one rollout (or of a greedy evaluation). It is not safe
+// for concurrent use; each rollout gets its own.
+type Agent struct {
+	pol       *Policy
+	rng       *rand.Rand
+	record    bool
+	prefixMax int
+	// teacher, when set, decides instead of the policy (imitation epochs); the policy learns
+	// to reproduce its orders.
+	teacher func(raw []float64) float64
+	s       *scratch
+	traj    trajectory
+	// raw statistics of what this rollout saw, merged into the policy's normalisers in order.
+	stats, gstats *Normalizer
+}
+
+// NewGreedyAgent returns an agent that orders by the policy's scores without exploring or
+// recording (evaluation and production).
+func NewGreedyAgent(p *Policy) *Agent {
+	return &Agent{pol: p, s: p.newScratch(), prefixMax: MaxWindow}
+}
+
+// Rand is the rollout's random source (nil for a greedy agent); environments that randomise an
+// episode draw from it so the rollout stays deterministic.
+func (a *Agent) Rand() *rand.Rand { return a.rng }
+
+// Policy is the policy the agent acts with.
+func (a *Agent) Policy() *Policy { return a.pol }
+
+// Act orders n jobs. raw holds their n x NumFeatures raw feature rows (not modified), globals
+// the raw cluster-level inputs, mask the jobs the agent chooses among (nil = all; the others
+// follow, by score), k how many leading picks influence the outcome (0: none does, so the
+// decision is neither explored nor recorded). order receives the job indices first to last,
+// scores a value per job that sorts the same way (higher first).
+func (a *Agent) Act(raw []float64, n int, globals []float64, mask []bool, k int, ord []int, scores []float64) error {
+	f := a.pol.NumFeatures()
+	if n > MaxWindow {
+		return fmt.Errorf("agent: %d jobs exceed the window of %d", n, MaxWindow)
+	}
+	if len(raw) < n*f || len(globals) < a.pol.NumGlobals() || len(ord) < n || len(scores) < n {
+		return fmt.Errorf("agent: buffers too short for %d jobs of %d features", n, f)
+	}
+	if n == 0 {
+		return nil
+	}
+	s := a.s
+	if a.stats != nil {
+		a.stats.Update(raw[:n*f])
+		a.gstats.Update(globals[:a.pol.NumGlobals()])
+	}
+	copy(s.x[:n*f], raw[:n*f])
+	a.pol.Norm.Apply(s.x[:n*f])
+	logits := a.pol.logitsOf(s, n)
+	m := n
+	if mask != nil {
+		m = 0
+		for _, ok := range mask[:n] {
+			if ok {
+				m++
+			}
+		}
+	}
+	if m == 0 {
+		mask = nil
+		m = n
+	}
+	// k <= 0: the order cannot change the outcome (nothing can start); act greedily and
+	// record nothing.
+	record := a.record && k > 0
+	k = max(1, min(k, m, a.prefixMax))
+	var rng *rand.Rand
+	if record {
+		rng = a.rng
+	}
+	var msk []bool
+	if mask != nil {
+		msk = mask[:n]
+	}
+	if a.teacher != nil {
+		for j := 0; j < n; j++ {
+			s.keys[j] = a.teacher(raw[j*f : (j+1)*f])
+		}
+		orderJobs(s.keys[:n], msk, k, nil, ord[:n], scores[:n])
+	} else {
+		orderJobs(logits, msk, k, rng, ord[:n], scores[:n])
+	}
+	if !record || m < 2 {
+		return nil
+	}
+	// Record the decision for the update.
+	t := &a.traj
+	st := step{featOff: len(t.feats), n: n, maskOff: len(t.masks), actOff: len(t.acts), k: k, cinOff: len(t.cins), masked: msk != nil}
+	t.feats = append(t.feats, s.x[:n*f]...)
+	if msk != nil {
+		t.masks = append(t.masks, msk...)
+	}
+	t.acts = append(t.acts, ord[:k]...)
+	st.logp = plLogProb(logits, msk, ord[:k], s.taken, s.probs, nil)
+	cin := s.cin
+	a.pol.criticInput(s.x, n, globals, cin)
+	st.value = a.pol.value(s.cws, cin)
+	t.cins = append(t.cins, cin...)
+	t.steps = append(t.steps, st)
+	return nil
+}
+
+// EpochStats summarise one training epoch (one point of the learning curve).
+type EpochStats struct {
+	Epoch int `json:"epoch"`
+	// Reward is the mean episode reward of the epoch's (exploring) rollouts.
+	Reward    float64 `json:"reward"`
+	RewardMin float64 `json:"reward_min"`
+	RewardMax float64 `json:"reward_max"`
+	// EvalReward is the greedy policy's mean reward on evaluation episodes, when Evaluated.
+	EvalReward  float64 `json:"eval_reward"`
+	Evaluated   bool    `json:"evaluated"`
+	Steps       int     `json:"steps"`
+	PolicyLoss  float64 `json:"policy_loss"`
+	ValueLoss   float64 `json:"value_loss"`
+	KL          float64 `json:"kl"`
+	Entropy     float64 `json:"entropy"`
+	PolicyIters int     `json:"policy_iters"`
+	Seconds     float64 `json:"seconds"`
+}
+
+// Trainer runs PPO on an Env.
+type Trainer struct {
+	Config Config
+	Policy *Policy
+	// Epoch is the number of epochs completed (training resumes after it).
+	Epoch  int
+	Curve  []EpochStats
+	AdamPi *Adam
+	AdamV  *Adam
+	// Teacher scores a raw feature row for imitation epochs (higher first); without one they
+	// are skipped.
+	Teacher func(raw []float64) float64
+}
+
+// NewTrainer starts training a fresh policy for schema.
+func NewTrainer(cfg Config, schema Schema) (*Trainer, error) {
+	cfg = cfg.withDefaults()
+	rng := rand.New(rand.NewPCG(cfg.Seed, 0x9e3779b97f4a7c15))
+	p, err := NewPolicy(schema, cfg.Hidden, rng)
+	if err != nil {
+		return nil, err
+	}
+	return &Trainer{
+		Config: cfg, Policy: p,
+		AdamPi: NewAdam(len(p.Actor.Params), cfg.PolicyLR),
+		AdamV:  NewAdam(len(p.Critic.Params), cfg.ValueLR),
+	}, nil
+}
+
+// rolloutRand derives the random source of rollout r of epoch e from the seed alone, so a
+// resumed run continues exactly as an uninterrupted one.
+func (t *Trainer) rolloutRand(epoch, r int) *rand.Rand {
+	return rand.New(rand.NewPCG(t.Config.Seed, uint64(epoch)<<20|uint64(r)+1))
+}
+
+// Progress is called after every epoch.
+type Progress func(EpochStats)
+
+// Train runs epochs more epochs of PPO. evalEps, when non-empty, are episodes the greedy policy
+// is scored on after every epoch (EvalReward).
+func (t *Trainer) Train(ctx context.Context, env Env, epochs int, evalEps []int, progress Progress) error {
+	if env.Episodes() <= 0 {
+		return errors.New("train: the environment has no episodes")
+	}
+	for e := 0; e < epochs; e++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		st, err := t.epoch(ctx, env)
+		if err != nil {
+			return fmt.Errorf("epoch %d: %w", t.Epoch+1, err)
+		}
+		if len(evalEps) > 0 {
+			rs, err := Evaluate(ctx, env, t.Policy, evalEps, t.Config.workers())
+			if err != nil {
+				return fmt.Errorf("epoch %d: evaluate: %w", t.Epoch+1, err)
+			}
+			st.EvalReward, st.Evaluated = mean(rs), true
+		}
+		t.Epoch++
+		st.Epoch = t.Epoch
+		t.Curve = append(t.Curve, st)
+		if progress != nil {
+			progress(st)
+		}
+	}
+	return nil
+}
+
+// epoch collects rollouts in parallel and applies one PPO update.
+func (t *Trainer) epoch(ctx context.Context, env Env) (EpochStats, error) {
+	start := time.Now()
+	cfg := t.Config
+	R := cfg.RolloutsPerEpoch
+	imitate := t.Epoch < cfg.ImitationEpochs && t.Teacher != nil
+	agents := make([]*Agent, R)
+	for r := range agents {
+		agents[r] = &Agent{
+			pol: t.Policy, rng: t.rolloutRand(t.Epoch, r), record: true, prefixMax: cfg.PrefixLen,
+			s: t.Policy.newScratch(), stats: NewNormalizer(t.Policy.NumFeatures()), gstats: NewNormalizer(t.Policy.NumGlobals()),
+		}
+		if imitate {
+			agents[r].teacher = t.Teacher
+		}
+	}
+	errs := make([]error, R)
+	G := cfg.GroupSize
+	groups := max(1, R/G)
+	parallel(R, cfg.workers(), func(r int) {
+		ep := (t.Epoch*groups + min(r/G, groups-1)) % env.Episodes()
+		rew, err := env.Play(ctx, ep, agents[r])
+		if err != nil {
+			errs[r] = fmt.Errorf("rollout %d (episode %d): %w", r, ep, err)
+			return
+		}
+		if math.IsNaN(rew) || math.IsInf(rew, 0) {
+			errs[r] = fmt.Errorf("rollout %d (episode %d): reward %v is not finite", r, ep, rew)
+			return
+		}
+		agents[r].traj.reward = rew
+	})
+	if err := errors.Join(errs...); err != nil {
+		return EpochStats{}, err
+	}
+	// Ordered reduction: trajectories and statistics in rollout order.
+	var st EpochStats
+	trajs := make([]*trajectory, R)
+	rews := make([]float64, R)
+	for r, a := range agents {
+		rews[r] = a.traj.reward
+	}
+	for r, a := range agents {
+		// Leave-one-out baseline within the rollout's group.
+		lo := min(r/G, groups-1) * G
+		hi := R
+		if r/G < groups-1 {
+			hi = lo + G
+		}
+		if hi-lo > 1 {
+			sum := 0.0
+			for i := lo; i < hi; i++ {
+				if i != r {
+					sum += rews[i]
+				}
+			}
+			a.traj.reward = rews[r] - sum/float64(hi-lo-1)
+		}
+		trajs[r] = &a.traj
+		t.gae(&a.traj)
+		st.Steps += len(a.traj.steps)
+	}
+	st.Reward = mean(rews)
+	st.RewardMin, st.RewardMax = minMax(rews)
+	if st.Steps > 0 {
+		t.update(trajs, &st, imitate)
+	}
+	// New normalisation statistics apply from the next epoch on; the update above used the
+	// inputs exactly as the rollouts saw them.
+	for _, a := range agents {
+		t.Policy.Norm.Merge(a.stats)
+		t.Policy.GNorm.Merge(a.gstats)
+	}
+	st.Seconds = time.Since(start).Seconds()
+	return st, nil
+}
+
+// gae fills advantages and returns; the only reward is the episode's, at its last decision.
+func (t *Trainer) gae(tr *trajectory) {
+	g, l := t.Config.Gamma, t.Config.Lambda
+	adv := 0.0
+	next := 0.0
+	for i := len(tr.steps) - 1; i >= 0; i-- {
+		s := &tr.steps[i]
+		r := 0.0
+		if i == len(tr.steps)-1 {
+			r = tr.reward
+		}
+		delta := r + g*next - s.value
+		adv = delta + g*l*adv
+		s.adv = adv
+		s.ret = adv + s.value
+		next = s.value
+	}
+}
+
+type stepRef struct {
+	tr *trajectory
+	i  int
+}
+
+// update runs the clipped-surrogate policy iterations (stopped early on KL) and the value
+// iterations on the collected steps.
+func (t *Trainer) update(trajs []*trajectory, st *EpochStats, imitate bool) {
+	cfg := t.Config
+	var refs []stepRef
+	for _, tr := range trajs {
+		for i := range tr.steps {
+			refs = append(refs, stepRef{tr, i})
+		}
+	}
+	// Advantage normalisation over the batch.
+	mu, sd := 0.0, 0.0
+	for _, r := range refs {
+		mu += r.tr.steps[r.i].adv
+	}
+	mu /= float64(len(refs))
+	for _, r := range refs {
+		d := r.tr.steps[r.i].adv - mu
+		sd += d * d
+	}
+	sd = math.Sqrt(sd/float64(len(refs))) + 1e-8
+	advs := make([]float64, len(refs))
+	for j, r := range refs {
+		advs[j] = (r.tr.steps[r.i].adv - mu) / sd
+	}
+	rng := rand.New(rand.NewPCG(cfg.Seed^0x5bd1e995, uint64(t.Epoch)))
+	perm := make([]int, len(refs))
+	for i := range perm {
+		perm[i] = i
+	}
+	w := cfg.workers()
+	chunkScratch := make([]*scratch, gradChunks)
+	chunkGrad := make([][]float64, gradChunks)
+	chunkOut := make([][4]float64, gradChunks)
+	for c := range chunkScratch {
+		chunkScratch[c] = t.Policy.newScratch()
+		chunkGrad[c] = make([]float64, max(len(t.Policy.Actor.Params), len(t.Policy.Critic.Params)))
+	}
+	grad := make([]float64, len(t.Policy.Actor.Params))
+	gradV := make([]float64, len(t.Policy.Critic.Params))
+	mb := min(cfg.Minibatch, len(refs))
+
+	// Policy iterations.
+	stopped := false
+	iters := cfg.PolicyIters
+	if imitate {
+		iters = cfg.ImitationIters
+		lr := t.AdamPi.LR
+		t.AdamPi.LR = cfg.ImitationLR
+		defer func() { t.AdamPi.LR = lr }()
+	}
+	for it := 0; it < iters && !stopped; it++ {
+		rng.Shuffle(len(perm), func(i, j int) { perm[i], perm[j] = perm[j], perm[i] })
+		for b := 0; b+mb <= len(perm); b += mb {
+			batch := perm[b : b+mb]
+			parallel(gradChunks, w, func(c int) {
+				g := chunkGrad[c][:len(grad)]
+				clear(g)
+				lo, hi := c*len(batch)/gradChunks, (c+1)*len(batch)/gradChunks
+				chunkOut[c] = t.actorGrad(chunkScratch[c], refs, advs, batch[lo:hi], float64(len(batch)), g, imitate)
+			})
+			clear(grad)
+			var loss, kl, ent float64
+			for c := 0; c < gradChunks; c++ {
+				for i, v := range chunkGrad[c][:len(grad)] {
+					grad[i] += v
+				}
+				loss += chunkOut[c][0]
+				kl += chunkOut[c][1]
+				ent += chunkOut[c][2]
+			}
+			st.PolicyLoss, st.KL, st.Entropy = loss, kl, ent
+			if !imitate && kl > 1.5*cfg.TargetKL {
+				stopped = true
+				break
+			}
+			t.AdamPi.Step(t.Policy.Actor.Params, grad)
+		}
+		if !stopped {
+			st.PolicyIters++
+		}
+	}
+	// Value iterations.
+	for it := 0; it < cfg.ValueIters; it++ {
+		rng.Shuffle(len(perm), func(i, j int) { perm[i], perm[j] = perm[j], perm[i] })
+		for b := 0; b+mb <= len(perm); b += mb {
+			batch := perm[b : b+mb]
+			parallel(gradChunks, w, func(c int) {
+				g := chunkGrad[c][:len(gradV)]
+				clear(g)
+				lo, hi := c*len(batch)/gradChunks, (c+1)*len(batch)/gradChunks
+				chunkOut[c][0] = t.criticGrad(chunkScratch[c], refs, batch[lo:hi], float64(len(batch)), g)
+			})
+			clear(gradV)
+			loss := 0.0
+			for c := 0; c < gradChunks; c++ {
+				for i, v := range chunkGrad[c][:len(gradV)] {
+					gradV[i] += v
+				}
+				loss += chunkOut[c][0]
+			}
+			st.ValueLoss = loss
+			t.AdamV.Step(t.Policy.Critic.Params, gradV)
+		}
+	}
+}
+
+// actorGrad accumulates the gradient of the PPO loss (clipped surrogate minus entropy bonus,
+// averaged over a batch of size total) for the given steps; it returns loss, approximate KL and
+// entropy contributions.
+func (t *Trainer) actorGrad(s *scratch, refs []stepRef, advs []float64, idx []int, total float64, g []float64, imitate bool) [4]float64 {
+	p := t.Policy
+	f := p.NumFeatures()
+	eps := t.Config.Clip
+	var out [4]float64
+	for _, j := range idx {
+		tr, st := refs[j].tr, &refs[j].tr.steps[refs[j].i]
+		n := st.n
+		copy(s.x[:n*f], tr.feats[st.featOff:st.featOff+n*f])
+		logits := p.logitsOf(s, n)
+		var msk []bool
+		if st.masked {
+			msk = tr.masks[st.maskOff : st.maskOff+n]
+		}
+		prefix := tr.acts[st.actOff : st.actOff+st.k]
+		dz := s.dz[:n]
+		lp := plLogProb(logits, msk, prefix, s.taken, s.probs, dz)
+		if imitate {
+			// Maximum likelihood of the teacher's order.
+			out[0] -= lp / total
+			for i := range dz {
+				dz[i] *= -1 / total
+			}
+			out[2] += firstPickEntropy(logits, msk, s.probs, nil, 0) / total
+			p.Actor.Backward(s.aws, dz, n, g)
+			continue
+		}
+		ratio := math.Exp(lp - st.logp)
+		a := advs[j]
+		surr := math.Min(ratio*a, math.Max(1-eps, math.Min(1+eps, ratio))*a)
+		out[0] -= surr / total
+		out[1] += (st.logp - lp) / total
+		// The unclipped branch is the active one (gradient flows) unless the ratio left the
+		// trust region in the direction the advantage pushes.
+		dlp := 0.0
+		if (a >= 0 && ratio < 1+eps) || (a < 0 && ratio > 1-eps) {
+			dlp = -ratio * a / total
+		}
+		for i := range dz {
+			dz[i] *= dlp
+		}
+		h := firstPickEntropy(logits, msk, s.probs, dz, -t.Config.EntropyCoef/total)
+		out[2] += h / total
+		p.Actor.Backward(s.aws, dz, n, g)
+	}
+	return out
+}
+
+// criticGrad accumulates the gradient of the mean squared value error / 2.
+func (t *Trainer) criticGrad(s *scratch, refs []stepRef, idx []int, total float64, g []float64) float64 {
+	p := t.Policy
+	c := p.Critic.In()
+	loss := 0.0
+	var d [1]float64
+	for _, j := range idx {
+		tr, st := refs[j].tr, &refs[j].tr.steps[refs[j].i]
+		v := p.Critic.Forward(s.cws, tr.cins[st.cinOff:st.cinOff+c], 1)[0]
+		e := v - st.ret
+		loss += e * e / 2 / total
+		d[0] = e / total
+		p.Critic.Backward(s.cws, d[:], 1, g)
+	}
+	return loss
+}
+
+// Evaluate plays episodes with the greedy policy and returns each episode's reward, in order.
+func Evaluate(ctx context.Context, env Env, p *Policy, episodes []int, workers int) ([]float64, error) {
+	out := make([]float64, len(episodes))
+	errs := make([]error, len(episodes))
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	parallel(len(episodes), workers, func(i int) {
+		r, err := env.Play(ctx, episodes[i], NewGreedyAgent(p))
+		if err != nil {
+			errs[i] = fmt.Errorf("episode %d: %w", episodes[i], err)
+		}
+		out[i] = r
+	})
+	return out, errors.Join(errs...)
+}
+
+// parallel runs fn(0..n-1) on up to workers goroutines.
+func parallel(n, workers int, fn func(i int)) {
+	if workers <= 1 || n <= 1 {
+		for i := 0; i < n; i++ {
+			fn(i)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for w := 0; w < min(workers, n); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				fn(i)
+			}
+		}()
+	}
+	for i := 0; i < n; i++ {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+}
+
+func mean(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	s := 0.0
+	for _, x := range xs {
+		s += x
+	}
+	return s / float64(len(xs))
+}
+
+func minMax(xs []float64) (lo, hi float64) {
+	lo, hi = math.Inf(1), math.Inf(-1)
+	for _, x := range xs {
+		lo, hi = math.Min(lo, x), math.Max(hi, x)
+	}
+	return lo, hi
+}

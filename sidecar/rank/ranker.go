@@ -1,0 +1,142 @@
+package rank
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/sidecar/sched"
+)
+
+// Ranker orders the pending queue with a learned policy, or with Heuristic when it has none.
+// It implements sched.Ranker. The oldest MaxWindow jobs are scored (RLTune's window) and
+// ordered by score; the jobs beyond the window follow in submission order. Safe for concurrent
+// use.
+type Ranker struct {
+	mu sync.Mutex
+	// policy is nil for the heuristic fallback.
+	policy    *Policy
+	heuristic Heuristic
+	ext       Extractor
+	agent     *Agent
+	// explain adds the named raw features to every Ranked (for the queue and explain APIs).
+	explain bool
+	raw     []float64
+	globals []float64
+	order   []int
+	scores  []float64
+	names   []string
+}
+
+// Option configures a Ranker.
+type Option func(*Ranker)
+
+// WithExplain controls whether Ranked.Features is filled (default true).
+func WithExplain(on bool) Option { return func(r *Ranker) { r.explain = on } }
+
+// WithHeuristic replaces the fallback heuristic's parameters.
+func WithHeuristic(h Heuristic) Option { return func(r *Ranker) { r.heuristic = h } }
+
+// WithExtractor sets the feature extractor's horizon and reference GPU type.
+func WithExtractor(e Extractor) Option {
+	return func(r *Ranker) { r.ext.Horizon, r.ext.RefGPU = e.Horizon, e.RefGPU }
+}
+
+// WithAgent makes the ranker act through an agent: a training rollout's (sampling and recording
+// its decisions) or a greedy evaluation's. The agent's policy replaces the ranker's.
+func WithAgent(a *Agent) Option { return func(r *Ranker) { r.agent = a; r.policy = a.pol } }
+
+// New returns a ranker for policy p; nil selects the fallback heuristic. The policy must use
+// the default feature schema.
+func New(p *Policy, opts ...Option) (*Ranker, error) {
+	if p != nil && !p.Schema.Equal(DefaultSchema()) {
+		return nil, fmt.Errorf("rank: policy schema %v/%v does not match this build's feature schema version %d %v",
+			p.Schema.Version, p.Schema.Features, SchemaVersion, DefaultSchema().Features)
+	}
+	r := &Ranker{policy: p, explain: true,
+		raw: make([]float64, MaxWindow*NumFeatures), globals: make([]float64, NumGlobals),
+		order: make([]int, MaxWindow), scores: make([]float64, MaxWindow),
+		names: DefaultSchema().Features}
+	for _, o := range opts {
+		o(r)
+	}
+	if r.policy != nil && r.agent == nil {
+		r.agent = NewGreedyAgent(r.policy)
+	}
+	return r, nil
+}
+
+// Policy returns the ranker's policy (nil when it uses the heuristic).
+func (r *Ranker) Policy() *Policy { return r.policy }
+
+// Rank implements sched.Ranker.
+func (r *Ranker) Rank(ctx context.Context, snap *cluster.Snapshot, pred sched.Predictor) ([]sched.Ranked, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	out := make([]sched.Ranked, len(snap.Pending))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n, err := r.rank(snap, pred)
+	if err != nil {
+		return nil, err
+	}
+	low := 0.0
+	for pos := 0; pos < n; pos++ {
+		j := r.order[pos]
+		out[pos] = sched.Ranked{Job: &snap.Pending[j], Score: r.scores[j]}
+		if r.explain {
+			fm := make(map[string]float64, NumFeatures+1)
+			for i, name := range r.names {
+				fm[name] = r.raw[j*NumFeatures+i]
+			}
+			out[pos].Features = fm
+		}
+		low = r.scores[j]
+	}
+	// Beyond the window: submission order, below every windowed job.
+	for j := n; j < len(snap.Pending); j++ {
+		low -= 1
+		out[j] = sched.Ranked{Job: &snap.Pending[j], Score: low}
+	}
+	return out, nil
+}
+
+// rank computes the order and scores of the window into r.order and r.scores and returns the
+// window size. Callers hold r.mu.
+func (r *Ranker) rank(snap *cluster.Snapshot, pred sched.Predictor) (int, error) {
+	n := min(len(snap.Pending), MaxWindow)
+	if n == 0 {
+		return 0, nil
+	}
+	r.ext.Extract(snap, pred, n, r.raw, r.globals)
+	if r.policy == nil {
+		for j := 0; j < n; j++ {
+			r.scores[j] = r.heuristic.Score(r.raw[j*NumFeatures : (j+1)*NumFeatures])
+			r.order[j] = j
+		}
+		slices.SortStableFunc(r.order[:n], func(a, b int) int { return cmp.Compare(r.scores[b], r.scores[a]) })
+		strictlyDecreasing(r.order[:n], r.scores)
+		return n, nil
+	}
+	// The policy ranks the whole window (jobs that cannot start now keep their place: the
+	// placement engine's window and look-ahead use them); a decision is explored and learnt
+	// from only when some job can start, since otherwise the order changes nothing.
+	canStart := 0
+	for j := 0; j < n; j++ {
+		if r.raw[j*NumFeatures+FCanStart] > 0 {
+			canStart++
+		}
+	}
+	k := 0
+	if canStart > 0 {
+		k = n
+	}
+	if err := r.agent.Act(r.raw, n, r.globals, nil, k, r.order, r.scores); err != nil {
+		return 0, err
+	}
+	return n, nil
+}

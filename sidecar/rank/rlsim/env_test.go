@@ -1,0 +1,156 @@
+package rlsim
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/sidecar/rank"
+	"github.com/hetgpu/hetgpu/sidecar/sched"
+	"github.com/hetgpu/hetgpu/sidecar/sim"
+	"github.com/hetgpu/hetgpu/sidecar/throughput"
+	"github.com/hetgpu/hetgpu/sidecar/trace"
+)
+
+func testEnv(t testing.TB, jobs int) *Env {
+	t.Helper()
+	tab, err := throughput.Bundled()
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := sim.LoadSpec("gavel-108")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := trace.Load("bundled:train-0", sim.TraceOptions(tab, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.Jobs = tr.Jobs[:min(len(tr.Jobs), 3*jobs)]
+	env, err := NewEnv(EnvConfig{Spec: spec, Throughput: tab, Trace: tr, EpisodeJobs: jobs,
+		Policy: func(r sched.Ranker) (sim.Policy, error) {
+			return &RankedFirstFit{PolicyName: "learned", Ranker: r, Estimates: Estimates{Seed: 1}}, nil
+		},
+		Baseline: func() (sim.Policy, error) {
+			h, err := rank.New(nil)
+			return &RankedFirstFit{PolicyName: "heuristic", Ranker: h, Estimates: Estimates{Seed: 1}}, err
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env
+}
+
+func TestEnvPlays(t *testing.T) {
+	env := testEnv(t, 60)
+	if env.Episodes() != 3 {
+		t.Fatalf("%d episodes, want 3", env.Episodes())
+	}
+	tr, err := rank.NewTrainer(rank.Config{Seed: 1, RolloutsPerEpoch: 2, Workers: 2}, rank.DefaultSchema())
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := tr.Train(context.Background(), env, 1, []int{2}, nil); err != nil {
+		t.Fatal(err)
+	}
+	st := tr.Curve[0]
+	t.Logf("epoch: %+v in %v", st, time.Since(start))
+	if st.Steps == 0 {
+		t.Fatal("no decisions recorded")
+	}
+	if !st.Evaluated {
+		t.Fatal("no evaluation")
+	}
+}
+
+func TestReferenceGPUMatchesSimulator(t *testing.T) {
+	if rank.ReferenceGPU != sim.ReferenceGPU {
+		t.Fatalf("rank.ReferenceGPU %q != sim.ReferenceGPU %q: runtime estimates would be misread", rank.ReferenceGPU, sim.ReferenceGPU)
+	}
+}
+
+type collector struct {
+	mu  sync.Mutex
+	obs []cluster.Observation
+}
+
+func (c *collector) Observe(_ context.Context, o cluster.Observation) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.obs = append(c.obs, o)
+	return nil
+}
+
+// TestOnlineTuningFromSimulatedRuns: runs measured in a simulation become the episodes of a
+// guarded fine-tuning step, and the tuner swaps the ranker's policy only when adopted.
+func TestOnlineTuningFromSimulatedRuns(t *testing.T) {
+	env := testEnv(t, 40)
+	col := &collector{}
+	h, _ := rank.New(nil)
+	p := struct {
+		*RankedFirstFit
+		*collector
+	}{&RankedFirstFit{PolicyName: "live", Ranker: h, Estimates: Estimates{Seed: 1}}, col}
+	if _, err := sim.Simulate(context.Background(), env.setup(0), p, nil); err != nil {
+		t.Fatal(err)
+	}
+	if len(col.obs) < 30 {
+		t.Fatalf("only %d observations", len(col.obs))
+	}
+	tr, err := TraceFromObservations("live", col.obs, env.cfg.Throughput)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tr.Jobs) != len(col.obs) || tr.Jobs[0].ArrivalS != 0 {
+		t.Fatalf("trace of %d jobs from %d single-run observations, first arrival %v", len(tr.Jobs), len(col.obs), tr.Jobs[0].ArrivalS)
+	}
+	trainer, _ := rank.NewTrainer(rank.Config{Seed: 2, RolloutsPerEpoch: 2, Workers: 2}, rank.DefaultSchema())
+	ft, err := rank.NewFineTuner(trainer.Checkpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ft.Epochs = 1
+	cfg := env.cfg
+	cfg.EpisodeJobs = 15
+	ranker, _ := rank.New(nil)
+	ot := &rank.OnlineTuner{Ranker: ranker, Tuner: ft, Build: LiveBuilder(cfg), Every: len(col.obs)}
+	for _, o := range col.obs[:len(col.obs)-1] {
+		ot.Observe(context.Background(), o)
+	}
+	if ran, _, err := ot.Tune(context.Background()); ran || err != nil {
+		t.Fatalf("tuned before enough observations: ran %v, err %v", ran, err)
+	}
+	ot.Observe(context.Background(), col.obs[len(col.obs)-1])
+	ran, res, err := ot.Tune(context.Background())
+	if err != nil || !ran {
+		t.Fatalf("tuning step: ran %v, err %v", ran, err)
+	}
+	t.Logf("online step: %+v", res)
+	if res.Accepted != (ranker.Policy() != nil) {
+		t.Fatalf("adopted %v but ranker policy set %v", res.Accepted, ranker.Policy() != nil)
+	}
+}
+
+func TestKeepContended(t *testing.T) {
+	env := testEnv(t, 40)
+	n := env.Episodes()
+	kept, err := env.KeepContended(context.Background(), 1.2, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kept != env.Episodes() || kept > n {
+		t.Fatalf("kept %d of %d, Episodes() %d", kept, n, env.Episodes())
+	}
+	for i := 0; i < kept; i++ {
+		b, _ := env.Baseline(context.Background(), i)
+		if b.BoundedSlowdown < 1.2 {
+			t.Fatalf("episode %d kept with baseline bounded slowdown %v", i, b.BoundedSlowdown)
+		}
+	}
+	if _, err := env.KeepContended(context.Background(), 1e12, 2); err == nil {
+		t.Fatal("an impossible threshold kept episodes")
+	}
+}
