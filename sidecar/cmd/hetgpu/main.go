@@ -26,6 +26,13 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"version", "print the version", runVersion},
+		{"train", "train the job prioritiser (PPO) in the simulator; `train eval` checks it on held-out traces", runTrain},
+		{"predict", "evaluate or train the throughput and power predictor", runPredict},
+		{"sim", "replay a trace on a simulated GPU cluster under each policy and compare them", runSim},
+		{"sidecar", "run the scheduler sidecar (Nomad, or the embedded simulated cluster)", runSidecar},
+		{"release", "hand a held job back to plain Nomad scheduling", runRelease},
+		{"validate", "check a jobspec's hetgpu annotations and hold constraint", runValidate},
+		{"place", "placement engine tools: `place bench` times the MILP on a random cluster", runPlace},
 	}
 }
 

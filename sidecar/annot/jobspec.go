@@ -1,0 +1,432 @@
+package annot
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
+	"github.com/zclconf/go-cty/cty"
+	"github.com/zclconf/go-cty/cty/convert"
+)
+
+// Jobspec is the part of a Nomad HCL2 jobspec that hetgpu cares about: meta, constraints,
+// groups, tasks and device requests. Runtime interpolations such as "${node.unique.id}" are
+// kept verbatim, as Nomad's own parser does; input variables resolve to their defaults.
+type Jobspec struct {
+	File        string
+	ID          string
+	Namespace   string
+	Type        string
+	Meta        map[string]Value
+	Constraints []SpecConstraint
+	Groups      []SpecGroup
+}
+
+// Value is a string value as written in the jobspec.
+type Value struct {
+	Text string
+	// Exact is false when the value depends on something validate cannot evaluate (a
+	// function call, a variable without a default); Text is then the expression's source.
+	Exact bool
+	Range hcl.Range
+}
+
+// SpecConstraint is a constraint (or affinity) block.
+type SpecConstraint struct {
+	LTarget, Operand, RTarget string
+	Weight                    int
+	Range                     hcl.Range
+}
+
+// SpecGroup is a task group.
+type SpecGroup struct {
+	Name        string
+	Count       int
+	Meta        map[string]Value
+	Constraints []SpecConstraint
+	Tasks       []SpecTask
+	Range       hcl.Range
+}
+
+// SpecTask is a task with its device requests.
+type SpecTask struct {
+	Name        string
+	Driver      string
+	Constraints []SpecConstraint
+	Devices     []SpecDevice
+	Range       hcl.Range
+}
+
+// SpecDevice is a `device "name" {}` request in a task's resources.
+type SpecDevice struct {
+	Name        string
+	Count       int
+	Constraints []SpecConstraint
+	Affinities  []SpecConstraint
+	Range       hcl.Range
+}
+
+// IsGPU reports whether a device request name ("gpu", "nvidia/gpu", "nvidia/gpu/Tesla T4")
+// asks for GPUs.
+func IsGPU(name string) bool {
+	parts := strings.SplitN(name, "/", 3)
+	switch len(parts) {
+	case 1:
+		return parts[0] == "gpu"
+	default:
+		return parts[1] == "gpu"
+	}
+}
+
+// ReadJobspec reads and parses a jobspec file.
+func ReadJobspec(path string) (*Jobspec, error) {
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read jobspec: %w", err)
+	}
+	return ParseJobspec(path, src)
+}
+
+// ParseJobspec parses an HCL2 jobspec (native syntax; Nomad's JSON job format is not read).
+func ParseJobspec(filename string, src []byte) (*Jobspec, error) {
+	f, diags := hclsyntax.ParseConfig(src, filename, hcl.InitialPos)
+	if diags.HasErrors() {
+		return nil, fmt.Errorf("parse %s: %w", filename, diags)
+	}
+	body := f.Body.(*hclsyntax.Body)
+	r := &reader{src: src, vars: map[string]cty.Value{}}
+	// Input variables first: their defaults feed var.x references.
+	for _, b := range body.Blocks {
+		if b.Type == "variable" && len(b.Labels) == 1 {
+			if a, ok := b.Body.Attributes["default"]; ok {
+				if v, d := a.Expr.Value(nil); !d.HasErrors() {
+					r.vars[b.Labels[0]] = v
+				}
+			}
+		}
+	}
+	var jobs []*hclsyntax.Block
+	for _, b := range body.Blocks {
+		if b.Type == "job" {
+			jobs = append(jobs, b)
+		}
+	}
+	if len(jobs) != 1 {
+		return nil, fmt.Errorf("parse %s: expected exactly one job block, found %d", filename, len(jobs))
+	}
+	jb := jobs[0]
+	if len(jb.Labels) != 1 {
+		return nil, fmt.Errorf("%s: job block needs one label, the job ID", jb.DefRange())
+	}
+	js := &Jobspec{File: filename, ID: jb.Labels[0], Meta: map[string]Value{}}
+	js.Namespace = r.str(jb.Body, "namespace").Text
+	js.Type = r.str(jb.Body, "type").Text
+	js.Meta = r.meta(jb.Body)
+	js.Constraints = r.constraints(jb.Body, "constraint")
+	for _, gb := range jb.Body.Blocks {
+		if gb.Type != "group" || len(gb.Labels) != 1 {
+			continue
+		}
+		g := SpecGroup{Name: gb.Labels[0], Count: 1, Range: gb.DefRange()}
+		if c := r.str(gb.Body, "count"); c.Text != "" {
+			n, err := strconv.Atoi(c.Text)
+			if err != nil || n < 0 {
+				return nil, fmt.Errorf("%s: group %q count = %q: expected a non-negative integer", c.Range, g.Name, c.Text)
+			}
+			g.Count = n
+		}
+		g.Meta = r.meta(gb.Body)
+		g.Constraints = r.constraints(gb.Body, "constraint")
+		for _, tb := range gb.Body.Blocks {
+			if tb.Type != "task" || len(tb.Labels) != 1 {
+				continue
+			}
+			t := SpecTask{Name: tb.Labels[0], Driver: r.str(tb.Body, "driver").Text, Range: tb.DefRange()}
+			t.Constraints = r.constraints(tb.Body, "constraint")
+			for _, rb := range tb.Body.Blocks {
+				if rb.Type != "resources" {
+					continue
+				}
+				for _, db := range rb.Body.Blocks {
+					if db.Type != "device" || len(db.Labels) != 1 {
+						continue
+					}
+					d := SpecDevice{Name: db.Labels[0], Count: 1, Range: db.DefRange()}
+					if c := r.str(db.Body, "count"); c.Text != "" {
+						n, err := strconv.Atoi(c.Text)
+						if err != nil || n < 0 {
+							return nil, fmt.Errorf("%s: device %q count = %q: expected a non-negative integer", c.Range, d.Name, c.Text)
+						}
+						d.Count = n
+					}
+					d.Constraints = r.constraints(db.Body, "constraint")
+					d.Affinities = r.constraints(db.Body, "affinity")
+					t.Devices = append(t.Devices, d)
+				}
+			}
+			g.Tasks = append(g.Tasks, t)
+		}
+		js.Groups = append(js.Groups, g)
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	return js, nil
+}
+
+type reader struct {
+	src  []byte
+	vars map[string]cty.Value
+	err  error
+}
+
+func (r *reader) ctx() *hcl.EvalContext {
+	return &hcl.EvalContext{Variables: map[string]cty.Value{"var": cty.ObjectVal(r.vars)}}
+}
+
+// runtimeRoots are Nomad's runtime interpolation roots, kept verbatim in the job.
+var runtimeRoots = map[string]bool{"node": true, "attr": true, "meta": true, "device": true, "unique": true, "env": true}
+
+// value evaluates an expression to a string the way Nomad's parser would store it.
+func (r *reader) value(expr hclsyntax.Expression) Value {
+	rng := expr.Range()
+	v, diags := expr.Value(r.ctx())
+	if !diags.HasErrors() && v.IsWhollyKnown() && !v.IsNull() {
+		if s, ok := ctyString(v); ok {
+			return Value{Text: s, Exact: true, Range: rng}
+		}
+	}
+	// Nomad keeps runtime interpolations (${node.unique.id}, ${NOMAD_ALLOC_ID}) as text.
+	exact := true
+	for _, t := range expr.Variables() {
+		root := t.RootName()
+		if !runtimeRoots[root] && !strings.HasPrefix(root, "NOMAD_") {
+			exact = false
+		}
+	}
+	text := string(rng.SliceBytes(r.src))
+	switch expr.(type) {
+	case *hclsyntax.TemplateExpr, *hclsyntax.TemplateWrapExpr:
+		if u, err := strconv.Unquote(text); err == nil {
+			text = u
+		} else {
+			text = strings.TrimSuffix(strings.TrimPrefix(text, `"`), `"`)
+		}
+	default:
+		exact = false
+	}
+	return Value{Text: text, Exact: exact, Range: rng}
+}
+
+func ctyString(v cty.Value) (string, bool) {
+	switch v.Type() {
+	case cty.String:
+		return v.AsString(), true
+	case cty.Bool:
+		return strconv.FormatBool(v.True()), true
+	case cty.Number:
+		f := v.AsBigFloat()
+		if f.IsInt() {
+			i, _ := f.Int(nil)
+			return i.String(), true
+		}
+		return f.Text('g', -1), true
+	}
+	if s, err := convert.Convert(v, cty.String); err == nil && !s.IsNull() {
+		return s.AsString(), true
+	}
+	return "", false
+}
+
+func (r *reader) str(body *hclsyntax.Body, name string) Value {
+	a, ok := body.Attributes[name]
+	if !ok {
+		return Value{}
+	}
+	return r.value(a.Expr)
+}
+
+// meta reads `meta { k = "v" }` blocks and `meta = { "k.with.dots" = "v" }` attributes.
+func (r *reader) meta(body *hclsyntax.Body) map[string]Value {
+	out := map[string]Value{}
+	for _, b := range body.Blocks {
+		if b.Type != "meta" {
+			continue
+		}
+		for name, a := range b.Body.Attributes {
+			out[name] = r.value(a.Expr)
+		}
+	}
+	if a, ok := body.Attributes["meta"]; ok {
+		obj, ok := a.Expr.(*hclsyntax.ObjectConsExpr)
+		if !ok {
+			r.fail(fmt.Errorf("%s: meta must be a block or a map literal", a.SrcRange))
+			return out
+		}
+		for _, item := range obj.Items {
+			kv, d := item.KeyExpr.Value(r.ctx())
+			k, ok := ctyString(kv)
+			if d.HasErrors() || !ok {
+				r.fail(fmt.Errorf("%s: meta key must be a string", item.KeyExpr.Range()))
+				continue
+			}
+			out[k] = r.value(item.ValueExpr)
+		}
+	}
+	return out
+}
+
+func (r *reader) constraints(body *hclsyntax.Body, typ string) []SpecConstraint {
+	var out []SpecConstraint
+	for _, b := range body.Blocks {
+		if b.Type != typ {
+			continue
+		}
+		c := SpecConstraint{
+			LTarget: r.str(b.Body, "attribute").Text,
+			Operand: r.str(b.Body, "operator").Text,
+			RTarget: r.str(b.Body, "value").Text,
+			Range:   b.DefRange(),
+		}
+		if w := r.str(b.Body, "weight").Text; w != "" {
+			n, err := strconv.Atoi(w)
+			if err != nil {
+				r.fail(fmt.Errorf("%s: weight = %q: expected an integer from -100 to 100", b.DefRange(), w))
+			}
+			c.Weight = n
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+func (r *reader) fail(err error) {
+	if r.err == nil {
+		r.err = err
+	}
+}
+
+// Finding is one problem validate found.
+type Finding struct {
+	// Severity is "error" (the sidecar would keep the job held, or Nomad would reject it) or
+	// "warning" (it runs, but probably not as intended).
+	Severity string
+	Pos      hcl.Pos
+	File     string
+	Group    string
+	Message  string
+}
+
+func (f Finding) String() string {
+	loc := f.File
+	if f.Pos.Line > 0 {
+		loc = fmt.Sprintf("%s:%d", f.File, f.Pos.Line)
+	}
+	g := ""
+	if f.Group != "" {
+		g = fmt.Sprintf("group %q: ", f.Group)
+	}
+	return fmt.Sprintf("%s: %s: %s%s", loc, f.Severity, g, f.Message)
+}
+
+// Check validates the hetgpu annotations and the hold constraint of every group.
+func Check(js *Jobspec) []Finding {
+	var out []Finding
+	add := func(sev string, rng hcl.Range, group, format string, args ...any) {
+		out = append(out, Finding{Severity: sev, Pos: rng.Start, File: js.File, Group: group, Message: fmt.Sprintf(format, args...)})
+	}
+	jobHold := false
+	for _, c := range js.Constraints {
+		if IsHold(c.LTarget, c.Operand, c.RTarget) {
+			jobHold = true
+		} else if c.LTarget == HoldAttribute {
+			add("warning", c.Range, "", "constraint on %s is not the hold constraint (%s %s %q); write operator \"=\" and value %q", HoldAttribute, HoldAttribute, HoldOperand, HoldValue, HoldValue)
+		}
+	}
+	jobMeta := plain(js.Meta)
+	for _, g := range js.Groups {
+		groupHold := false
+		for _, c := range g.Constraints {
+			if IsHold(c.LTarget, c.Operand, c.RTarget) {
+				groupHold = true
+			}
+		}
+		held := jobHold || groupHold
+		for _, t := range g.Tasks {
+			for _, c := range t.Constraints {
+				if IsHold(c.LTarget, c.Operand, c.RTarget) {
+					add("error", c.Range, g.Name, "task %q: the hold constraint belongs in the job or the group, not a task", t.Name)
+				}
+			}
+		}
+		// Values validate cannot evaluate are reported, not guessed.
+		merged := map[string]Value{}
+		for k, v := range js.Meta {
+			merged[k] = v
+		}
+		for k, v := range g.Meta {
+			merged[k] = v
+		}
+		for k, v := range merged {
+			if strings.HasPrefix(k, Prefix) && !v.Exact {
+				add("warning", v.Range, g.Name, "%s = %s is not a literal; validate cannot check it", k, v.Text)
+			}
+		}
+		a, err := Parse(jobMeta, plain(g.Meta), g.Name)
+		for _, e := range Errors(err) {
+			rng := merged[e.Key].Range
+			add("error", rng, g.Name, "%s", e.Error())
+		}
+		enableSet := false
+		if v, ok := merged[KeyEnable]; ok {
+			enableSet = true
+			if b, err := parseBool(strings.TrimSpace(v.Text)); err == nil && !b && held {
+				add("error", v.Range, g.Name, "%s is false but the group carries the hold constraint: it would wait forever; remove the hold or set %s = \"true\"", KeyEnable, KeyEnable)
+			}
+		}
+		gpus, perAlloc := 0, 0
+		for _, t := range g.Tasks {
+			for _, d := range t.Devices {
+				if !IsGPU(d.Name) {
+					continue
+				}
+				perAlloc += d.Count
+				for _, c := range d.Constraints {
+					if c.LTarget == "${device.ids}" && held {
+						add("warning", c.Range, g.Name, "task %q: a ${device.ids} constraint in a held group is replaced by hetgpu's pin", t.Name)
+					}
+				}
+			}
+		}
+		gpus = perAlloc * g.Count
+		switch {
+		case held && gpus == 0:
+			add("error", g.Range, g.Name, "the group is held for hetgpu but requests no GPU (a device \"nvidia/gpu\" block with count >= 1): hetgpu only places GPU groups, so it would wait forever")
+		case !held && a.Enabled:
+			add("warning", g.Range, g.Name, "%s is true but the group has no hold constraint (%s %s %q): Nomad places it at once and hetgpu only compares its own decision (shadow)", KeyEnable, HoldAttribute, HoldOperand, HoldValue)
+		case held && !enableSet:
+			// The hold alone enables hetgpu; say so, it is a common omission.
+			add("warning", g.Range, g.Name, "held without %s = \"true\"; hetgpu manages it because of the hold", KeyEnable)
+		}
+		if a.MaxNodes > 1 && g.Count <= 1 {
+			add("warning", merged[KeyMaxNodes].Range, g.Name, "%s = %d has no effect on a group with count = %d: one allocation runs on one node; use count > 1 for data-parallel jobs", KeyMaxNodes, a.MaxNodes, g.Count)
+		}
+		if g.Count > 1 && a.MaxNodes > 0 && a.MaxNodes < g.Count && perAlloc > 0 {
+			add("warning", merged[KeyMaxNodes].Range, g.Name, "%s = %d is below count = %d: hetgpu places one allocation per node, so the group needs %d nodes", KeyMaxNodes, a.MaxNodes, g.Count, g.Count)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Pos.Line < out[j].Pos.Line })
+	return out
+}
+
+func plain(m map[string]Value) map[string]string {
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v.Text
+	}
+	return out
+}

@@ -1,0 +1,266 @@
+// Package app assembles the sidecar: configuration (HCL file, Nomad's environment
+// variables, flags), the backend (Nomad, or the embedded simulated cluster when no Nomad
+// address is configured), the pipeline stages (sidecar/rank, sidecar/predict, sidecar/place),
+// the state store, the service loop and the HTTP API.
+package app
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/hcl/v2/gohcl"
+	"github.com/hashicorp/hcl/v2/hclparse"
+
+	"github.com/hetgpu/hetgpu/sidecar/server"
+	"github.com/hetgpu/hetgpu/sidecar/store"
+)
+
+// Config is the sidecar's configuration file (HCL). Every setting is optional:
+//
+//	listen     = "127.0.0.1:4656"    # API address (flag -listen overrides)
+//	public_url = "http://gpu-sidecar.internal:4656"  # how users reach the API; used in the
+//	                                 # explain links written into jobs' ui blocks
+//	token      = "..."               # bearer token the API requires (env HETGPU_TOKEN)
+//	state_dir  = "/var/lib/hetgpu"   # sidecar.db (bbolt) and the predictor's catalog.jsonl
+//	backend    = "auto"              # auto | nomad | simulated; auto = nomad when an address
+//	                                 # is configured (here or NOMAD_ADDR), else simulated
+//	shadow     = false               # decide and record, never pin
+//	reconcile  = "5s"                # rounds without events
+//	debounce   = "250ms"             # batch event bursts into one round
+//	log_level  = "info"
+//
+//	nomad {
+//	  address   = "https://nomad.service:4646"  # else NOMAD_ADDR
+//	  token     = "..."                         # else NOMAD_TOKEN
+//	  namespace = "*"                           # watched namespaces; else NOMAD_NAMESPACE, else all
+//	  region    = ""                            # else NOMAD_REGION
+//	  ca_file   = "" cert_file = "" key_file = ""  # else NOMAD_CACERT, NOMAD_CLIENT_CERT, NOMAD_CLIENT_KEY
+//	  tls_server_name = ""  tls_skip_verify = false  # else NOMAD_TLS_SERVER_NAME, NOMAD_SKIP_VERIFY
+//	  sample_device_stats = true   # measure energy from allocation device stats
+//	  topology = true              # read GPU topology from node device stats
+//	  resync   = "1m"              # full list resync besides the one on every reconnect
+//	}
+//
+//	simulator {                     # the embedded cluster used without Nomad
+//	  cluster = "modern-mix"        # bundled name or spec file
+//	  trace   = "bundled:default"   # what jobs arrive (see hetgpu sim)
+//	  speed   = 300                 # simulated seconds per wall-clock second
+//	  seed    = 1
+//	}
+//
+//	placement { preset = "hetgpu" }            # hetgpu | rltune | gogh (sidecar/place)
+//	ranker    { policy = "" }                  # checkpoint file; empty = bundled default policy
+//	predictor { window = 1000  min_samples = 3 }
+type Config struct {
+	Listen    string `hcl:"listen,optional"`
+	PublicURL string `hcl:"public_url,optional"`
+	Token     string `hcl:"token,optional"`
+	StateDir  string `hcl:"state_dir,optional"`
+	Backend   string `hcl:"backend,optional"`
+	Shadow    bool   `hcl:"shadow,optional"`
+	Reconcile string `hcl:"reconcile,optional"`
+	Debounce  string `hcl:"debounce,optional"`
+	LogLevel  string `hcl:"log_level,optional"`
+
+	Nomad     *NomadConfig     `hcl:"nomad,block"`
+	Simulator *SimConfig       `hcl:"simulator,block"`
+	Placement *PlacementConfig `hcl:"placement,block"`
+	Ranker    *RankerConfig    `hcl:"ranker,block"`
+	Predictor *PredictorConfig `hcl:"predictor,block"`
+
+	// Parsed values (no hcl tag: gohcl ignores untagged fields).
+	ReconcileD, DebounceD, ResyncD time.Duration
+	// File is where the configuration came from ("" for defaults).
+	File string
+}
+
+// NomadConfig is the nomad block.
+type NomadConfig struct {
+	Address           string `hcl:"address,optional"`
+	Token             string `hcl:"token,optional"`
+	Namespace         string `hcl:"namespace,optional"`
+	Region            string `hcl:"region,optional"`
+	CAFile            string `hcl:"ca_file,optional"`
+	CertFile          string `hcl:"cert_file,optional"`
+	KeyFile           string `hcl:"key_file,optional"`
+	TLSServerName     string `hcl:"tls_server_name,optional"`
+	TLSSkipVerify     bool   `hcl:"tls_skip_verify,optional"`
+	SampleDeviceStats *bool  `hcl:"sample_device_stats,optional"`
+	Topology          *bool  `hcl:"topology,optional"`
+	Resync            string `hcl:"resync,optional"`
+}
+
+// SimConfig is the simulator block.
+type SimConfig struct {
+	Cluster string  `hcl:"cluster,optional"`
+	Trace   string  `hcl:"trace,optional"`
+	Speed   float64 `hcl:"speed,optional"`
+	Seed    int     `hcl:"seed,optional"`
+}
+
+// PlacementConfig is the placement block.
+type PlacementConfig struct {
+	Preset string `hcl:"preset,optional"`
+}
+
+// RankerConfig is the ranker block.
+type RankerConfig struct {
+	Policy string `hcl:"policy,optional"`
+}
+
+// PredictorConfig is the predictor block.
+type PredictorConfig struct {
+	Window     int `hcl:"window,optional"`
+	MinSamples int `hcl:"min_samples,optional"`
+}
+
+// LoadConfig reads a configuration file; path "" gives the defaults.
+func LoadConfig(path string) (*Config, error) {
+	c := &Config{}
+	if path != "" {
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("read config: %w", err)
+		}
+		if c, err = ParseConfig(path, src); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.finish(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// ParseConfig parses configuration HCL (without applying defaults; LoadConfig does).
+func ParseConfig(filename string, src []byte) (*Config, error) {
+	f, diags := hclparse.NewParser().ParseHCL(src, filename)
+	if diags.HasErrors() {
+		return nil, fmt.Errorf("config: %w", diags)
+	}
+	var c Config
+	if diags := gohcl.DecodeBody(f.Body, nil, &c); diags.HasErrors() {
+		return nil, fmt.Errorf("config: %w", diags)
+	}
+	c.File = filename
+	return &c, nil
+}
+
+// Finish applies defaults and validates; exported for tests and the CLI.
+func (c *Config) Finish() error { return c.finish() }
+
+func (c *Config) finish() error {
+	bad := func(field string, v any, exp string) error {
+		where := ""
+		if c.File != "" {
+			where = c.File + ": "
+		}
+		return fmt.Errorf("%sconfig %s = %q: expected %s", where, field, fmt.Sprint(v), exp)
+	}
+	if c.Listen == "" {
+		c.Listen = server.DefaultListen
+	}
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		return bad("listen", c.Listen, "host:port, e.g. 127.0.0.1:4656")
+	}
+	if c.Token == "" {
+		c.Token = os.Getenv("HETGPU_TOKEN")
+	}
+	if c.PublicURL != "" && !strings.HasPrefix(c.PublicURL, "http://") && !strings.HasPrefix(c.PublicURL, "https://") {
+		return bad("public_url", c.PublicURL, "an http:// or https:// URL")
+	}
+	switch c.Backend {
+	case "":
+		c.Backend = "auto"
+	case "auto", "nomad", "simulated":
+	default:
+		return bad("backend", c.Backend, "auto, nomad or simulated")
+	}
+	switch strings.ToLower(c.LogLevel) {
+	case "":
+		c.LogLevel = "info"
+	case "trace", "debug", "info", "warn", "error":
+	default:
+		return bad("log_level", c.LogLevel, "trace, debug, info, warn or error")
+	}
+	var err error
+	if c.ReconcileD, err = duration(c.Reconcile, 5*time.Second); err != nil || c.ReconcileD < 100*time.Millisecond {
+		return bad("reconcile", c.Reconcile, "a duration of at least 100ms, e.g. \"5s\"")
+	}
+	if c.DebounceD, err = duration(c.Debounce, 250*time.Millisecond); err != nil || c.DebounceD < 0 || c.DebounceD > c.ReconcileD {
+		return bad("debounce", c.Debounce, "a duration between 0 and the reconcile period, e.g. \"250ms\"")
+	}
+	if c.Nomad == nil {
+		c.Nomad = &NomadConfig{}
+	}
+	if c.ResyncD, err = duration(c.Nomad.Resync, time.Minute); err != nil || c.ResyncD < time.Second {
+		return bad("nomad.resync", c.Nomad.Resync, "a duration of at least 1s, e.g. \"1m\"")
+	}
+	if c.Simulator == nil {
+		c.Simulator = &SimConfig{}
+	}
+	if c.Simulator.Cluster == "" {
+		c.Simulator.Cluster = "modern-mix"
+	}
+	if c.Simulator.Trace == "" {
+		c.Simulator.Trace = "bundled:default"
+	}
+	if c.Simulator.Speed == 0 {
+		c.Simulator.Speed = 300
+	}
+	if c.Simulator.Speed < 1 || c.Simulator.Speed > 1e6 {
+		return bad("simulator.speed", c.Simulator.Speed, "simulated seconds per wall second, from 1 to 1000000")
+	}
+	if c.Simulator.Seed == 0 {
+		c.Simulator.Seed = 1
+	}
+	if c.Placement == nil {
+		c.Placement = &PlacementConfig{}
+	}
+	switch c.Placement.Preset {
+	case "":
+		c.Placement.Preset = "hetgpu"
+	case "hetgpu", "rltune", "gogh":
+	default:
+		return bad("placement.preset", c.Placement.Preset, "hetgpu, rltune or gogh")
+	}
+	if c.Ranker == nil {
+		c.Ranker = &RankerConfig{}
+	}
+	if c.Predictor == nil {
+		c.Predictor = &PredictorConfig{}
+	}
+	if c.Predictor.Window < 0 {
+		return bad("predictor.window", c.Predictor.Window, "a positive number of runs (default 1000)")
+	}
+	if c.Predictor.MinSamples < 0 {
+		return bad("predictor.min_samples", c.Predictor.MinSamples, "a positive number of runs (default 3)")
+	}
+	if c.StateDir == "" {
+		c.StateDir = filepath.Dir(store.DefaultPath())
+	}
+	return nil
+}
+
+func duration(s string, def time.Duration) (time.Duration, error) {
+	if s == "" {
+		return def, nil
+	}
+	return time.ParseDuration(s)
+}
+
+// UseNomad decides the backend: explicit, or auto = a Nomad address is configured (the
+// nomad block or NOMAD_ADDR).
+func (c *Config) UseNomad() bool {
+	switch c.Backend {
+	case "nomad":
+		return true
+	case "simulated":
+		return false
+	}
+	return c.Nomad.Address != "" || os.Getenv("NOMAD_ADDR") != ""
+}

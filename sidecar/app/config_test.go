@@ -1,0 +1,112 @@
+package app
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseConfig(t *testing.T) {
+	src := `
+listen     = "0.0.0.0:9000"
+public_url = "https://sidecar.example:9000"
+token      = "t0k"
+state_dir  = "/var/lib/hetgpu"
+shadow     = true
+reconcile  = "2s"
+debounce   = "100ms"
+log_level  = "debug"
+
+nomad {
+  address             = "https://nomad:4646"
+  namespace           = "ml"
+  sample_device_stats = false
+  resync              = "30s"
+}
+
+simulator {
+  cluster = "gavel-108"
+  speed   = 60
+}
+
+placement {
+  preset = "gogh"
+}
+
+predictor {
+  window = 500
+}
+`
+	c, err := ParseConfig("s.hcl", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	if c.Listen != "0.0.0.0:9000" || c.Token != "t0k" || !c.Shadow || c.ReconcileD != 2*time.Second || c.DebounceD != 100*time.Millisecond ||
+		c.Nomad.Address != "https://nomad:4646" || c.Nomad.Namespace != "ml" || *c.Nomad.SampleDeviceStats || c.ResyncD != 30*time.Second ||
+		c.Simulator.Cluster != "gavel-108" || c.Simulator.Speed != 60 || c.Simulator.Trace != "bundled:default" ||
+		c.Placement.Preset != "gogh" || c.Predictor.Window != 500 || !c.UseNomad() {
+		t.Errorf("config = %+v nomad %+v sim %+v", c, c.Nomad, c.Simulator)
+	}
+}
+
+func TestConfigDefaults(t *testing.T) {
+	t.Setenv("NOMAD_ADDR", "")
+	t.Setenv("HETGPU_TOKEN", "from-env")
+	c, err := LoadConfig("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Listen != "127.0.0.1:4656" || c.ReconcileD != 5*time.Second || c.Backend != "auto" || c.UseNomad() ||
+		c.Token != "from-env" || c.Simulator.Cluster != "modern-mix" || c.Placement.Preset != "hetgpu" || c.StateDir == "" {
+		t.Errorf("defaults = %+v", c)
+	}
+	t.Setenv("NOMAD_ADDR", "http://127.0.0.1:4646")
+	if !c.UseNomad() {
+		t.Error("NOMAD_ADDR does not select the Nomad backend")
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	for _, tt := range []struct{ src, want string }{
+		{`listen = "4656"`, `config listen = "4656": expected host:port`},
+		{`reconcile = "soon"`, `config reconcile = "soon": expected a duration`},
+		{`debounce = "1m"`, `config debounce = "1m": expected a duration between 0 and the reconcile period`},
+		{`backend = "k8s"`, `config backend = "k8s": expected auto, nomad or simulated`},
+		{`log_level = "loud"`, `log_level = "loud"`},
+		{`public_url = "sidecar:4656"`, "public_url"},
+		{"placement {\n preset = \"best\"\n}", `config placement.preset = "best"`},
+		{"simulator {\n speed = -1\n}", "simulator.speed"},
+		{"nomad {\n resync = \"1ms\"\n}", "nomad.resync"},
+		{`bogus = 1`, `An argument named "bogus" is not expected here`},
+		{`listen = `, "s.hcl:1"},
+	} {
+		c, err := ParseConfig("s.hcl", []byte(tt.src))
+		if err == nil {
+			err = c.Finish()
+		}
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%q: err = %v, want %q", tt.src, err, tt.want)
+		}
+	}
+}
+
+func FuzzParseConfig(f *testing.F) {
+	f.Add(`listen = "127.0.0.1:1"` + "\nnomad {\n address = \"http://x\"\n}")
+	f.Add(`reconcile = "1h"`)
+	f.Add("simulator {\n speed = 1e9\n}")
+	f.Fuzz(func(t *testing.T, src string) {
+		c, err := ParseConfig("f.hcl", []byte(src))
+		if err != nil {
+			return
+		}
+		if err := c.Finish(); err != nil {
+			return
+		}
+		if c.ReconcileD < 100*time.Millisecond || c.DebounceD > c.ReconcileD || c.Listen == "" || c.Simulator.Speed < 1 {
+			t.Fatalf("accepted an invalid config: %+v", c)
+		}
+	})
+}

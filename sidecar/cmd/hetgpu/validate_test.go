@@ -1,0 +1,66 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Every bundled jobspec must pass `hetgpu validate` without errors or warnings.
+func TestValidateJobspecs(t *testing.T) {
+	files, err := filepath.Glob("../../../jobspecs/*.nomad.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) < 6 {
+		t.Fatalf("found %d jobspecs, want at least 6", len(files))
+	}
+	var out, errb bytes.Buffer
+	code := run(context.Background(), append([]string{"validate", "-strict"}, files...), &out, &errb)
+	if code != 0 {
+		t.Fatalf("validate = %d\n%s%s", code, out.String(), errb.String())
+	}
+	if n := strings.Count(out.String(), ": ok ("); n != len(files) {
+		t.Errorf("%d of %d jobspecs ok:\n%s", n, len(files), out.String())
+	}
+}
+
+func TestValidateReportsBadAnnotations(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bad.nomad.hcl")
+	spec := `job "bad" {
+  meta = {
+    "hetgpu.enable"     = "true"
+    "hetgpu.batch_size" = "sixty-four"
+  }
+  constraint {
+    attribute = "${meta.hetgpu.queue}"
+    value     = "waiting-for-hetgpu"
+  }
+  group "g" {
+    task "t" {
+      driver = "hetgpu"
+      resources {
+        device "nvidia/gpu" { count = 1 }
+      }
+    }
+  }
+}`
+	if err := os.WriteFile(path, []byte(spec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"validate", path}, &out, &errb)
+	if code != 1 || !strings.Contains(out.String(), `bad.nomad.hcl:4: error: group "g": hetgpu.batch_size = "sixty-four"`) ||
+		!strings.Contains(out.String(), "expected an integer") {
+		t.Errorf("validate = %d\nstdout %s\nstderr %s", code, out.String(), errb.String())
+	}
+	if code := run(context.Background(), []string{"validate"}, &out, &errb); code != 2 {
+		t.Errorf("validate without files = %d, want 2", code)
+	}
+	if code := run(context.Background(), []string{"release"}, &out, &errb); code != 2 {
+		t.Errorf("release without a job = %d, want 2", code)
+	}
+}

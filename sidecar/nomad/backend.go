@@ -1,0 +1,673 @@
+// Package nomad is the Nomad backend of cluster.Cluster: it watches a Nomad cluster through
+// github.com/hashicorp/nomad/api (event stream, resumed at the last index + 1, with a full
+// resync through the list APIs on every (re)connect), builds snapshots of nodes, GPUs,
+// allocations and held jobs, pins decisions by re-registering jobs with EnforceRegister, shows
+// each decision in the job's ui block and a version tag, re-holds pinned jobs whose node or
+// GPUs fail, and reports finished runs for the learner.
+package nomad
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/hetgpu/hetgpu/sidecar/annot"
+	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/sidecar/gpuspec"
+	"github.com/hetgpu/hetgpu/sidecar/service"
+)
+
+// Config configures the backend.
+type Config struct {
+	Client *api.Client
+	// Namespace to watch; "*" (default) is every namespace the token can read.
+	Namespace string
+	Logger    hclog.Logger
+	// ExplainBaseURL is the sidecar's address as users reach it; the job's ui link points to
+	// {ExplainBaseURL}/v1/jobs/{ns}/{id}/explain?format=html. Empty: no link.
+	ExplainBaseURL string
+	// Shadow: un-held annotated jobs are offered for decision too (the service records but
+	// never pins in shadow mode), and their own allocations are left out of the snapshot.
+	Shadow bool
+	// SampleDeviceStats polls the device stats of running hetgpu allocations to measure
+	// energy (one client RPC per allocation per SampleEvery).
+	SampleDeviceStats bool
+	SampleEvery       time.Duration
+	// Topology reads instance topology (NVLink peers, NUMA, PCIe switch) from node device
+	// stats once per node registration.
+	Topology bool
+	// ResyncEvery adds a full list resync besides the one on every (re)connect; default 1m,
+	// negative disables.
+	ResyncEvery time.Duration
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+	// RetryBackoff is the first wait before reconnecting (doubling to 30 s); default 1 s.
+	RetryBackoff time.Duration
+}
+
+// Backend implements cluster.Cluster and service.Backend on Nomad.
+type Backend struct {
+	cfg Config
+	c   *api.Client
+	log hclog.Logger
+
+	mu      sync.Mutex
+	nodes   map[string]*nodeRec
+	jobs    map[string]*jobRec // by "ns/id"
+	allocs  map[string]*allocRec
+	blocked map[string]*api.Evaluation // latest blocked eval by "ns/id"
+	index   uint64
+	// pending is the last snapshot's pending jobs by key: Pin checks their JobModifyIndex.
+	pending   map[string]cluster.Job
+	energy    map[string]*energyAcc
+	learned   map[string]bool
+	placed    map[string]bool
+	gone      []string
+	lastFault map[string]time.Time
+	lastStats time.Time
+}
+
+type nodeRec struct {
+	api  *api.Node
+	node cluster.Node
+}
+
+type jobRec struct {
+	job *api.Job
+	// firstSubmit is the earliest submit time seen: re-registers (pins, re-holds) must not
+	// reset a job's waiting time.
+	firstSubmit time.Time
+}
+
+type allocRec struct {
+	ID, Namespace, JobID, Group, NodeID string
+	JobVersion                          uint64
+	ClientStatus, DesiredStatus         string
+	// GPU devices the allocation holds.
+	Devices     []*api.AllocatedDeviceResource
+	Start, End  time.Time
+	ModifyIndex uint64
+}
+
+type energyAcc struct {
+	joules, peak, lastW float64
+	last                time.Time
+	samples             int
+}
+
+// New returns a backend; Watch must run for it to see anything.
+func New(cfg Config) (*Backend, error) {
+	if cfg.Client == nil {
+		return nil, errors.New("nomad backend: no API client")
+	}
+	if cfg.Namespace == "" {
+		cfg.Namespace = "*"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.ResyncEvery == 0 {
+		cfg.ResyncEvery = time.Minute
+	}
+	if cfg.SampleEvery <= 0 {
+		cfg.SampleEvery = 5 * time.Second
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.RetryBackoff <= 0 {
+		cfg.RetryBackoff = time.Second
+	}
+	return &Backend{
+		cfg: cfg, c: cfg.Client, log: cfg.Logger.Named("nomad"),
+		nodes: map[string]*nodeRec{}, jobs: map[string]*jobRec{}, allocs: map[string]*allocRec{},
+		blocked: map[string]*api.Evaluation{}, pending: map[string]cluster.Job{},
+		energy: map[string]*energyAcc{}, learned: map[string]bool{}, placed: map[string]bool{},
+		lastFault: map[string]time.Time{},
+	}, nil
+}
+
+func jobKey(ns, id string) string { return ns + "/" + id }
+
+func groupKey(ns, id, group string) string { return ns + "/" + id + "/" + group }
+
+func terminal(a *allocRec) bool {
+	switch a.DesiredStatus {
+	case api.AllocDesiredStatusStop, api.AllocDesiredStatusEvict:
+		return true
+	}
+	switch a.ClientStatus {
+	case api.AllocClientStatusComplete, api.AllocClientStatusFailed, api.AllocClientStatusLost:
+		return true
+	}
+	return false
+}
+
+func allocFromFull(a *api.Allocation) *allocRec {
+	r := &allocRec{ID: a.ID, Namespace: a.Namespace, JobID: a.JobID, Group: a.TaskGroup, NodeID: a.NodeID,
+		ClientStatus: a.ClientStatus, DesiredStatus: a.DesiredStatus, ModifyIndex: a.ModifyIndex}
+	if a.Job != nil && a.Job.Version != nil {
+		r.JobVersion = *a.Job.Version
+	}
+	r.Devices = gpuAllocated(a.AllocatedResources)
+	r.Start, r.End = taskTimes(a.TaskStates)
+	return r
+}
+
+func allocFromStub(a *api.AllocationListStub) *allocRec {
+	r := &allocRec{ID: a.ID, Namespace: a.Namespace, JobID: a.JobID, Group: a.TaskGroup, NodeID: a.NodeID,
+		JobVersion: a.JobVersion, ClientStatus: a.ClientStatus, DesiredStatus: a.DesiredStatus, ModifyIndex: a.ModifyIndex}
+	r.Devices = gpuAllocated(a.AllocatedResources)
+	r.Start, r.End = taskTimes(a.TaskStates)
+	return r
+}
+
+func gpuAllocated(ar *api.AllocatedResources) []*api.AllocatedDeviceResource {
+	if ar == nil {
+		return nil
+	}
+	var out []*api.AllocatedDeviceResource
+	names := make([]string, 0, len(ar.Tasks))
+	for n := range ar.Tasks {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		t := ar.Tasks[n]
+		if t == nil {
+			continue
+		}
+		for _, d := range t.Devices {
+			if d != nil && d.Type == "gpu" {
+				out = append(out, d)
+			}
+		}
+	}
+	return out
+}
+
+func taskTimes(ts map[string]*api.TaskState) (start, end time.Time) {
+	for _, s := range ts {
+		if s == nil {
+			continue
+		}
+		if !s.StartedAt.IsZero() && (start.IsZero() || s.StartedAt.Before(start)) {
+			start = s.StartedAt
+		}
+		if s.FinishedAt.After(end) {
+			end = s.FinishedAt
+		}
+	}
+	return start, end
+}
+
+func (a *allocRec) deviceIDs() []string {
+	var ids []string
+	for _, d := range a.Devices {
+		ids = append(ids, d.DeviceIDs...)
+	}
+	return ids
+}
+
+// managed reports whether hetgpu looks after a job: it carries the hold somewhere, a pin, or
+// hetgpu annotations.
+func managed(job *api.Job) bool {
+	if hasHold(job.Constraints) || annot.Has(job.Meta, nil) {
+		return true
+	}
+	for _, tg := range job.TaskGroups {
+		if hasHold(tg.Constraints) || annot.Has(nil, tg.Meta) {
+			return true
+		}
+		for _, t := range tg.Tasks {
+			if t != nil && hasHold(t.Constraints) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (b *Backend) now() time.Time { return b.cfg.Now() }
+
+// Snapshot builds the view every round works on.
+func (b *Backend) Snapshot(ctx context.Context) (*cluster.Snapshot, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	snap := &cluster.Snapshot{Now: b.now()}
+	nodeIDs := make([]string, 0, len(b.nodes))
+	for id := range b.nodes {
+		nodeIDs = append(nodeIDs, id)
+	}
+	sort.Strings(nodeIDs)
+	instNode := map[string]string{}
+	devName := map[string]string{}
+	for _, id := range nodeIDs {
+		n := b.nodes[id].node
+		snap.Nodes = append(snap.Nodes, n)
+		for _, g := range n.Devices {
+			for _, in := range g.Instances {
+				instNode[in.ID] = n.ID
+				devName[in.ID] = g.Name
+			}
+		}
+	}
+	pendingKeys := map[string]bool{}
+	b.pending = map[string]cluster.Job{}
+	jobKeys := make([]string, 0, len(b.jobs))
+	for k := range b.jobs {
+		jobKeys = append(jobKeys, k)
+	}
+	sort.Strings(jobKeys)
+	for _, k := range jobKeys {
+		jr := b.jobs[k]
+		job := jr.job
+		if jobStopped(job) {
+			continue
+		}
+		for _, tg := range job.TaskGroups {
+			if tg.Name == nil {
+				continue
+			}
+			held := groupHeld(job, tg)
+			shadowOnly := false
+			if !held {
+				if !b.cfg.Shadow {
+					continue
+				}
+				if _, _, pinned := PinOf(tg); pinned {
+					continue
+				}
+				a, err := annot.Parse(job.Meta, tg.Meta, *tg.Name)
+				if err != nil || !a.Enabled {
+					continue
+				}
+				shadowOnly = true
+			}
+			pj, err := pendingJob(job, tg, jr.firstSubmit)
+			if err != nil {
+				continue // reported by Maintain as invalid
+			}
+			snap.Pending = append(snap.Pending, pj)
+			b.pending[pj.Key()] = pj
+			if shadowOnly {
+				pendingKeys[pj.Key()] = true
+			}
+		}
+	}
+	sort.SliceStable(snap.Pending, func(i, j int) bool { return snap.Pending[i].SubmitTime.Before(snap.Pending[j].SubmitTime) })
+	// Running: every live allocation holding GPUs, whoever owns it.
+	held := map[string]bool{}
+	liveByGroup := map[string]int{}
+	allocIDs := make([]string, 0, len(b.allocs))
+	for id := range b.allocs {
+		allocIDs = append(allocIDs, id)
+	}
+	sort.Strings(allocIDs)
+	for _, id := range allocIDs {
+		a := b.allocs[id]
+		if terminal(a) {
+			continue
+		}
+		gk := groupKey(a.Namespace, a.JobID, a.Group)
+		liveByGroup[gk]++
+		if pendingKeys[gk] || len(a.Devices) == 0 {
+			continue
+		}
+		ca := cluster.Alloc{ID: a.ID, Namespace: a.Namespace, JobID: a.JobID, Group: a.Group, NodeID: a.NodeID,
+			DeviceIDs: a.deviceIDs(), GPUType: gpuspec.Canonical(a.Devices[0].Name), StartTime: a.Start}
+		if jr, ok := b.jobs[jobKey(a.Namespace, a.JobID)]; ok {
+			if tg := findGroup(jr.job, a.Group); tg != nil {
+				if an, err := annot.Parse(jr.job.Meta, tg.Meta, a.Group); err == nil && an.AllowSharing {
+					ca.Shared = true
+				}
+			}
+		}
+		for _, d := range ca.DeviceIDs {
+			held[d] = true
+		}
+		snap.Running = append(snap.Running, ca)
+	}
+	// Pins issued but not placed yet hold their GPUs, or the next round would hand them out
+	// twice.
+	for _, k := range jobKeys {
+		job := b.jobs[k].job
+		if jobStopped(job) {
+			continue
+		}
+		for _, tg := range job.TaskGroups {
+			if tg.Name == nil || groupHeld(job, tg) {
+				continue
+			}
+			_, devs, ok := PinOf(tg)
+			if !ok || !b.groupActive(job, tg) {
+				continue
+			}
+			byNode := map[string][]string{}
+			for _, d := range devs {
+				if n, ok := instNode[d]; ok && !held[d] {
+					byNode[n] = append(byNode[n], d)
+				}
+			}
+			nodes := make([]string, 0, len(byNode))
+			for n := range byNode {
+				nodes = append(nodes, n)
+			}
+			sort.Strings(nodes)
+			for _, n := range nodes {
+				ids := byNode[n]
+				snap.Running = append(snap.Running, cluster.Alloc{
+					ID:        "pin:" + groupKey(deref(job.Namespace, "default"), deref(job.ID, ""), *tg.Name) + "@" + n,
+					Namespace: deref(job.Namespace, "default"), JobID: deref(job.ID, ""), Group: *tg.Name, NodeID: n,
+					DeviceIDs: ids, GPUType: gpuspec.Canonical(devName[ids[0]]), StartTime: snap.Now,
+				})
+			}
+		}
+	}
+	return snap, nil
+}
+
+// jobStopped reports jobs that place nothing: stopped, finished, or templates (periodic and
+// parameterized parents; their children are jobs of their own).
+func jobStopped(job *api.Job) bool {
+	return (job.Stop != nil && *job.Stop) || deref(job.Status, "") == "dead" || job.ParameterizedJob != nil ||
+		(job.Periodic != nil && deref(job.Periodic.Enabled, true))
+}
+
+// copyJob deep-copies a job so rewrites never touch the tracked state.
+func copyJob(job *api.Job) (*api.Job, error) {
+	data, err := json.Marshal(job)
+	if err != nil {
+		return nil, fmt.Errorf("copy job: %w", err)
+	}
+	var out api.Job
+	if err := json.Unmarshal(data, &out); err != nil {
+		return nil, fmt.Errorf("copy job: %w", err)
+	}
+	return &out, nil
+}
+
+// groupActive reports whether a pinned group still has work to place or run: live
+// allocations, or fewer completed allocations than its count. Callers hold b.mu.
+func (b *Backend) groupActive(job *api.Job, tg *api.TaskGroup) bool {
+	ns, id := deref(job.Namespace, "default"), deref(job.ID, "")
+	count := deref(tg.Count, 1)
+	live, done := 0, 0
+	for _, a := range b.allocs {
+		if a.Namespace != ns || a.JobID != id || a.Group != *tg.Name {
+			continue
+		}
+		switch {
+		case !terminal(a):
+			live++
+		case a.ClientStatus == api.AllocClientStatusComplete:
+			done++
+		}
+	}
+	return live > 0 || done < count
+}
+
+// ErrJobGone is the PinResult error of a job deregistered before its pin.
+var ErrJobGone = service.ErrJobGone
+
+// Pin re-registers each decided job with its pins, enforcing the JobModifyIndex of the
+// snapshot the decision was made on.
+func (b *Backend) Pin(ctx context.Context, decisions []cluster.Decision) ([]cluster.PinResult, error) {
+	type jobPins struct {
+		ns, id string
+		ds     []cluster.Decision
+	}
+	var order []string
+	byJob := map[string]*jobPins{}
+	for _, d := range decisions {
+		k := jobKey(d.Namespace, d.JobID)
+		if byJob[k] == nil {
+			byJob[k] = &jobPins{ns: d.Namespace, id: d.JobID}
+			order = append(order, k)
+		}
+		byJob[k].ds = append(byJob[k].ds, d)
+	}
+	var results []cluster.PinResult
+	for _, k := range order {
+		jp := byJob[k]
+		res := b.pinJob(ctx, jp.ns, jp.id, jp.ds)
+		results = append(results, res...)
+	}
+	return results, ctx.Err()
+}
+
+func (b *Backend) pinJob(ctx context.Context, ns, id string, ds []cluster.Decision) []cluster.PinResult {
+	fail := func(conflict bool, err error) []cluster.PinResult {
+		out := make([]cluster.PinResult, len(ds))
+		for i, d := range ds {
+			out[i] = cluster.PinResult{JobKey: d.JobKey(), Conflict: conflict, Err: err}
+		}
+		return out
+	}
+	b.mu.Lock()
+	want := uint64(0)
+	for _, d := range ds {
+		if p, ok := b.pending[d.JobKey()]; ok {
+			want = p.JobModifyIndex
+		}
+	}
+	nodes := map[string]cluster.Node{}
+	for id, n := range b.nodes {
+		nodes[id] = n.node
+	}
+	b.mu.Unlock()
+	q := (&api.QueryOptions{Namespace: ns}).WithContext(ctx)
+	job, _, err := b.c.Jobs().Info(id, q)
+	if err != nil {
+		if statusCode(err) == 404 {
+			b.dropJob(ns, id)
+			return fail(false, fmt.Errorf("pin %s/%s: %w", ns, id, ErrJobGone))
+		}
+		return fail(false, fmt.Errorf("pin %s/%s: read job: %w", ns, id, err))
+	}
+	b.storeJob(job)
+	cur := deref(job.JobModifyIndex, 0)
+	if want != 0 && cur != want {
+		return fail(true, fmt.Errorf("pin %s/%s: job changed since the decision (JobModifyIndex %d, decided on %d)", ns, id, cur, want))
+	}
+	var pins []GroupPin
+	var tagParts []string
+	for _, d := range ds {
+		p := GroupPin{Group: d.Group, Line: DecisionLine(&d, nodes, b.explainURL(ns, id))}
+		for _, a := range d.Assign {
+			p.NodeIDs = append(p.NodeIDs, a.NodeID)
+			p.DeviceIDs = append(p.DeviceIDs, a.InstanceIDs...)
+		}
+		pins = append(pins, p)
+		tagParts = append(tagParts, fmt.Sprintf("%s: %d×%s on %s", d.Group, d.GPUs(), strings.ToUpper(d.GPUType), nodeNames(d.Assign, nodes)))
+	}
+	newJob, err := copyJob(job)
+	if err != nil {
+		return fail(false, err)
+	}
+	if err := PinJob(newJob, pins, UI{ExplainURL: b.explainURL(ns, id)}); err != nil {
+		// The job moved on (released, pinned elsewhere, group removed): decide again.
+		return fail(true, err)
+	}
+	version := deref(job.Version, 0)
+	wq := (&api.WriteOptions{Namespace: ns}).WithContext(ctx)
+	resp, _, err := b.c.Jobs().RegisterOpts(newJob, &api.RegisterOptions{EnforceIndex: true, ModifyIndex: cur, PreserveCounts: true}, wq)
+	if err != nil {
+		if isConflict(err) {
+			return fail(true, fmt.Errorf("pin %s/%s: %w", ns, id, err))
+		}
+		if statusCode(err) == 404 {
+			b.dropJob(ns, id)
+			return fail(false, fmt.Errorf("pin %s/%s: %w", ns, id, ErrJobGone))
+		}
+		return fail(false, fmt.Errorf("pin %s/%s: register: %w", ns, id, err))
+	}
+	// Record the pinned job at once so the next snapshot counts its GPUs as taken even
+	// before the Job event arrives.
+	newJob.JobModifyIndex = &resp.JobModifyIndex
+	// The register raised ModifyIndex too; a stale read in flight must not win over this.
+	mi := resp.JobModifyIndex
+	newJob.ModifyIndex = &mi
+	nv := version + 1
+	newJob.Version = &nv
+	b.storeJob(newJob)
+	tagName := fmt.Sprintf("hetgpu-pin-%d", resp.JobModifyIndex)
+	desc := "hetgpu pinned " + strings.Join(tagParts, "; ")
+	if len(desc) > 200 {
+		desc = desc[:200]
+	}
+	if _, err := b.c.Jobs().TagVersion(id, nv, tagName, desc, wq); err != nil {
+		b.log.Warn("tagging the pinned job version failed; the pin stands", "job", jobKey(ns, id), "version", nv, "error", err)
+	}
+	out := make([]cluster.PinResult, len(ds))
+	for i, d := range ds {
+		out[i] = cluster.PinResult{JobKey: d.JobKey(), Applied: true}
+	}
+	return out
+}
+
+func (b *Backend) explainURL(ns, id string) string {
+	if b.cfg.ExplainBaseURL == "" {
+		return ""
+	}
+	return strings.TrimRight(b.cfg.ExplainBaseURL, "/") + "/v1/jobs/" + url.PathEscape(ns) + "/" + url.PathEscape(id) + "/explain?format=html"
+}
+
+func nodeNames(as []cluster.Assignment, nodes map[string]cluster.Node) string {
+	var names []string
+	for _, a := range as {
+		n := a.NodeID
+		if nd, ok := nodes[a.NodeID]; ok && nd.Name != "" {
+			n = nd.Name
+		}
+		names = append(names, n)
+	}
+	return strings.Join(names, "+")
+}
+
+// DecisionLine formats a decision for the job's ui description.
+func DecisionLine(d *cluster.Decision, nodes map[string]cluster.Node, explain string) string {
+	var parts []string
+	for _, a := range d.Assign {
+		n := nodes[a.NodeID]
+		name := n.Name
+		if name == "" {
+			name = a.NodeID
+		}
+		model := a.DeviceGroup
+		for _, g := range n.Devices {
+			if g.ID() == a.DeviceGroup {
+				model = g.Name
+			}
+		}
+		ids := append([]string(nil), a.InstanceIDs...)
+		sort.Strings(ids)
+		parts = append(parts, fmt.Sprintf("**%s** (`%s`): %d× %s {%s}", name, shortID(a.NodeID), len(ids), model, strings.Join(ids, ", ")))
+	}
+	s := "pinned to " + strings.Join(parts, "; ")
+	if d.PredThroughput > 0 {
+		s += fmt.Sprintf("; predicted %.4g steps/s", d.PredThroughput)
+		if d.PredPowerW > 0 {
+			s += fmt.Sprintf(" at %.0f W (%.3g J/step)", d.PredPowerW, d.PredPowerW/d.PredThroughput)
+		}
+	}
+	s += fmt.Sprintf("; score %.3g, rank %d", d.Score, d.Rank)
+	if d.Shared {
+		s += "; shares its GPUs"
+	}
+	if explain != "" {
+		s += fmt.Sprintf(" · [why](%s)", explain)
+	}
+	return GroupLine(d.Group, s)
+}
+
+func shortID(id string) string {
+	if len(id) > 8 {
+		return id[:8]
+	}
+	return id
+}
+
+func statusCode(err error) int {
+	var ure api.UnexpectedResponseError
+	if errors.As(err, &ure) && ure.HasStatusCode() {
+		return ure.StatusCode()
+	}
+	var p *api.UnexpectedResponseError
+	if errors.As(err, &p) && p != nil && p.HasStatusCode() {
+		return p.StatusCode()
+	}
+	s := err.Error()
+	switch {
+	case strings.Contains(s, "404") || strings.Contains(s, "not found"):
+		return 404
+	}
+	return 0
+}
+
+func isConflict(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "conflicting job modify index") || strings.Contains(s, "job already exists")
+}
+
+func (b *Backend) storeJob(job *api.Job) {
+	if job == nil || job.ID == nil {
+		return
+	}
+	ns := deref(job.Namespace, "default")
+	k := jobKey(ns, *job.ID)
+	submit := time.Unix(0, deref(job.SubmitTime, 0))
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !managed(job) {
+		// A job can lose its annotations (re-run without them): forget it.
+		delete(b.jobs, k)
+		return
+	}
+	if old, ok := b.jobs[k]; ok {
+		if deref(old.job.ModifyIndex, 0) > deref(job.ModifyIndex, 0) && deref(job.ModifyIndex, 0) != 0 {
+			return // stale
+		}
+		if !old.firstSubmit.IsZero() && old.firstSubmit.Before(submit) {
+			submit = old.firstSubmit
+		}
+	}
+	b.jobs[k] = &jobRec{job: job, firstSubmit: submit}
+}
+
+func (b *Backend) dropJob(ns, id string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	k := jobKey(ns, id)
+	jr, ok := b.jobs[k]
+	if !ok {
+		return
+	}
+	for _, tg := range jr.job.TaskGroups {
+		if tg.Name != nil {
+			b.gone = append(b.gone, groupKey(ns, id, *tg.Name))
+		}
+	}
+	delete(b.jobs, k)
+	delete(b.blocked, k)
+	for aid, a := range b.allocs {
+		if a.Namespace == ns && a.JobID == id && terminal(a) {
+			delete(b.allocs, aid)
+			delete(b.energy, aid)
+		}
+	}
+}
+
+var _ service.Backend = (*Backend)(nil)

@@ -1,0 +1,557 @@
+package nomad
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/sidecar/nomad/nomadtest"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+// heldJob is a single-group job waiting for hetgpu.
+func heldJob(id string, gpus uint64, count int, meta map[string]string) *api.Job {
+	if meta == nil {
+		meta = map[string]string{"hetgpu.enable": "true", "hetgpu.model": "resnet/ResNet-50", "hetgpu.batch_size": "64"}
+	}
+	return &api.Job{
+		ID: ptr(id), Name: ptr(id), Namespace: ptr("default"), Type: ptr("batch"),
+		Constraints: []*api.Constraint{api.NewConstraint("${meta.hetgpu.queue}", "=", "waiting-for-hetgpu")},
+		Meta:        meta,
+		TaskGroups: []*api.TaskGroup{{
+			Name: ptr("train"), Count: ptr(count),
+			Tasks: []*api.Task{{Name: "train", Driver: "hetgpu", Resources: &api.Resources{
+				Devices: []*api.RequestedDevice{{Name: "nvidia/gpu", Count: ptr(gpus)}},
+			}}},
+		}},
+	}
+}
+
+type fixture struct {
+	srv *nomadtest.Server
+	b   *Backend
+	now time.Time
+}
+
+func newFixture(t *testing.T, mod func(*Config)) *fixture {
+	t.Helper()
+	srv := nomadtest.New()
+	t.Cleanup(srv.Close)
+	srv.AddNode("node-t4-0000", "t4", "Tesla T4", 4)
+	srv.AddNode("node-v100-00", "v100", "Tesla V100-SXM2-16GB", 8)
+	srv.AddNode("node-a100-00", "a100", "NVIDIA A100-SXM4-40GB", 8)
+	f := &fixture{srv: srv}
+	cfg := Config{Client: srv.Client(), ExplainBaseURL: "http://sidecar:4656", Topology: true, RetryBackoff: 10 * time.Millisecond}
+	if mod != nil {
+		mod(&cfg)
+	}
+	b, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.b = b
+	return f
+}
+
+func (f *fixture) resync(t *testing.T) {
+	t.Helper()
+	if err := f.b.Resync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (f *fixture) snapshot(t *testing.T) *cluster.Snapshot {
+	t.Helper()
+	s, err := f.b.Snapshot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// decide pins a pending job to the first free GPUs of a node, as a placer would.
+func decide(snap *cluster.Snapshot, job cluster.Job, nodeID string) cluster.Decision {
+	used := map[string]bool{}
+	for _, a := range snap.Running {
+		for _, d := range a.DeviceIDs {
+			used[d] = true
+		}
+	}
+	d := cluster.Decision{Namespace: job.Namespace, JobID: job.ID, Group: job.Group, Score: 0.9, Rank: 1, PredThroughput: 800, PredPowerW: 500}
+	for _, n := range snap.Nodes {
+		if n.ID != nodeID {
+			continue
+		}
+		g := n.Devices[0]
+		a := cluster.Assignment{NodeID: n.ID, DeviceGroup: g.ID()}
+		for _, in := range g.Instances {
+			if len(a.InstanceIDs) < job.GPUs && !used[in.ID] && in.Healthy {
+				a.InstanceIDs = append(a.InstanceIDs, in.ID)
+			}
+		}
+		d.Assign = append(d.Assign, a)
+		d.GPUType = g.GPUType
+	}
+	return d
+}
+
+func TestSnapshotPinPlace(t *testing.T) {
+	f := newFixture(t, nil)
+	f.srv.SetTopology("GPU-a100-0", map[string]*api.StatValue{"nvlink_peers": {StringVal: ptr("GPU-a100-1,GPU-a100-2")}, "numa_node": {IntNumeratorVal: ptr(int64(1))}})
+	f.srv.Register(heldJob("resnet", 2, 1, nil))
+	f.resync(t)
+	snap := f.snapshot(t)
+	if len(snap.Nodes) != 3 || len(snap.Pending) != 1 || len(snap.Running) != 0 {
+		t.Fatalf("snapshot: %d nodes, %d pending, %d running", len(snap.Nodes), len(snap.Pending), len(snap.Running))
+	}
+	j := snap.Pending[0]
+	if j.Key() != "default/resnet/train" || j.GPUs != 2 || j.DeviceName != "nvidia/gpu" || j.JobModifyIndex == 0 ||
+		j.Hetgpu.ModelName != "ResNet-50" || j.Hetgpu.BatchSize != 64 || j.MaxNodes() != 1 {
+		t.Errorf("pending job = %+v", j)
+	}
+	for _, c := range j.Constraints {
+		if strings.Contains(c.LTarget, "hetgpu.queue") {
+			t.Errorf("hold constraint leaked into the job's constraints: %v", c)
+		}
+	}
+	var a100 cluster.Node
+	for _, n := range snap.Nodes {
+		if n.Name == "a100" {
+			a100 = n
+		}
+	}
+	g := a100.Devices[0]
+	if g.GPUType != "a100" || len(g.Instances) != 8 || g.Attributes["memory"].Int == nil || *g.Attributes["memory"].Int != 16384 {
+		t.Errorf("a100 device group = %+v", g)
+	}
+	if in := g.Instances[0]; len(in.NVLinkPeers) != 2 || in.NUMANode != 1 || a100.Interconnect != "nvlink" {
+		t.Errorf("topology from device stats not read: %+v interconnect %q", in, a100.Interconnect)
+	}
+
+	d := decide(snap, j, "node-a100-00")
+	res, err := f.b.Pin(context.Background(), []cluster.Decision{d})
+	if err != nil || len(res) != 1 || !res[0].Applied {
+		t.Fatalf("pin = %+v, %v", res, err)
+	}
+	job := f.srv.Job("default", "resnet")
+	tg := job.TaskGroups[0]
+	if groupHeld(job, tg) {
+		t.Error("job still held after the pin")
+	}
+	nodes, devs, ok := PinOf(tg)
+	if !ok || nodes[0] != "node-a100-00" || strings.Join(devs, ",") != "GPU-a100-0,GPU-a100-1" {
+		t.Errorf("pin in Nomad = %v %v", nodes, devs)
+	}
+	if !strings.Contains(job.UI.Description, "**a100**") || !strings.Contains(job.UI.Description, "predicted 800 steps/s") ||
+		job.UI.Links[0].URL != "http://sidecar:4656/v1/jobs/default/resnet/explain?format=html" {
+		t.Errorf("ui = %q %+v", job.UI.Description, job.UI.Links)
+	}
+	if job.Meta["hetgpu.model"] != "resnet/ResNet-50" || len(job.Meta) != 3 {
+		t.Errorf("meta changed: %v", job.Meta)
+	}
+	tags := f.srv.Tags("default", "resnet")
+	if len(tags) != 1 || tags[0].Version != *job.Version || !strings.HasPrefix(tags[0].Name, "hetgpu-pin-") {
+		t.Errorf("tags = %+v (job version %d)", tags, *job.Version)
+	}
+	// Nomad placed it exactly there.
+	allocs := f.srv.Allocs("default", "resnet")
+	if len(allocs) != 1 || allocs[0].NodeID != "node-a100-00" {
+		t.Fatalf("allocs = %+v", allocs)
+	}
+	got := allocs[0].AllocatedResources.Tasks["train"].Devices[0].DeviceIDs
+	sort.Strings(got)
+	if strings.Join(got, ",") != "GPU-a100-0,GPU-a100-1" {
+		t.Errorf("Nomad assigned %v, pinned %v", got, devs)
+	}
+	// Before any event arrives, the next snapshot already counts the pinned GPUs as taken.
+	snap = f.snapshot(t)
+	if len(snap.Pending) != 0 {
+		t.Errorf("pinned job still pending: %+v", snap.Pending)
+	}
+	taken := map[string]bool{}
+	for _, a := range snap.Running {
+		for _, id := range a.DeviceIDs {
+			taken[id] = true
+		}
+	}
+	if !taken["GPU-a100-0"] || !taken["GPU-a100-1"] {
+		t.Errorf("pinned GPUs free in the next snapshot: %+v", snap.Running)
+	}
+}
+
+func TestPinConflictThenRetry(t *testing.T) {
+	f := newFixture(t, nil)
+	f.srv.Register(heldJob("bert", 1, 1, nil))
+	f.resync(t)
+	snap := f.snapshot(t)
+	d := decide(snap, snap.Pending[0], "node-v100-00")
+	// The user re-runs the job between snapshot and pin.
+	f.srv.Register(heldJob("bert", 2, 1, nil))
+	res, err := f.b.Pin(context.Background(), []cluster.Decision{d})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 1 || res[0].Applied || !res[0].Conflict {
+		t.Fatalf("pin on a changed job = %+v, want a conflict", res)
+	}
+	if _, _, ok := PinOf(f.srv.Job("default", "bert").TaskGroups[0]); ok {
+		t.Fatal("conflicting pin was written")
+	}
+	// Next round: re-read, decide again, pin.
+	f.resync(t)
+	snap = f.snapshot(t)
+	if snap.Pending[0].GPUs != 2 {
+		t.Fatalf("re-read job asks %d GPUs", snap.Pending[0].GPUs)
+	}
+	res, _ = f.b.Pin(context.Background(), []cluster.Decision{decide(snap, snap.Pending[0], "node-v100-00")})
+	if !res[0].Applied {
+		t.Fatalf("second pin = %+v", res)
+	}
+}
+
+func TestPinRaceDetectedByEnforceIndex(t *testing.T) {
+	f := newFixture(t, nil)
+	f.srv.Register(heldJob("race", 1, 1, nil))
+	f.resync(t)
+	snap := f.snapshot(t)
+	var once atomic.Bool
+	// The job changes after our read but before our register: EnforceIndex must catch it.
+	f.srv.RegisterHook = func(job *api.Job) error {
+		if once.CompareAndSwap(false, true) {
+			go f.srv.Register(heldJob("race", 1, 1, map[string]string{"hetgpu.enable": "true", "hetgpu.batch_size": "8"}))
+			time.Sleep(50 * time.Millisecond)
+		}
+		return nil
+	}
+	res, _ := f.b.Pin(context.Background(), []cluster.Decision{decide(snap, snap.Pending[0], "node-t4-0000")})
+	if res[0].Applied || !res[0].Conflict {
+		t.Fatalf("pin racing a user update = %+v, want a conflict", res)
+	}
+	if f.srv.Job("default", "race").Meta["hetgpu.batch_size"] != "8" {
+		t.Error("the user's update was overwritten")
+	}
+}
+
+func TestPinDeregisteredJobDropped(t *testing.T) {
+	f := newFixture(t, nil)
+	f.srv.Register(heldJob("gone", 1, 1, nil))
+	f.resync(t)
+	snap := f.snapshot(t)
+	f.srv.Deregister("default", "gone")
+	res, err := f.b.Pin(context.Background(), []cluster.Decision{decide(snap, snap.Pending[0], "node-t4-0000")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0].Applied || res[0].Conflict || !errors.Is(res[0].Err, ErrJobGone) {
+		t.Fatalf("pin of a deregistered job = %+v", res)
+	}
+	m, _ := f.b.Maintain(context.Background())
+	if len(m.Gone) != 1 || m.Gone[0] != "default/gone/train" {
+		t.Errorf("gone = %v", m.Gone)
+	}
+	if len(f.snapshot(t).Pending) != 0 {
+		t.Error("deregistered job still pending")
+	}
+}
+
+func TestMultiNodePin(t *testing.T) {
+	f := newFixture(t, nil)
+	f.srv.AddNode("node-a100-01", "a100b", "NVIDIA A100-SXM4-40GB", 8)
+	f.srv.Register(heldJob("ddp", 4, 2, nil))
+	f.resync(t)
+	snap := f.snapshot(t)
+	j := snap.Pending[0]
+	if j.GPUs != 8 || j.GPUsPerNode != 4 || j.MaxNodes() != 2 {
+		t.Fatalf("data-parallel job = GPUs %d per node %d max nodes %d", j.GPUs, j.GPUsPerNode, j.MaxNodes())
+	}
+	j.GPUs = 4
+	d := decide(snap, j, "node-a100-00")
+	d2 := decide(snap, j, "node-a100-01")
+	d.Assign = append(d.Assign, d2.Assign...)
+	res, _ := f.b.Pin(context.Background(), []cluster.Decision{d})
+	if !res[0].Applied {
+		t.Fatalf("pin = %+v", res)
+	}
+	tg := f.srv.Job("default", "ddp").TaskGroups[0]
+	var nodeC *api.Constraint
+	for _, c := range tg.Constraints {
+		if c.LTarget == NodeTarget {
+			nodeC = c
+		}
+	}
+	if nodeC == nil || nodeC.Operand != api.ConstraintSetContainsAny || nodeC.RTarget != "node-a100-00,node-a100-01" {
+		t.Errorf("node constraint = %+v", nodeC)
+	}
+	allocs := f.srv.Allocs("default", "ddp")
+	if len(allocs) != 2 || allocs[0].NodeID == allocs[1].NodeID {
+		t.Errorf("allocations %+v, want one per pinned node", allocs)
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestEventStreamResume(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.ResyncEvery = -1 })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var changes atomic.Int64
+	done := make(chan error, 1)
+	go func() { done <- f.b.Watch(ctx, func() { changes.Add(1) }) }()
+	waitFor(t, "first resync", func() bool { return changes.Load() > 0 })
+
+	f.srv.Register(heldJob("first", 1, 1, nil))
+	waitFor(t, "job from the stream", func() bool { return len(f.snapshot(t).Pending) == 1 })
+	last := f.b.Index()
+	if last < f.srv.Index()-1 {
+		t.Fatalf("backend index %d lags the server %d", last, f.srv.Index())
+	}
+	// Node events re-read the node as JSON: device attributes survive (event payloads would
+	// lose them through mapstructure).
+	f.srv.UpdateNode("node-t4-0000", "NodeStreamEvent", func(n *api.Node) { n.Meta["rack"] = "r1" })
+	waitFor(t, "node update", func() bool {
+		for _, n := range f.snapshot(t).Nodes {
+			if n.ID == "node-t4-0000" && n.Meta["rack"] == "r1" {
+				return n.Devices[0].Attributes["memory"].Int != nil
+			}
+		}
+		return false
+	})
+	last = f.b.Index()
+	before := len(f.srv.Requests())
+	f.srv.DropStreams()
+	f.srv.Register(heldJob("second", 1, 1, nil))
+	waitFor(t, "job after reconnect", func() bool { return len(f.snapshot(t).Pending) == 2 })
+	waitFor(t, "the stream reopened", func() bool {
+		for _, r := range f.srv.Requests()[before:] {
+			if strings.HasPrefix(r, "GET /v1/event/stream") {
+				return true
+			}
+		}
+		return false
+	})
+
+	var resumed, resynced bool
+	for _, r := range f.srv.Requests()[before:] {
+		if strings.HasPrefix(r, "GET /v1/event/stream") && strings.Contains(r, fmt.Sprintf("index=%d&", last+1)) {
+			resumed = true
+		}
+		if strings.HasPrefix(r, "GET /v1/nodes") {
+			resynced = true
+		}
+	}
+	if !resumed || !resynced {
+		t.Errorf("after the drop: resumed at %d = %v, resynced = %v; requests:\n%s", last+1, resumed, resynced, strings.Join(f.srv.Requests()[before:], "\n"))
+	}
+	for _, r := range f.srv.Requests() {
+		if strings.HasPrefix(r, "GET /v1/event/stream") {
+			for _, topic := range []string{"topic=Job%3A%2A", "topic=Allocation%3A%2A", "topic=Evaluation%3A%2A", "topic=Node%3A%2A", "namespace=%2A"} {
+				if !strings.Contains(r, topic) {
+					t.Errorf("stream request %q lacks %s", r, topic)
+				}
+			}
+			break
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Watch returned %v", err)
+	}
+}
+
+func TestResyncCatchesEventsOutsideTheBuffer(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.ResyncEvery = -1 })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var changes atomic.Int64
+	go func() { _ = f.b.Watch(ctx, func() { changes.Add(1) }) }()
+	waitFor(t, "first resync", func() bool { return changes.Load() > 0 })
+	// While disconnected, a job arrives and its event falls out of the server's buffer.
+	f.srv.DropStreams()
+	f.srv.Register(heldJob("missed", 1, 1, nil))
+	f.srv.TrimEvents(f.srv.Index() + 1)
+	waitFor(t, "job seen through the resync", func() bool { return len(f.snapshot(t).Pending) == 1 })
+}
+
+func pinnedFixture(t *testing.T, mod func(*Config)) (*fixture, cluster.Decision) {
+	t.Helper()
+	f := newFixture(t, mod)
+	f.srv.Register(heldJob("run", 2, 1, map[string]string{"hetgpu.enable": "true", "hetgpu.model": "resnet/ResNet-50", "hetgpu.steps": "1e6"}))
+	f.resync(t)
+	snap := f.snapshot(t)
+	d := decide(snap, snap.Pending[0], "node-v100-00")
+	res, _ := f.b.Pin(context.Background(), []cluster.Decision{d})
+	if !res[0].Applied {
+		t.Fatalf("pin = %+v", res)
+	}
+	f.resync(t)
+	return f, d
+}
+
+func TestFaultsReholdAndDecideAgain(t *testing.T) {
+	tests := []struct {
+		name   string
+		break_ func(s *nomadtest.Server)
+		reason string
+	}{
+		{"node down", func(s *nomadtest.Server) {
+			s.UpdateNode("node-v100-00", "NodeStreamEvent", func(n *api.Node) { n.Status = api.NodeStatusDown })
+		}, "pinned node v100 is down"},
+		{"node drained", func(s *nomadtest.Server) {
+			s.UpdateNode("node-v100-00", "NodeDrain", func(n *api.Node) { n.DrainStrategy = &api.DrainStrategy{} })
+		}, "pinned node v100 is draining"},
+		{"gpu unhealthy", func(s *nomadtest.Server) {
+			s.UpdateNode("node-v100-00", "NodeRegistration", func(n *api.Node) {
+				n.NodeResources.Devices[0].Instances[1].Healthy = false
+				n.NodeResources.Devices[0].Instances[1].HealthDescription = "XID 79: fallen off the bus"
+			})
+		}, "pinned GPU GPU-v100-1 is unhealthy (XID 79"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f, _ := pinnedFixture(t, nil)
+			m, _ := f.b.Maintain(context.Background())
+			if len(m.Reheld) != 0 {
+				t.Fatalf("healthy pin re-held: %+v", m.Reheld)
+			}
+			tt.break_(f.srv)
+			f.resync(t)
+			m, err := f.b.Maintain(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(m.Reheld) != 1 || !m.Reheld[0].Applied || !strings.Contains(m.Reheld[0].Reason, tt.reason) {
+				t.Fatalf("re-held = %+v, want %q", m.Reheld, tt.reason)
+			}
+			job := f.srv.Job("default", "run")
+			if !groupHeld(job, job.TaskGroups[0]) {
+				t.Error("job not held again in Nomad")
+			}
+			if !strings.Contains(job.UI.Description, "re-held") || !strings.Contains(job.UI.Description, tt.reason) {
+				t.Errorf("ui does not say why: %q", job.UI.Description)
+			}
+			f.resync(t)
+			if p := f.snapshot(t).Pending; len(p) != 1 || p[0].ID != "run" {
+				t.Errorf("re-held job not pending again: %+v", p)
+			}
+		})
+	}
+}
+
+func TestLearnFinishedRun(t *testing.T) {
+	clock := time.Now()
+	f, d := pinnedFixture(t, func(c *Config) {
+		c.SampleDeviceStats = true
+		c.SampleEvery = time.Nanosecond
+	})
+	for _, id := range d.Assign[0].InstanceIDs {
+		f.srv.SetPower(id, 250)
+	}
+	alloc := f.srv.Allocs("default", "run")[0]
+	start := clock.Add(-100 * time.Second)
+	f.srv.SetAllocStatus(alloc.ID, api.AllocClientStatusRunning, start, time.Time{})
+	f.resync(t)
+	if m, _ := f.b.Maintain(context.Background()); len(m.Finished) != 0 {
+		t.Fatalf("running alloc reported finished: %+v", m.Finished)
+	}
+	f.srv.SetAllocStatus(alloc.ID, api.AllocClientStatusComplete, start, start.Add(200*time.Second))
+	f.resync(t)
+	m, _ := f.b.Maintain(context.Background())
+	if len(m.Finished) != 1 {
+		t.Fatalf("finished = %+v", m.Finished)
+	}
+	r := m.Finished[0]
+	o := r.Obs
+	if o.JobID != "run" || o.GPUType != "v100" || o.GPUs != 2 || o.Nodes != 1 || o.RuntimeS != 200 || o.ModelName != "ResNet-50" {
+		t.Errorf("observation = %+v", o)
+	}
+	if o.Throughput != 1e6/200 {
+		t.Errorf("throughput = %v, want samples/runtime = %v", o.Throughput, 1e6/200.0)
+	}
+	// One sample of 500 W after ~100 s of running: energy is the integral from the start.
+	if r.Samples < 1 || o.EnergyJ < 500*90 || o.PeakPowerW != 500 {
+		t.Errorf("energy %v J from %d samples, peak %v W", o.EnergyJ, r.Samples, o.PeakPowerW)
+	}
+	if m, _ := f.b.Maintain(context.Background()); len(m.Finished) != 0 {
+		t.Errorf("run reported twice: %+v", m.Finished)
+	}
+}
+
+func TestInvalidAnnotationKeepsJobHeld(t *testing.T) {
+	f := newFixture(t, nil)
+	f.srv.Register(heldJob("bad", 1, 1, map[string]string{"hetgpu.enable": "true", "hetgpu.batch_size": "sixty-four"}))
+	f.resync(t)
+	if p := f.snapshot(t).Pending; len(p) != 0 {
+		t.Fatalf("invalid job offered for placement: %+v", p)
+	}
+	m, _ := f.b.Maintain(context.Background())
+	if len(m.Invalid) != 1 || !strings.Contains(m.Invalid[0].Err, `hetgpu.batch_size = "sixty-four"`) {
+		t.Fatalf("invalid = %+v", m.Invalid)
+	}
+	job := f.srv.Job("default", "bad")
+	if !groupHeld(job, job.TaskGroups[0]) || !strings.Contains(job.UI.Description, "sixty-four") {
+		t.Errorf("job not held with the error shown: %q", job.UI.Description)
+	}
+	v := *job.Version
+	f.resync(t)
+	f.b.Maintain(context.Background())
+	if *f.srv.Job("default", "bad").Version != v {
+		t.Error("the same error was written again")
+	}
+}
+
+func TestShadowPlacement(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.Shadow = true })
+	job := heldJob("free", 2, 1, nil)
+	job.Constraints = nil // not held: Nomad places it itself
+	f.srv.Register(job)
+	f.resync(t)
+	snap := f.snapshot(t)
+	if len(snap.Pending) != 1 {
+		t.Fatalf("shadow mode offers %d jobs, want the un-held annotated one", len(snap.Pending))
+	}
+	for _, a := range snap.Running {
+		if a.JobID == "free" {
+			t.Error("the shadow job's own allocation occupies GPUs in its snapshot")
+		}
+	}
+	m, _ := f.b.Maintain(context.Background())
+	if len(m.Placed) != 1 || m.Placed[0].JobKey != "default/free/train" || len(m.Placed[0].DeviceIDs) != 2 {
+		t.Fatalf("placed = %+v", m.Placed)
+	}
+	if m, _ := f.b.Maintain(context.Background()); len(m.Placed) != 0 {
+		t.Error("placement reported twice")
+	}
+}
+
+func TestRelease(t *testing.T) {
+	f := newFixture(t, nil)
+	f.srv.Register(heldJob("rel", 1, 1, nil))
+	if _, err := Release(context.Background(), f.srv.Client(), "default", "rel"); err != nil {
+		t.Fatal(err)
+	}
+	job := f.srv.Job("default", "rel")
+	if groupHeld(job, job.TaskGroups[0]) || len(f.srv.Allocs("default", "rel")) != 1 {
+		t.Errorf("released job not placed by Nomad")
+	}
+	if _, err := Release(context.Background(), f.srv.Client(), "default", "rel"); !errors.Is(err, ErrNotHeld) {
+		t.Errorf("second release err = %v, want ErrNotHeld", err)
+	}
+}

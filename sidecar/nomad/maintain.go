@@ -1,0 +1,440 @@
+package nomad
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/hetgpu/hetgpu/sidecar/annot"
+	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/sidecar/gpuspec"
+	"github.com/hetgpu/hetgpu/sidecar/service"
+)
+
+// faultRetry spaces re-hold attempts of one group, so a failing register cannot spin.
+const faultRetry = 10 * time.Second
+
+// Maintain does the housekeeping between rounds (see service.Backend).
+func (b *Backend) Maintain(ctx context.Context) (*service.Maintenance, error) {
+	m := &service.Maintenance{}
+	if b.cfg.SampleDeviceStats {
+		b.sampleEnergy(ctx)
+	}
+	faults, invalid, placed := b.scan()
+	for _, f := range faults {
+		m.Reheld = append(m.Reheld, b.rehold(ctx, f))
+	}
+	for _, inv := range invalid {
+		m.Invalid = append(m.Invalid, service.Invalid{JobKey: inv.key, Err: inv.err})
+		b.showInvalid(ctx, inv)
+	}
+	m.Placed = placed
+	m.Finished = b.finishedRuns()
+	b.mu.Lock()
+	m.Gone, b.gone = b.gone, nil
+	b.mu.Unlock()
+	return m, ctx.Err()
+}
+
+type fault struct {
+	ns, id, group string
+	reason        string
+}
+
+type invalidJob struct {
+	ns, id, group string
+	key, err      string
+	line          string
+	have          string
+}
+
+// scan finds pinned groups whose node or GPUs failed, held groups that cannot be decided, and
+// where Nomad placed un-held annotated groups.
+func (b *Backend) scan() ([]fault, []invalidJob, []service.Placement) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := b.now()
+	var faults []fault
+	var invalid []invalidJob
+	var placed []service.Placement
+	keys := make([]string, 0, len(b.jobs))
+	for k := range b.jobs {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		job := b.jobs[k].job
+		if jobStopped(job) {
+			continue
+		}
+		ns, id := deref(job.Namespace, "default"), deref(job.ID, "")
+		lines := GroupLines(job)
+		for _, tg := range job.TaskGroups {
+			if tg.Name == nil {
+				continue
+			}
+			gk := groupKey(ns, id, *tg.Name)
+			if groupHeld(job, tg) {
+				if _, err := pendingJob(job, tg, time.Time{}); err != nil {
+					msg := err.Error()
+					line := GroupLine(*tg.Name, "**held: hetgpu cannot decide** — "+msg+". Fix the job and run it again, or `hetgpu release "+id+"`.")
+					invalid = append(invalid, invalidJob{ns: ns, id: id, group: *tg.Name, key: gk, err: msg, line: line, have: lines[*tg.Name]})
+				}
+				continue
+			}
+			nodes, devs, pinned := PinOf(tg)
+			if !pinned {
+				if a, err := annot.Parse(job.Meta, tg.Meta, *tg.Name); err == nil && a.Enabled && !b.placed[gk] {
+					if p, ok := b.nomadPlacement(ns, id, *tg.Name); ok {
+						p.JobKey, p.Time = gk, now
+						placed = append(placed, p)
+						b.placed[gk] = true
+					}
+				}
+				continue
+			}
+			if !b.groupActive(job, tg) {
+				continue
+			}
+			if t, ok := b.lastFault[gk]; ok && now.Sub(t) < faultRetry {
+				continue
+			}
+			if reason := b.pinFault(job, tg, nodes, devs); reason != "" {
+				faults = append(faults, fault{ns: ns, id: id, group: *tg.Name, reason: reason})
+				b.lastFault[gk] = now
+			}
+		}
+	}
+	return faults, invalid, placed
+}
+
+// pinFault says why a pin can no longer be honoured, or "". Callers hold b.mu.
+func (b *Backend) pinFault(job *api.Job, tg *api.TaskGroup, nodes, devs []string) string {
+	ns, id := deref(job.Namespace, "default"), deref(job.ID, "")
+	live := 0
+	for _, a := range b.allocs {
+		if a.Namespace == ns && a.JobID == id && a.Group == *tg.Name && !terminal(a) {
+			live++
+		}
+	}
+	health := map[string]cluster.Instance{}
+	for _, nid := range nodes {
+		nr, ok := b.nodes[nid]
+		if !ok {
+			return fmt.Sprintf("pinned node %s is gone", shortID(nid))
+		}
+		n := nr.node
+		switch {
+		case n.Status == api.NodeStatusDown || n.Status == api.NodeStatusDisconnected:
+			return fmt.Sprintf("pinned node %s is %s", n.Name, n.Status)
+		case n.Draining:
+			return fmt.Sprintf("pinned node %s is draining", n.Name)
+		case !n.Eligible && live == 0:
+			return fmt.Sprintf("pinned node %s is ineligible for scheduling", n.Name)
+		}
+		for _, g := range n.Devices {
+			for _, in := range g.Instances {
+				health[in.ID] = in
+			}
+		}
+	}
+	for _, d := range devs {
+		in, ok := health[d]
+		if !ok {
+			return fmt.Sprintf("pinned GPU %s is no longer on the pinned node(s)", d)
+		}
+		if !in.Healthy {
+			why := in.HealthDescription
+			if why == "" {
+				why = "reported unhealthy by the device plugin"
+			}
+			return fmt.Sprintf("pinned GPU %s is unhealthy (%s)", d, why)
+		}
+	}
+	// Nomad tried the pin and could not place it.
+	if e, ok := b.blocked[jobKey(ns, id)]; ok && e.JobModifyIndex >= deref(job.JobModifyIndex, 0) {
+		if m, ok := e.FailedTGAllocs[*tg.Name]; ok && m != nil && live == 0 {
+			return "Nomad could not place the pin: " + metricSummary(m)
+		}
+	}
+	return ""
+}
+
+func metricSummary(m *api.AllocationMetric) string {
+	var parts []string
+	for k, v := range m.ConstraintFiltered {
+		parts = append(parts, fmt.Sprintf("constraint %s filtered %d node(s)", k, v))
+	}
+	for k, v := range m.DimensionExhausted {
+		parts = append(parts, fmt.Sprintf("%s exhausted on %d node(s)", k, v))
+	}
+	sort.Strings(parts)
+	if len(parts) == 0 {
+		return fmt.Sprintf("%d of %d node(s) evaluated", m.NodesEvaluated, m.NodesInPool)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// nomadPlacement is where Nomad put a group's live allocations. Callers hold b.mu.
+func (b *Backend) nomadPlacement(ns, id, group string) (service.Placement, bool) {
+	var p service.Placement
+	nodes := map[string]bool{}
+	for _, a := range b.allocs {
+		if a.Namespace != ns || a.JobID != id || a.Group != group || terminal(a) || len(a.Devices) == 0 {
+			continue
+		}
+		nodes[a.NodeID] = true
+		p.DeviceIDs = append(p.DeviceIDs, a.deviceIDs()...)
+		p.GPUType = gpuspec.Canonical(a.Devices[0].Name)
+	}
+	if len(nodes) == 0 {
+		return p, false
+	}
+	for n := range nodes {
+		p.NodeIDs = append(p.NodeIDs, n)
+	}
+	sort.Strings(p.NodeIDs)
+	sort.Strings(p.DeviceIDs)
+	return p, true
+}
+
+func (b *Backend) rehold(ctx context.Context, f fault) service.Rehold {
+	key := groupKey(f.ns, f.id, f.group)
+	r := service.Rehold{JobKey: key, Reason: f.reason}
+	q := (&api.QueryOptions{Namespace: f.ns}).WithContext(ctx)
+	job, _, err := b.c.Jobs().Info(f.id, q)
+	if err != nil {
+		if statusCode(err) == 404 {
+			b.dropJob(f.ns, f.id)
+		}
+		r.Err = fmt.Errorf("re-hold %s: read job: %w", key, err)
+		return r
+	}
+	line := GroupLine(f.group, fmt.Sprintf("**re-held** at %s: %s; hetgpu decides again", b.now().UTC().Format(time.RFC3339), f.reason))
+	if err := ReholdJob(job, f.group, line, UI{ExplainURL: b.explainURL(f.ns, f.id)}); err != nil {
+		b.storeJob(job)
+		r.Err = err
+		return r
+	}
+	wq := (&api.WriteOptions{Namespace: f.ns}).WithContext(ctx)
+	resp, _, err := b.c.Jobs().RegisterOpts(job, &api.RegisterOptions{EnforceIndex: true, ModifyIndex: deref(job.JobModifyIndex, 0), PreserveCounts: true}, wq)
+	if err != nil {
+		r.Err = fmt.Errorf("re-hold %s: register: %w", key, err)
+		return r
+	}
+	job.JobModifyIndex = &resp.JobModifyIndex
+	mi := resp.JobModifyIndex
+	job.ModifyIndex = &mi
+	v := deref(job.Version, 0) + 1
+	job.Version = &v
+	b.storeJob(job)
+	if _, err := b.c.Jobs().TagVersion(f.id, v, fmt.Sprintf("hetgpu-rehold-%d", resp.JobModifyIndex), "hetgpu re-held "+f.group+": "+truncate(f.reason, 150), wq); err != nil {
+		b.log.Debug("tagging the re-held version failed", "job", key, "error", err)
+	}
+	b.log.Warn("pinned job re-held", "job", key, "reason", f.reason)
+	r.Applied = true
+	return r
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
+// showInvalid writes the error into the job's ui description once (the line is compared, so a
+// restart does not write it again).
+func (b *Backend) showInvalid(ctx context.Context, inv invalidJob) {
+	if inv.have == inv.line {
+		return
+	}
+	q := (&api.QueryOptions{Namespace: inv.ns}).WithContext(ctx)
+	job, _, err := b.c.Jobs().Info(inv.id, q)
+	if err != nil {
+		return
+	}
+	if GroupLines(job)[inv.group] == inv.line {
+		return
+	}
+	SetGroupLine(job, inv.group, inv.line, UI{ExplainURL: b.explainURL(inv.ns, inv.id)})
+	wq := (&api.WriteOptions{Namespace: inv.ns}).WithContext(ctx)
+	resp, _, err := b.c.Jobs().RegisterOpts(job, &api.RegisterOptions{EnforceIndex: true, ModifyIndex: deref(job.JobModifyIndex, 0), PreserveCounts: true}, wq)
+	if err != nil {
+		b.log.Debug("showing the annotation error in the ui block failed", "job", inv.key, "error", err)
+		return
+	}
+	job.JobModifyIndex = &resp.JobModifyIndex
+	b.storeJob(job)
+}
+
+// sampleEnergy integrates the power of running hetgpu allocations' GPUs.
+func (b *Backend) sampleEnergy(ctx context.Context) {
+	b.mu.Lock()
+	now := b.now()
+	if now.Sub(b.lastStats) < b.cfg.SampleEvery {
+		b.mu.Unlock()
+		return
+	}
+	b.lastStats = now
+	var todo []*allocRec
+	for _, a := range b.allocs {
+		if a.ClientStatus == api.AllocClientStatusRunning && !terminal(a) && len(a.Devices) > 0 {
+			if _, ok := b.jobs[jobKey(a.Namespace, a.JobID)]; ok {
+				todo = append(todo, a)
+			}
+		}
+	}
+	b.mu.Unlock()
+	for _, a := range todo {
+		sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		u, err := b.c.Allocations().Stats(&api.Allocation{ID: a.ID, NodeID: a.NodeID, Namespace: a.Namespace}, (&api.QueryOptions{Namespace: a.Namespace}).WithContext(sctx))
+		cancel()
+		if err != nil || u == nil {
+			continue
+		}
+		want := map[string]bool{}
+		for _, id := range a.deviceIDs() {
+			want[id] = true
+		}
+		total, n := 0.0, 0
+		for _, tu := range u.Tasks {
+			if tu == nil || tu.ResourceUsage == nil {
+				continue
+			}
+			for _, g := range tu.ResourceUsage.DeviceStats {
+				if g == nil {
+					continue
+				}
+				for id, st := range g.InstanceStats {
+					if st == nil || !want[id] {
+						continue
+					}
+					if p, ok := powerW(st.Stats); ok {
+						total += p
+						n++
+						delete(want, id) // an instance shared by tasks counts once
+					}
+				}
+			}
+		}
+		if n == 0 {
+			continue
+		}
+		b.mu.Lock()
+		acc := b.energy[a.ID]
+		if acc == nil {
+			acc = &energyAcc{}
+			b.energy[a.ID] = acc
+		}
+		t := b.now()
+		if !acc.last.IsZero() {
+			acc.joules += (acc.lastW + total) / 2 * t.Sub(acc.last).Seconds()
+		} else if !a.Start.IsZero() && a.Start.Before(t) {
+			// First sample: assume the draw since the task started was the same.
+			acc.joules += total * t.Sub(a.Start).Seconds()
+		}
+		acc.last, acc.lastW = t, total
+		acc.peak = max(acc.peak, total)
+		acc.samples++
+		b.mu.Unlock()
+	}
+}
+
+// finishedRuns reports groups whose allocations all ended, at least one of them complete.
+func (b *Backend) finishedRuns() []service.FinishedRun {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	type run struct {
+		live     int
+		complete []*allocRec
+	}
+	runs := map[string]*run{}
+	for _, a := range b.allocs {
+		gk := groupKey(a.Namespace, a.JobID, a.Group)
+		r := runs[gk]
+		if r == nil {
+			r = &run{}
+			runs[gk] = r
+		}
+		if !terminal(a) {
+			r.live++
+		} else if a.ClientStatus == api.AllocClientStatusComplete && len(a.Devices) > 0 && !b.learned[a.ID] {
+			r.complete = append(r.complete, a)
+		}
+	}
+	keys := make([]string, 0, len(runs))
+	for k := range runs {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var out []service.FinishedRun
+	for _, gk := range keys {
+		r := runs[gk]
+		if r.live > 0 || len(r.complete) == 0 {
+			continue
+		}
+		sort.Slice(r.complete, func(i, j int) bool { return r.complete[i].ID < r.complete[j].ID })
+		first := r.complete[0]
+		jr, ok := b.jobs[jobKey(first.Namespace, first.JobID)]
+		if !ok {
+			continue
+		}
+		tg := findGroup(jr.job, first.Group)
+		if tg == nil {
+			continue
+		}
+		a, _ := annot.Parse(jr.job.Meta, tg.Meta, first.Group)
+		obs := cluster.Observation{
+			Namespace: first.Namespace, JobID: first.JobID, Group: first.Group,
+			ModelFamily: a.ModelFamily, ModelName: a.ModelName, BatchSize: a.BatchSize, ParamCount: a.ParamCount,
+			Framework: a.Framework,
+		}
+		var start, end time.Time
+		nodes := map[string]bool{}
+		ids := []string{}
+		samples := 0
+		for _, al := range r.complete {
+			b.learned[al.ID] = true
+			ids = append(ids, al.ID)
+			nodes[al.NodeID] = true
+			obs.GPUs += len(al.deviceIDs())
+			if obs.GPUName == "" {
+				obs.GPUName = al.Devices[0].Name
+				obs.GPUType = gpuspec.Canonical(obs.GPUName)
+			}
+			if !al.Start.IsZero() && (start.IsZero() || al.Start.Before(start)) {
+				start = al.Start
+			}
+			if al.End.After(end) {
+				end = al.End
+			}
+			if e := b.energy[al.ID]; e != nil {
+				obs.EnergyJ += e.joules
+				obs.PeakPowerW = max(obs.PeakPowerW, e.peak)
+				samples += e.samples
+				delete(b.energy, al.ID)
+			}
+		}
+		obs.Nodes = len(nodes)
+		if !start.IsZero() && end.After(start) {
+			obs.RuntimeS = end.Sub(start).Seconds()
+		}
+		obs.Time = end
+		if w := annot.Steps(jr.job.Meta, tg.Meta, first.Group); w > 0 && obs.RuntimeS > 0 {
+			obs.Throughput = w / obs.RuntimeS
+		}
+		if obs.EnergyJ > 0 && obs.RuntimeS > 0 {
+			obs.AvgPowerW = obs.EnergyJ / obs.RuntimeS
+		}
+		sum := sha256.Sum256([]byte(strings.Join(ids, ",")))
+		out = append(out, service.FinishedRun{Key: gk + "@" + hex.EncodeToString(sum[:8]), Obs: obs, Start: start, Samples: samples})
+	}
+	return out
+}

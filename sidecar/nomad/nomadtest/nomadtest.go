@@ -1,0 +1,851 @@
+// Package nomadtest is an in-memory fake of the few Nomad HTTP endpoints the hetgpu sidecar
+// uses (nodes, jobs, allocations, blocked evaluations, version tags, client stats and the
+// event stream), for tests. It enforces JobModifyIndex on register like Nomad does and has a
+// tiny scheduler that places pinned jobs exactly where their constraints say.
+package nomadtest
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+)
+
+// Server is the fake.
+type Server struct {
+	*httptest.Server
+
+	mu      sync.Mutex
+	index   uint64
+	nodes   map[string]*api.Node
+	jobs    map[string]*api.Job // "ns/id"
+	allocs  map[string]*api.Allocation
+	evals   map[string]*api.Evaluation
+	tags    map[string][]Tag // "ns/id"
+	power   map[string]float64
+	topo    map[string]map[string]*api.StatValue
+	events  []api.Events
+	streams map[chan struct{}]bool
+	wake    *sync.Cond
+	// Requests records "METHOD path?query" of every request, for assertions.
+	requests []string
+	// Schedule places jobs that are neither held nor stopped (true by default).
+	Schedule bool
+	// RegisterHook, when set, runs before a register is applied; an error fails it (e.g. to
+	// inject conflicts).
+	RegisterHook func(job *api.Job) error
+	allocSeq     int
+}
+
+// Tag is a version tag.
+type Tag struct {
+	Version     uint64
+	Name        string
+	Description string
+}
+
+// New starts a fake Nomad.
+func New() *Server {
+	s := &Server{
+		nodes: map[string]*api.Node{}, jobs: map[string]*api.Job{}, allocs: map[string]*api.Allocation{},
+		evals: map[string]*api.Evaluation{}, tags: map[string][]Tag{}, power: map[string]float64{},
+		topo: map[string]map[string]*api.StatValue{}, streams: map[chan struct{}]bool{}, Schedule: true,
+		index: 10,
+	}
+	s.wake = sync.NewCond(&s.mu)
+	s.Server = httptest.NewServer(http.HandlerFunc(s.serve))
+	return s
+}
+
+// Client returns an API client for the fake.
+func (s *Server) Client() *api.Client {
+	c, err := api.NewClient(&api.Config{Address: s.URL})
+	if err != nil {
+		panic(err)
+	}
+	return c
+}
+
+// GPU describes one fake GPU instance.
+type GPU struct {
+	ID      string
+	Healthy bool
+}
+
+// AddNode registers a ready, eligible node with one GPU device group.
+func (s *Server) AddNode(id, name, gpuName string, gpus int) *api.Node {
+	var inst []*api.NodeDevice
+	for i := 0; i < gpus; i++ {
+		inst = append(inst, &api.NodeDevice{ID: fmt.Sprintf("GPU-%s-%d", name, i), Healthy: true,
+			Locality: &api.NodeDeviceLocality{PciBusID: fmt.Sprintf("0000:%02x:00.0", i+1)}})
+	}
+	mem := int64(16384)
+	n := &api.Node{
+		ID: id, Name: name, Datacenter: "dc1", NodePool: "default", Status: api.NodeStatusReady,
+		SchedulingEligibility: api.NodeSchedulingEligible,
+		Attributes:            map[string]string{"kernel.name": "linux", "unique.hostname": name},
+		Meta:                  map[string]string{},
+		NodeResources: &api.NodeResources{Devices: []*api.NodeDeviceResource{{
+			Vendor: "nvidia", Type: "gpu", Name: gpuName, Instances: inst,
+			Attributes: map[string]*api.Attribute{"memory": {IntVal: &mem, Unit: "MiB"}},
+		}}},
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.bump()
+	n.CreateIndex, n.ModifyIndex = s.index, s.index
+	s.nodes[id] = n
+	s.emit(api.TopicNode, "NodeRegistration", id, map[string]any{"Node": n})
+	return n
+}
+
+// UpdateNode changes a node (status, drain, eligibility, device health) and emits the event.
+func (s *Server) UpdateNode(id, typ string, f func(n *api.Node)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.nodes[id]
+	f(n)
+	s.bump()
+	n.ModifyIndex = s.index
+	s.emit(api.TopicNode, typ, id, map[string]any{"Node": n})
+}
+
+// SetPower sets the power draw (W) a GPU instance reports in device stats.
+func (s *Server) SetPower(deviceID string, w float64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.power[deviceID] = w
+}
+
+// SetTopology sets stats attributes a GPU instance publishes (e.g. "nvlink_peers").
+func (s *Server) SetTopology(deviceID string, attrs map[string]*api.StatValue) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.topo[deviceID] = attrs
+}
+
+// Job returns a copy of a stored job.
+func (s *Server) Job(ns, id string) *api.Job {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	j, ok := s.jobs[ns+"/"+id]
+	if !ok {
+		return nil
+	}
+	return clone(j)
+}
+
+// Tags returns a job's version tags.
+func (s *Server) Tags(ns, id string) []Tag {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Tag(nil), s.tags[ns+"/"+id]...)
+}
+
+// Allocs returns copies of a job's allocations.
+func (s *Server) Allocs(ns, id string) []*api.Allocation {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*api.Allocation
+	for _, a := range s.allocs {
+		if a.Namespace == ns && a.JobID == id {
+			out = append(out, clone(a))
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// Requests returns the requests seen so far.
+func (s *Server) Requests() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.requests...)
+}
+
+// Index is the fake's raft index.
+func (s *Server) Index() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.index
+}
+
+// DropStreams ends every open event stream (the client sees EOF and must reconnect).
+func (s *Server) DropStreams() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for ch := range s.streams {
+		close(ch)
+		delete(s.streams, ch)
+	}
+	s.wake.Broadcast()
+}
+
+// TrimEvents forgets buffered events below index (like Nomad's bounded event buffer).
+func (s *Server) TrimEvents(below uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var keep []api.Events
+	for _, e := range s.events {
+		if e.Index >= below {
+			keep = append(keep, e)
+		}
+	}
+	s.events = keep
+}
+
+// Register stores a job as `nomad job run` would (no index enforcement).
+func (s *Server) Register(job *api.Job) *api.JobRegisterResponse {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	resp, err := s.register(&api.JobRegisterRequest{Job: clone(job)})
+	if err != nil {
+		panic(err)
+	}
+	return resp
+}
+
+// SetAllocStatus changes an allocation's client status and task times, emitting the event.
+func (s *Server) SetAllocStatus(allocID, status string, start, end time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a := s.allocs[allocID]
+	a.ClientStatus = status
+	for _, ts := range a.TaskStates {
+		if !start.IsZero() {
+			ts.StartedAt = start
+		}
+		if !end.IsZero() {
+			ts.FinishedAt = end
+			ts.State = "dead"
+		} else {
+			ts.State = "running"
+		}
+	}
+	s.bump()
+	a.ModifyIndex = s.index
+	s.emitAlloc(a, "AllocationUpdated")
+	s.updateJobStatus(a.Namespace, a.JobID)
+}
+
+// Deregister purges a job.
+func (s *Server) Deregister(ns, id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	j := s.jobs[ns+"/"+id]
+	delete(s.jobs, ns+"/"+id)
+	s.bump()
+	s.emit(api.TopicJob, "JobDeregistered", id, map[string]any{"Job": j})
+}
+
+func (s *Server) bump() { s.index++ }
+
+func (s *Server) emit(topic api.Topic, typ, key string, payload map[string]any) {
+	// Round-trip the payload through JSON: the real stream carries JSON objects.
+	data, _ := json.Marshal(payload)
+	var m map[string]any
+	_ = json.Unmarshal(data, &m)
+	s.events = append(s.events, api.Events{Index: s.index, Events: []api.Event{{Topic: topic, Type: typ, Key: key, Index: s.index, Payload: m}}})
+	s.wake.Broadcast()
+}
+
+func (s *Server) emitAlloc(a *api.Allocation, typ string) {
+	c := clone(a)
+	c.Job = nil
+	data, _ := json.Marshal(c)
+	var m map[string]any
+	_ = json.Unmarshal(data, &m)
+	if a.Job != nil && a.Job.Version != nil {
+		m["JobVersion"] = *a.Job.Version
+	}
+	s.events = append(s.events, api.Events{Index: s.index, Events: []api.Event{{Topic: api.TopicAllocation, Type: typ, Key: a.ID,
+		FilterKeys: []string{a.JobID}, Index: s.index, Payload: map[string]any{"Allocation": m}}}})
+	s.wake.Broadcast()
+}
+
+func clone[T any](v *T) *T {
+	data, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	var out T
+	if err := json.Unmarshal(data, &out); err != nil {
+		panic(err)
+	}
+	return &out
+}
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	s.requests = append(s.requests, r.Method+" "+r.URL.Path+"?"+r.URL.RawQuery)
+	s.mu.Unlock()
+	p := r.URL.Path
+	ns := r.URL.Query().Get("namespace")
+	if ns == "" {
+		ns = "default"
+	}
+	switch {
+	case p == "/v1/event/stream":
+		s.stream(w, r)
+	case p == "/v1/nodes":
+		s.mu.Lock()
+		var out []*api.NodeListStub
+		for _, n := range s.nodes {
+			out = append(out, &api.NodeListStub{ID: n.ID, Name: n.Name, Status: n.Status, ModifyIndex: n.ModifyIndex,
+				SchedulingEligibility: n.SchedulingEligibility, Drain: n.DrainStrategy != nil})
+		}
+		s.mu.Unlock()
+		s.reply(w, out)
+	case strings.HasPrefix(p, "/v1/node/"):
+		s.mu.Lock()
+		n, ok := s.nodes[strings.TrimPrefix(p, "/v1/node/")]
+		var c *api.Node
+		if ok {
+			c = clone(n)
+		}
+		s.mu.Unlock()
+		if !ok {
+			http.Error(w, "node not found", http.StatusNotFound)
+			return
+		}
+		s.reply(w, c)
+	case p == "/v1/client/stats":
+		s.nodeStats(w, r.URL.Query().Get("node_id"))
+	case strings.HasPrefix(p, "/v1/client/allocation/") && strings.HasSuffix(p, "/stats"):
+		s.allocStats(w, strings.TrimSuffix(strings.TrimPrefix(p, "/v1/client/allocation/"), "/stats"))
+	case p == "/v1/jobs" && r.Method == http.MethodGet:
+		s.mu.Lock()
+		var out []*api.JobListStub
+		for _, j := range s.jobs {
+			if ns != "*" && *j.Namespace != ns && r.URL.Query().Get("namespace") != "" {
+				continue
+			}
+			st := &api.JobListStub{ID: *j.ID, Namespace: *j.Namespace, Status: *j.Status, ModifyIndex: *j.ModifyIndex,
+				JobModifyIndex: *j.JobModifyIndex, Type: *j.Type}
+			if r.URL.Query().Get("meta") == "true" {
+				st.Meta = j.Meta
+			}
+			out = append(out, st)
+		}
+		s.mu.Unlock()
+		s.reply(w, out)
+	case p == "/v1/jobs" && (r.Method == http.MethodPut || r.Method == http.MethodPost):
+		var req api.JobRegisterRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		if req.Job != nil && req.Job.Namespace == nil {
+			req.Job.Namespace = &ns
+		}
+		if s.RegisterHook != nil {
+			if err := s.RegisterHook(req.Job); err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+		}
+		s.mu.Lock()
+		resp, err := s.register(&req)
+		s.mu.Unlock()
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		s.reply(w, resp)
+	case strings.HasPrefix(p, "/v1/job/") && strings.Contains(p, "/versions/") && strings.HasSuffix(p, "/tag"):
+		rest := strings.TrimPrefix(p, "/v1/job/")
+		id, tail, _ := strings.Cut(rest, "/versions/")
+		name := strings.TrimSuffix(tail, "/tag")
+		var req api.TagVersionRequest
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		s.mu.Lock()
+		j, ok := s.jobs[ns+"/"+id]
+		if ok && req.Version > *j.Version {
+			ok = false
+		}
+		if ok {
+			s.tags[ns+"/"+id] = append(s.tags[ns+"/"+id], Tag{Version: req.Version, Name: name, Description: req.Description})
+		}
+		s.mu.Unlock()
+		if !ok {
+			http.Error(w, "job version not found", http.StatusNotFound)
+			return
+		}
+		s.reply(w, struct{}{})
+	case strings.HasPrefix(p, "/v1/job/"):
+		id := strings.TrimPrefix(p, "/v1/job/")
+		s.mu.Lock()
+		j, ok := s.jobs[ns+"/"+id]
+		var c *api.Job
+		if ok {
+			c = clone(j)
+		}
+		s.mu.Unlock()
+		if !ok {
+			http.Error(w, "job not found", http.StatusNotFound)
+			return
+		}
+		s.reply(w, c)
+	case p == "/v1/allocations":
+		s.mu.Lock()
+		var out []*api.AllocationListStub
+		for _, a := range s.allocs {
+			st := &api.AllocationListStub{ID: a.ID, Namespace: a.Namespace, NodeID: a.NodeID, JobID: a.JobID, TaskGroup: a.TaskGroup,
+				DesiredStatus: a.DesiredStatus, ClientStatus: a.ClientStatus, TaskStates: a.TaskStates, ModifyIndex: a.ModifyIndex,
+				CreateIndex: a.CreateIndex}
+			if a.Job != nil && a.Job.Version != nil {
+				st.JobVersion = *a.Job.Version
+			}
+			if r.URL.Query().Get("resources") == "true" {
+				st.AllocatedResources = a.AllocatedResources
+			}
+			out = append(out, st)
+		}
+		s.mu.Unlock()
+		s.reply(w, out)
+	case p == "/v1/evaluations":
+		s.mu.Lock()
+		var out []*api.Evaluation
+		for _, e := range s.evals {
+			if st := r.URL.Query().Get("status"); st != "" && e.Status != st {
+				continue
+			}
+			out = append(out, e)
+		}
+		s.mu.Unlock()
+		s.reply(w, out)
+	default:
+		http.Error(w, "fake nomad: no route "+p, http.StatusNotFound)
+	}
+}
+
+func (s *Server) reply(w http.ResponseWriter, v any) {
+	s.mu.Lock()
+	idx := s.index
+	s.mu.Unlock()
+	w.Header().Set("X-Nomad-Index", strconv.FormatUint(idx, 10))
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
+	from, _ := strconv.ParseUint(r.URL.Query().Get("index"), 10, 64)
+	fl, _ := w.(http.Flusher)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	if fl != nil {
+		fl.Flush()
+	}
+	done := make(chan struct{})
+	s.mu.Lock()
+	s.streams[done] = true
+	s.mu.Unlock()
+	go func() {
+		<-r.Context().Done()
+		s.mu.Lock()
+		s.wake.Broadcast()
+		s.mu.Unlock()
+	}()
+	next := from
+	enc := json.NewEncoder(w)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for {
+		select {
+		case <-done:
+			return
+		default:
+		}
+		if r.Context().Err() != nil {
+			delete(s.streams, done)
+			return
+		}
+		var batch []api.Events
+		for _, e := range s.events {
+			if e.Index >= next {
+				batch = append(batch, e)
+			}
+		}
+		if len(batch) == 0 {
+			s.wake.Wait()
+			continue
+		}
+		next = batch[len(batch)-1].Index + 1
+		s.mu.Unlock()
+		for _, e := range batch {
+			if enc.Encode(e) != nil {
+				s.mu.Lock()
+				delete(s.streams, done)
+				return
+			}
+		}
+		if fl != nil {
+			fl.Flush()
+		}
+		s.mu.Lock()
+	}
+}
+
+func (s *Server) nodeStats(w http.ResponseWriter, nodeID string) {
+	s.mu.Lock()
+	n, ok := s.nodes[nodeID]
+	hs := &api.HostStats{}
+	if ok {
+		for _, g := range n.NodeResources.Devices {
+			gs := &api.DeviceGroupStats{Vendor: g.Vendor, Type: g.Type, Name: g.Name, InstanceStats: map[string]*api.DeviceStats{}}
+			for _, in := range g.Instances {
+				gs.InstanceStats[in.ID] = &api.DeviceStats{Stats: &api.StatObject{Attributes: s.statsOf(in.ID)}, Timestamp: time.Now()}
+			}
+			hs.DeviceStats = append(hs.DeviceStats, gs)
+		}
+	}
+	s.mu.Unlock()
+	if !ok {
+		http.Error(w, "node not found", http.StatusNotFound)
+		return
+	}
+	s.reply(w, hs)
+}
+
+func (s *Server) statsOf(id string) map[string]*api.StatValue {
+	attrs := map[string]*api.StatValue{}
+	for k, v := range s.topo[id] {
+		attrs[k] = v
+	}
+	if p, ok := s.power[id]; ok {
+		pp := p
+		attrs["Power usage"] = &api.StatValue{FloatNumeratorVal: &pp, Unit: "W"}
+	}
+	return attrs
+}
+
+func (s *Server) allocStats(w http.ResponseWriter, id string) {
+	s.mu.Lock()
+	a, ok := s.allocs[id]
+	u := &api.AllocResourceUsage{Tasks: map[string]*api.TaskResourceUsage{}}
+	if ok {
+		for task, tr := range a.AllocatedResources.Tasks {
+			ru := &api.ResourceUsage{}
+			for _, d := range tr.Devices {
+				gs := &api.DeviceGroupStats{Vendor: d.Vendor, Type: d.Type, Name: d.Name, InstanceStats: map[string]*api.DeviceStats{}}
+				for _, did := range d.DeviceIDs {
+					gs.InstanceStats[did] = &api.DeviceStats{Stats: &api.StatObject{Attributes: s.statsOf(did)}, Timestamp: time.Now()}
+				}
+				ru.DeviceStats = append(ru.DeviceStats, gs)
+			}
+			u.Tasks[task] = &api.TaskResourceUsage{ResourceUsage: ru}
+		}
+	}
+	s.mu.Unlock()
+	if !ok {
+		http.Error(w, "alloc not found", http.StatusNotFound)
+		return
+	}
+	s.reply(w, u)
+}
+
+// register applies a JobRegisterRequest the way Nomad does: EnforceIndex compares with the
+// JobModifyIndex. Callers hold s.mu.
+func (s *Server) register(req *api.JobRegisterRequest) (*api.JobRegisterResponse, error) {
+	job := req.Job
+	if job == nil || job.ID == nil {
+		return nil, fmt.Errorf("job is missing")
+	}
+	if job.Namespace == nil {
+		def := "default"
+		job.Namespace = &def
+	}
+	key := *job.Namespace + "/" + *job.ID
+	old, exists := s.jobs[key]
+	if req.EnforceIndex {
+		switch {
+		case req.JobModifyIndex == 0 && exists:
+			return nil, fmt.Errorf("Enforcing job modify index 0: job already exists")
+		case req.JobModifyIndex != 0 && !exists:
+			return nil, fmt.Errorf("Enforcing job modify index %d: job does not exist", req.JobModifyIndex)
+		case exists && *old.JobModifyIndex != req.JobModifyIndex:
+			return nil, fmt.Errorf("Enforcing job modify index %d: job exists with conflicting job modify index: %d", req.JobModifyIndex, *old.JobModifyIndex)
+		}
+	}
+	s.bump()
+	idx := s.index
+	v := uint64(0)
+	if exists {
+		v = *old.Version + 1
+		job.CreateIndex = old.CreateIndex
+	} else {
+		job.CreateIndex = &idx
+	}
+	job.Version = &v
+	job.ModifyIndex = &idx
+	job.JobModifyIndex = &idx
+	submit := time.Now().UnixNano()
+	job.SubmitTime = &submit
+	status := "pending"
+	job.Status = &status
+	for _, def := range []struct {
+		p **string
+		v string
+	}{{&job.Type, "batch"}} {
+		if *def.p == nil {
+			val := def.v
+			*def.p = &val
+		}
+	}
+	if job.Priority == nil {
+		p := 50
+		job.Priority = &p
+	}
+	for _, tg := range job.TaskGroups {
+		if tg.Count == nil {
+			c := 1
+			tg.Count = &c
+		}
+	}
+	s.jobs[key] = job
+	s.emit(api.TopicJob, "JobRegistered", *job.ID, map[string]any{"Job": job})
+	evalID := fmt.Sprintf("eval-%d", idx)
+	s.schedule(job, evalID)
+	s.updateJobStatus(*job.Namespace, *job.ID)
+	return &api.JobRegisterResponse{EvalID: evalID, EvalCreateIndex: idx, JobModifyIndex: idx}, nil
+}
+
+func holds(cs []*api.Constraint) bool {
+	for _, c := range cs {
+		if c.LTarget == "${meta.hetgpu.queue}" {
+			return true
+		}
+	}
+	return false
+}
+
+// schedule is a tiny scheduler: held groups get a blocked eval; others get allocations, on the
+// pinned node(s) with the pinned instance IDs when pinned, else first fit. Callers hold s.mu.
+func (s *Server) schedule(job *api.Job, evalID string) {
+	ns := *job.Namespace
+	// Stop allocations of groups whose placement changed (pins are destructive updates).
+	failed := map[string]*api.AllocationMetric{}
+	for _, tg := range job.TaskGroups {
+		held := holds(job.Constraints) || holds(tg.Constraints)
+		nodeIDs, devIDs := pinOf(tg)
+		for _, a := range s.allocs {
+			if a.Namespace != ns || a.JobID != *job.ID || a.TaskGroup != *tg.Name || terminal(a) {
+				continue
+			}
+			keep := !held
+			if len(nodeIDs) > 0 && !contains(nodeIDs, a.NodeID) {
+				keep = false
+			}
+			if !keep {
+				a.DesiredStatus = api.AllocDesiredStatusStop
+				a.ClientStatus = api.AllocClientStatusComplete
+				s.bump()
+				a.ModifyIndex = s.index
+				s.emitAlloc(a, "AllocationUpdated")
+			}
+		}
+		if held {
+			failed[*tg.Name] = &api.AllocationMetric{NodesEvaluated: len(s.nodes), ConstraintFiltered: map[string]int{"${meta.hetgpu.queue} = waiting-for-hetgpu": len(s.nodes)}}
+			continue
+		}
+		if !s.Schedule {
+			continue
+		}
+		live := 0
+		for _, a := range s.allocs {
+			if a.Namespace == ns && a.JobID == *job.ID && a.TaskGroup == *tg.Name && (!terminal(a) || a.ClientStatus == api.AllocClientStatusComplete) {
+				live++
+			}
+		}
+		for i := live; i < *tg.Count; i++ {
+			if !s.place(job, tg, nodeIDs, devIDs) {
+				failed[*tg.Name] = &api.AllocationMetric{NodesEvaluated: len(s.nodes), DimensionExhausted: map[string]int{"devices: no devices match request": 1}}
+				break
+			}
+		}
+	}
+	if len(failed) > 0 {
+		s.bump()
+		e := &api.Evaluation{ID: evalID + "-blocked", Namespace: ns, JobID: *job.ID, Status: api.EvalStatusBlocked,
+			TriggeredBy: "queued-allocs", FailedTGAllocs: failed, JobModifyIndex: *job.JobModifyIndex, ModifyIndex: s.index}
+		for id, old := range s.evals {
+			if old.JobID == *job.ID && old.Namespace == ns && old.Status == api.EvalStatusBlocked {
+				old.Status = api.EvalStatusCancelled
+				delete(s.evals, id)
+			}
+		}
+		s.evals[e.ID] = e
+		s.emit(api.TopicEvaluation, "EvaluationUpdated", e.ID, map[string]any{"Evaluation": e})
+	} else {
+		for id, old := range s.evals {
+			if old.JobID == *job.ID && old.Namespace == ns {
+				delete(s.evals, id)
+			}
+		}
+	}
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+func pinOf(tg *api.TaskGroup) (nodes, devs []string) {
+	for _, c := range tg.Constraints {
+		if c.LTarget == "${node.unique.id}" {
+			nodes = append(nodes, strings.Split(c.RTarget, ",")...)
+		}
+	}
+	for _, t := range tg.Tasks {
+		if t.Resources == nil {
+			continue
+		}
+		for _, d := range t.Resources.Devices {
+			for _, c := range d.Constraints {
+				if c.LTarget == "${device.ids}" {
+					devs = append(devs, strings.Split(c.RTarget, ",")...)
+				}
+			}
+		}
+	}
+	return nodes, devs
+}
+
+func terminal(a *api.Allocation) bool {
+	return a.DesiredStatus != api.AllocDesiredStatusRun || a.ClientStatus == api.AllocClientStatusComplete ||
+		a.ClientStatus == api.AllocClientStatusFailed || a.ClientStatus == api.AllocClientStatusLost
+}
+
+// place puts one allocation of a group on a node with enough free GPUs. Callers hold s.mu.
+func (s *Server) place(job *api.Job, tg *api.TaskGroup, nodeIDs, devIDs []string) bool {
+	used := map[string]bool{}
+	perNode := map[string]bool{}
+	for _, a := range s.allocs {
+		if terminal(a) {
+			continue
+		}
+		if a.JobID == *job.ID && a.TaskGroup == *tg.Name {
+			perNode[a.NodeID] = true
+		}
+		for _, t := range a.AllocatedResources.Tasks {
+			for _, d := range t.Devices {
+				for _, id := range d.DeviceIDs {
+					used[id] = true
+				}
+			}
+		}
+	}
+	ids := make([]string, 0, len(s.nodes))
+	for id := range s.nodes {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, nid := range ids {
+		n := s.nodes[nid]
+		if n.Status != api.NodeStatusReady || n.SchedulingEligibility != api.NodeSchedulingEligible || (len(nodeIDs) > 0 && !contains(nodeIDs, nid)) {
+			continue
+		}
+		if len(nodeIDs) > 1 && perNode[nid] {
+			continue
+		}
+		tasks := map[string]*api.AllocatedTaskResources{}
+		ok := true
+		taken := map[string]bool{}
+		for _, t := range tg.Tasks {
+			tr := &api.AllocatedTaskResources{}
+			if t.Resources != nil {
+				for _, d := range t.Resources.Devices {
+					want := 1
+					if d.Count != nil {
+						want = int(*d.Count)
+					}
+					g := n.NodeResources.Devices[0]
+					var got []string
+					for _, in := range g.Instances {
+						if len(got) == want {
+							break
+						}
+						if !in.Healthy || used[in.ID] || taken[in.ID] || (len(devIDs) > 0 && !contains(devIDs, in.ID)) {
+							continue
+						}
+						got = append(got, in.ID)
+						taken[in.ID] = true
+					}
+					if len(got) < want {
+						ok = false
+					}
+					tr.Devices = append(tr.Devices, &api.AllocatedDeviceResource{Vendor: g.Vendor, Type: g.Type, Name: g.Name, DeviceIDs: got})
+				}
+			}
+			tasks[t.Name] = tr
+		}
+		if !ok {
+			continue
+		}
+		s.allocSeq++
+		s.bump()
+		a := &api.Allocation{
+			ID: fmt.Sprintf("alloc-%04d", s.allocSeq), Namespace: *job.Namespace, JobID: *job.ID, TaskGroup: *tg.Name, NodeID: nid,
+			DesiredStatus: api.AllocDesiredStatusRun, ClientStatus: api.AllocClientStatusRunning, Job: clone(job),
+			AllocatedResources: &api.AllocatedResources{Tasks: tasks}, TaskStates: map[string]*api.TaskState{},
+			CreateIndex: s.index, ModifyIndex: s.index,
+		}
+		for _, t := range tg.Tasks {
+			a.TaskStates[t.Name] = &api.TaskState{State: "running", StartedAt: time.Now()}
+		}
+		s.allocs[a.ID] = a
+		s.emitAlloc(a, "PlanResult")
+		return true
+	}
+	return false
+}
+
+// updateJobStatus sets pending / running / dead from the allocations. Callers hold s.mu.
+func (s *Server) updateJobStatus(ns, id string) {
+	j, ok := s.jobs[ns+"/"+id]
+	if !ok {
+		return
+	}
+	live, done, total := 0, 0, 0
+	for _, a := range s.allocs {
+		if a.Namespace != ns || a.JobID != id {
+			continue
+		}
+		total++
+		if !terminal(a) {
+			live++
+		} else if a.ClientStatus == api.AllocClientStatusComplete && a.DesiredStatus == api.AllocDesiredStatusRun {
+			done++
+		}
+	}
+	want := 0
+	for _, tg := range j.TaskGroups {
+		want += *tg.Count
+	}
+	st := "pending"
+	switch {
+	case live > 0:
+		st = "running"
+	case done >= want && want > 0:
+		st = "dead"
+	}
+	if st != *j.Status {
+		j.Status = &st
+		s.bump()
+		j.ModifyIndex = &s.index
+		idx := s.index
+		j.ModifyIndex = &idx
+		s.emit(api.TopicJob, "JobRegistered", id, map[string]any{"Job": j})
+	}
+}

@@ -1,0 +1,41 @@
+package nomad
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/hashicorp/nomad/api"
+)
+
+// ErrNotHeld is returned by Release for a job without a hold constraint.
+var ErrNotHeld = errors.New("the job carries no hetgpu hold constraint")
+
+// Release hands a job back to plain Nomad scheduling: it removes the hold constraint (job,
+// groups and tasks) and keeps everything else, including pins hetgpu already made. Meta is
+// untouched, so nothing restarts. It retries once on a JobModifyIndex conflict.
+func Release(ctx context.Context, c *api.Client, namespace, id string) (*api.JobRegisterResponse, error) {
+	if namespace == "" {
+		namespace = "default"
+	}
+	for attempt := 0; ; attempt++ {
+		job, _, err := c.Jobs().Info(id, (&api.QueryOptions{Namespace: namespace}).WithContext(ctx))
+		if err != nil {
+			return nil, fmt.Errorf("read job %s/%s: %w", namespace, id, err)
+		}
+		if !ReleaseJob(job, "**released** to plain Nomad scheduling by `hetgpu release`") {
+			return nil, fmt.Errorf("release %s/%s: %w", namespace, id, ErrNotHeld)
+		}
+		resp, _, err := c.Jobs().RegisterOpts(job, &api.RegisterOptions{EnforceIndex: true, ModifyIndex: deref(job.JobModifyIndex, 0), PreserveCounts: true},
+			(&api.WriteOptions{Namespace: namespace}).WithContext(ctx))
+		if err != nil {
+			if isConflict(err) && attempt == 0 {
+				continue
+			}
+			return nil, fmt.Errorf("release %s/%s: register: %w", namespace, id, err)
+		}
+		v := deref(job.Version, 0) + 1
+		_, _ = c.Jobs().TagVersion(id, v, fmt.Sprintf("hetgpu-release-%d", resp.JobModifyIndex), "released to plain Nomad scheduling", (&api.WriteOptions{Namespace: namespace}).WithContext(ctx))
+		return resp, nil
+	}
+}

@@ -1,0 +1,502 @@
+package nomad
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+)
+
+// Watch keeps the backend current: a full resync through the list APIs, then the event
+// stream from the last index + 1, and again on every reconnect (the stream silently skips
+// events older than its buffer, so only a resync is sure to be complete).
+func (b *Backend) Watch(ctx context.Context, changed func()) error {
+	backoff := b.cfg.RetryBackoff
+	var resyncC <-chan time.Time
+	if b.cfg.ResyncEvery > 0 {
+		t := time.NewTicker(b.cfg.ResyncEvery)
+		defer t.Stop()
+		resyncC = t.C
+	}
+	for ctx.Err() == nil {
+		if err := b.Resync(ctx); err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			b.log.Warn("resync with Nomad failed; retrying", "error", err, "in", backoff)
+			if !sleep(ctx, backoff) {
+				break
+			}
+			backoff = min(backoff*2, 30*time.Second)
+			continue
+		}
+		changed()
+		backoff = b.cfg.RetryBackoff
+		err := b.stream(ctx, changed, resyncC)
+		if ctx.Err() != nil {
+			break
+		}
+		if err == errResync {
+			continue
+		}
+		b.log.Warn("event stream ended; resyncing and resuming", "error", err, "index", b.Index())
+		if !sleep(ctx, backoff) {
+			break
+		}
+		backoff = min(backoff*2, 30*time.Second)
+	}
+	return nil
+}
+
+var errResync = fmt.Errorf("periodic resync")
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// Index is the last event-stream index applied.
+func (b *Backend) Index() uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.index
+}
+
+// Topics the backend subscribes to, in every namespace the token can read.
+func Topics() map[api.Topic][]string {
+	return map[api.Topic][]string{
+		api.TopicJob:        {"*"},
+		api.TopicAllocation: {"*"},
+		api.TopicEvaluation: {"*"},
+		api.TopicNode:       {"*"},
+	}
+}
+
+func (b *Backend) stream(ctx context.Context, changed func(), resync <-chan time.Time) error {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	from := b.Index() + 1
+	ch, err := b.c.EventStream().Stream(sctx, Topics(), from, &api.QueryOptions{Namespace: b.cfg.Namespace})
+	if err != nil {
+		return fmt.Errorf("open event stream at index %d: %w", from, err)
+	}
+	b.log.Debug("event stream open", "from", from)
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-resync:
+			return errResync
+		case evs, ok := <-ch:
+			if !ok {
+				return fmt.Errorf("event stream closed")
+			}
+			if evs.Err != nil {
+				return fmt.Errorf("event stream: %w", evs.Err)
+			}
+			for i := range evs.Events {
+				b.apply(ctx, &evs.Events[i])
+			}
+			b.mu.Lock()
+			if evs.Index > b.index {
+				b.index = evs.Index
+			}
+			b.mu.Unlock()
+			changed()
+		}
+	}
+}
+
+// apply folds one event into the state. Payloads are hints: nodes and jobs are re-read
+// through their JSON APIs (event payloads lose device attributes, see the integration notes
+// 7.1), allocations are taken from the payload guarded by their ModifyIndex.
+func (b *Backend) apply(ctx context.Context, ev *api.Event) {
+	switch ev.Topic {
+	case api.TopicNode:
+		if ev.Type == "NodeDeregistration" {
+			b.mu.Lock()
+			delete(b.nodes, ev.Key)
+			b.mu.Unlock()
+			return
+		}
+		b.refreshNode(ctx, ev.Key)
+	case api.TopicJob:
+		ns := payloadNamespace(ev, "Job")
+		if ev.Type == "JobDeregistered" || ev.Type == "JobBatchDeregistered" {
+			b.refreshJob(ctx, ns, ev.Key, true)
+			return
+		}
+		b.refreshJob(ctx, ns, ev.Key, false)
+	case api.TopicAllocation:
+		a, err := decodeAlloc(ev)
+		if err != nil || a == nil {
+			b.log.Debug("undecodable allocation event", "key", ev.Key, "error", err)
+			return
+		}
+		b.putAlloc(a)
+		b.mu.Lock()
+		_, known := b.jobs[jobKey(a.Namespace, a.JobID)]
+		b.mu.Unlock()
+		if !known && len(a.Devices) > 0 {
+			// A GPU job we have not read yet (un-held annotated jobs are seen first here).
+			b.refreshJob(ctx, a.Namespace, a.JobID, false)
+		}
+	case api.TopicEvaluation:
+		e, err := ev.Evaluation()
+		if err != nil || e == nil {
+			return
+		}
+		k := jobKey(e.Namespace, e.JobID)
+		b.mu.Lock()
+		_, known := b.jobs[k]
+		if e.Status == api.EvalStatusBlocked {
+			b.blocked[k] = e
+		} else if old, ok := b.blocked[k]; ok && old.ID == e.ID {
+			delete(b.blocked, k)
+		}
+		b.mu.Unlock()
+		if !known && (e.Status == api.EvalStatusBlocked || e.TriggeredBy == "job-register") {
+			b.refreshJob(ctx, e.Namespace, e.JobID, false)
+		}
+	}
+}
+
+func payloadNamespace(ev *api.Event, field string) string {
+	if m, ok := ev.Payload[field].(map[string]any); ok {
+		if ns, ok := m["Namespace"].(string); ok && ns != "" {
+			return ns
+		}
+	}
+	return ""
+}
+
+// decodeAlloc re-marshals the payload with encoding/json: api.Allocation's JSON shape is the
+// server's, and mapstructure would need tags the api types do not all carry.
+func decodeAlloc(ev *api.Event) (*allocRec, error) {
+	raw, ok := ev.Payload["Allocation"]
+	if !ok {
+		return nil, fmt.Errorf("no Allocation in payload")
+	}
+	data, err := json.Marshal(raw)
+	if err != nil {
+		return nil, err
+	}
+	var a api.Allocation
+	if err := json.Unmarshal(data, &a); err != nil {
+		return nil, err
+	}
+	r := allocFromFull(&a)
+	if a.Job == nil {
+		// Allocation events carry no Job; the version is in the stub-compatible field.
+		var v struct{ JobVersion uint64 }
+		if json.Unmarshal(data, &v) == nil {
+			r.JobVersion = v.JobVersion
+		}
+	}
+	return r, nil
+}
+
+func (b *Backend) putAlloc(a *allocRec) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if old, ok := b.allocs[a.ID]; ok && old.ModifyIndex > a.ModifyIndex {
+		return
+	}
+	// Keep terminal allocations only for jobs hetgpu manages (the learner reads them).
+	if terminal(a) {
+		if _, ok := b.jobs[jobKey(a.Namespace, a.JobID)]; !ok {
+			delete(b.allocs, a.ID)
+			delete(b.energy, a.ID)
+			return
+		}
+	}
+	b.allocs[a.ID] = a
+}
+
+func (b *Backend) refreshNode(ctx context.Context, id string) {
+	n, _, err := b.c.Nodes().Info(id, (&api.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		if statusCode(err) == 404 {
+			b.mu.Lock()
+			delete(b.nodes, id)
+			b.mu.Unlock()
+			return
+		}
+		b.log.Warn("reading node failed", "node", id, "error", err)
+		return
+	}
+	b.putNode(ctx, n)
+}
+
+func (b *Backend) putNode(ctx context.Context, n *api.Node) {
+	topo := map[string]topology{}
+	if b.cfg.Topology && n.Status == api.NodeStatusReady {
+		b.mu.Lock()
+		old, ok := b.nodes[n.ID]
+		b.mu.Unlock()
+		reuse := ok && sameInstances(old.api, n)
+		if reuse {
+			for _, g := range old.node.Devices {
+				for _, in := range g.Instances {
+					topo[in.ID] = topology{peers: in.NVLinkPeers, numa: in.NUMANode, pcieSw: in.PCIeSwitch}
+				}
+			}
+		} else {
+			topo = b.readTopology(ctx, n.ID)
+		}
+	}
+	rec := &nodeRec{api: n, node: convertNode(n, topo)}
+	b.mu.Lock()
+	b.nodes[n.ID] = rec
+	b.mu.Unlock()
+}
+
+func sameInstances(a, b *api.Node) bool {
+	ids := func(n *api.Node) []string {
+		var out []string
+		if n.NodeResources != nil {
+			for _, d := range n.NodeResources.Devices {
+				for _, i := range d.Instances {
+					out = append(out, i.ID)
+				}
+			}
+		}
+		sort.Strings(out)
+		return out
+	}
+	x, y := ids(a), ids(b)
+	if len(x) != len(y) {
+		return false
+	}
+	for i := range x {
+		if x[i] != y[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func (b *Backend) readTopology(ctx context.Context, nodeID string) map[string]topology {
+	out := map[string]topology{}
+	tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	hs, err := b.c.Nodes().Stats(nodeID, (&api.QueryOptions{}).WithContext(tctx))
+	if err != nil {
+		b.log.Debug("node device stats unavailable; no topology", "node", nodeID, "error", err)
+		return out
+	}
+	for _, g := range hs.DeviceStats {
+		if g == nil {
+			continue
+		}
+		for id, st := range g.InstanceStats {
+			if st == nil {
+				continue
+			}
+			if t, ok := parseTopology(st.Stats); ok {
+				out[id] = t
+			}
+		}
+	}
+	return out
+}
+
+// refreshJob re-reads a job; gone jobs are dropped and reported.
+func (b *Backend) refreshJob(ctx context.Context, ns, id string, deregistered bool) {
+	namespaces := []string{ns}
+	if ns == "" {
+		// Deregistration payloads may lack the namespace: check every namespace we track.
+		b.mu.Lock()
+		seen := map[string]bool{}
+		for _, jr := range b.jobs {
+			if deref(jr.job.ID, "") == id {
+				n := deref(jr.job.Namespace, "default")
+				if !seen[n] {
+					seen[n] = true
+					namespaces = append(namespaces, n)
+				}
+			}
+		}
+		b.mu.Unlock()
+		namespaces = namespaces[1:]
+		if len(namespaces) == 0 {
+			if deregistered {
+				return
+			}
+			namespaces = []string{"default"}
+		}
+	}
+	for _, n := range namespaces {
+		job, _, err := b.c.Jobs().Info(id, (&api.QueryOptions{Namespace: n}).WithContext(ctx))
+		if err != nil {
+			if statusCode(err) == 404 {
+				b.dropJob(n, id)
+				continue
+			}
+			b.log.Warn("reading job failed", "job", jobKey(n, id), "error", err)
+			continue
+		}
+		if deref(job.Stop, false) && deregistered {
+			// Stopped (not purged): keep it until it is dead so its allocations are learned.
+			b.storeJob(job)
+			continue
+		}
+		b.storeJob(job)
+	}
+}
+
+// Resync rebuilds the state from the list APIs. The stream then resumes after the newer of the
+// last event index and the lists' index.
+func (b *Backend) Resync(ctx context.Context) error {
+	q := func() *api.QueryOptions { return (&api.QueryOptions{Namespace: b.cfg.Namespace}).WithContext(ctx) }
+	nodes, nqm, err := b.c.Nodes().List((&api.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		return fmt.Errorf("list nodes: %w", err)
+	}
+	seenNodes := map[string]bool{}
+	for _, ns := range nodes {
+		seenNodes[ns.ID] = true
+		b.mu.Lock()
+		old, ok := b.nodes[ns.ID]
+		b.mu.Unlock()
+		if ok && old.api.ModifyIndex == ns.ModifyIndex {
+			continue
+		}
+		n, _, err := b.c.Nodes().Info(ns.ID, (&api.QueryOptions{}).WithContext(ctx))
+		if err != nil {
+			return fmt.Errorf("read node %s: %w", ns.ID, err)
+		}
+		b.putNode(ctx, n)
+	}
+	b.mu.Lock()
+	for id := range b.nodes {
+		if !seenNodes[id] {
+			delete(b.nodes, id)
+		}
+	}
+	b.mu.Unlock()
+
+	stubs, jqm, err := b.c.Jobs().ListOptions(&api.JobListOptions{Fields: &api.JobListFields{Meta: true}}, q())
+	if err != nil {
+		return fmt.Errorf("list jobs: %w", err)
+	}
+	evals, eqm, err := b.c.Evaluations().List(withParams(q(), map[string]string{"status": api.EvalStatusBlocked}))
+	if err != nil {
+		return fmt.Errorf("list blocked evaluations: %w", err)
+	}
+	blockedJobs := map[string]*api.Evaluation{}
+	for _, e := range evals {
+		if e.Status == api.EvalStatusBlocked {
+			blockedJobs[jobKey(e.Namespace, e.JobID)] = e
+		}
+	}
+	seenJobs := map[string]bool{}
+	for _, s := range stubs {
+		k := jobKey(s.Namespace, s.ID)
+		seenJobs[k] = true
+		b.mu.Lock()
+		old, tracked := b.jobs[k]
+		b.mu.Unlock()
+		candidate := tracked || blockedJobs[k] != nil || s.Status == "pending" || hasPrefixKey(s.Meta)
+		if !candidate {
+			continue
+		}
+		if tracked && deref(old.job.ModifyIndex, 0) == s.ModifyIndex {
+			continue
+		}
+		job, _, err := b.c.Jobs().Info(s.ID, (&api.QueryOptions{Namespace: s.Namespace}).WithContext(ctx))
+		if err != nil {
+			if statusCode(err) == 404 {
+				b.dropJob(s.Namespace, s.ID)
+				continue
+			}
+			return fmt.Errorf("read job %s: %w", k, err)
+		}
+		b.storeJob(job)
+	}
+	b.mu.Lock()
+	var gone []*jobRec
+	for k, jr := range b.jobs {
+		if !seenJobs[k] {
+			gone = append(gone, jr)
+		}
+	}
+	b.blocked = blockedJobs
+	b.mu.Unlock()
+	for _, jr := range gone {
+		b.dropJob(deref(jr.job.Namespace, "default"), deref(jr.job.ID, ""))
+	}
+
+	allocs, aqm, err := b.c.Allocations().List(withParams(q(), map[string]string{"resources": "true"}))
+	if err != nil {
+		return fmt.Errorf("list allocations: %w", err)
+	}
+	fresh := map[string]*allocRec{}
+	for _, s := range allocs {
+		a := allocFromStub(s)
+		b.mu.Lock()
+		_, managedJob := b.jobs[jobKey(a.Namespace, a.JobID)]
+		b.mu.Unlock()
+		if terminal(a) && !managedJob {
+			continue
+		}
+		if !managedJob && len(a.Devices) > 0 {
+			// GPU allocations of jobs never seen: the job may be an un-held annotated one.
+			b.refreshJob(ctx, a.Namespace, a.JobID, false)
+		}
+		fresh[a.ID] = a
+	}
+	b.mu.Lock()
+	b.allocs = fresh
+	for id := range b.energy {
+		if _, ok := fresh[id]; !ok {
+			delete(b.energy, id)
+		}
+	}
+	// Resume after what the lists reflect unless events already went further.
+	idx := minNonZero(nqm.LastIndex, jqm.LastIndex, eqm.LastIndex, aqm.LastIndex)
+	if b.index == 0 {
+		b.index = idx
+	}
+	b.mu.Unlock()
+	b.log.Debug("resynced", "nodes", len(nodes), "jobs", len(stubs), "allocations", len(allocs), "index", b.Index())
+	return nil
+}
+
+func withParams(q *api.QueryOptions, p map[string]string) *api.QueryOptions {
+	if q.Params == nil {
+		q.Params = map[string]string{}
+	}
+	for k, v := range p {
+		q.Params[k] = v
+	}
+	return q
+}
+
+func hasPrefixKey(m map[string]string) bool {
+	for k := range m {
+		if len(k) > 7 && k[:7] == "hetgpu." {
+			return true
+		}
+	}
+	return false
+}
+
+func minNonZero(xs ...uint64) uint64 {
+	var m uint64
+	for _, x := range xs {
+		if x != 0 && (m == 0 || x < m) {
+			m = x
+		}
+	}
+	return m
+}

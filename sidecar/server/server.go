@@ -1,0 +1,330 @@
+// Package server is the sidecar's HTTP API (default 127.0.0.1:4656):
+//
+//	GET  /v1/health                      service state (no token needed)
+//	GET  /v1/queue                       ranked pending jobs with scores and features
+//	GET  /v1/decisions?limit=N&after=S   decision records, newest first
+//	GET  /v1/jobs/{ns}/{id}/explain      why a job runs where it runs, or why it waits;
+//	                                     HTML with Accept: text/html or ?format=html
+//	POST /v1/observations                measured runs (cluster.Observation JSON, one object or
+//	                                     an array), as the task driver posts them
+//	GET  /metrics                        Prometheus metrics
+//
+// With a token configured every endpoint but /v1/health needs "Authorization: Bearer TOKEN".
+// Handlers recover from panics: bad input never takes the sidecar down.
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/sidecar/service"
+)
+
+// DefaultListen is the API's default address.
+const DefaultListen = "127.0.0.1:4656"
+
+// maxBody bounds request bodies.
+const maxBody = 1 << 20
+
+// Config configures the server.
+type Config struct {
+	Listen string
+	// Token, when set, is required as a bearer token.
+	Token  string
+	Logger hclog.Logger
+}
+
+// Server serves the API for a service.
+type Server struct {
+	cfg Config
+	svc *service.Service
+	log hclog.Logger
+	mux *http.ServeMux
+}
+
+// New builds the server (not yet listening).
+func New(cfg Config, svc *service.Service) *Server {
+	if cfg.Listen == "" {
+		cfg.Listen = DefaultListen
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	s := &Server{cfg: cfg, svc: svc, log: cfg.Logger.Named("api"), mux: http.NewServeMux()}
+	s.mux.HandleFunc("GET /v1/health", s.health)
+	s.mux.HandleFunc("GET /v1/queue", s.queue)
+	s.mux.HandleFunc("GET /v1/decisions", s.decisions)
+	s.mux.HandleFunc("GET /v1/jobs/{ns}/{id}/explain", s.explain)
+	s.mux.HandleFunc("POST /v1/observations", s.observations)
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(svc.Metrics().Registry, promhttp.HandlerOpts{}))
+	s.mux.HandleFunc("GET /{$}", s.index)
+	return s
+}
+
+// Handler returns the API's handler with authentication and panic recovery.
+func (s *Server) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				s.log.Error("handler panicked; request failed, sidecar keeps running", "path", r.URL.Path, "panic", v)
+				writeErr(w, http.StatusInternalServerError, fmt.Errorf("internal error"))
+			}
+		}()
+		if s.cfg.Token != "" && r.URL.Path != "/v1/health" && !s.authorized(r) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="hetgpu"`)
+			writeErr(w, http.StatusUnauthorized, errors.New("missing or wrong bearer token (Authorization: Bearer TOKEN)"))
+			return
+		}
+		if _, pattern := s.mux.Handler(r); pattern == "" {
+			s.noRoute(w, r)
+			return
+		}
+		s.mux.ServeHTTP(w, r)
+	})
+}
+
+// noRoute answers unknown paths and methods with a JSON error.
+func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) {
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodPost} {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, p := s.mux.Handler(probe); p != "" {
+			allow = append(allow, m)
+		}
+	}
+	if len(allow) > 0 {
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		writeErr(w, http.StatusMethodNotAllowed, fmt.Errorf("%s %s: method not allowed; use %s", r.Method, r.URL.Path, strings.Join(allow, " or ")))
+		return
+	}
+	writeErr(w, http.StatusNotFound, fmt.Errorf("no such endpoint %s %s; see GET / for the list", r.Method, r.URL.Path))
+}
+
+func (s *Server) authorized(r *http.Request) bool {
+	h := r.Header.Get("Authorization")
+	tok, ok := strings.CutPrefix(h, "Bearer ")
+	return ok && subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), []byte(s.cfg.Token)) == 1
+}
+
+// Serve listens until ctx ends, then shuts down gracefully. ready, when set, receives the
+// bound address (useful with ":0").
+func (s *Server) Serve(ctx context.Context, ready func(addr string)) error {
+	ln, err := net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", s.cfg.Listen, err)
+	}
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second}
+	if ready != nil {
+		ready(ln.Addr().String())
+	}
+	s.log.Info("API listening", "address", ln.Addr().String(), "token", s.cfg.Token != "")
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+		return nil
+	case err := <-errc:
+		if errors.Is(err, http.ErrServerClosed) {
+			return nil
+		}
+		return err
+	}
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func writeErr(w http.ResponseWriter, code int, err error) {
+	writeJSON(w, code, map[string]string{"error": err.Error()})
+}
+
+func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
+	h := s.svc.Health()
+	code := http.StatusOK
+	if h.Status != "ok" {
+		code = http.StatusServiceUnavailable
+	}
+	writeJSON(w, code, h)
+}
+
+func (s *Server) queue(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, s.svc.Queue())
+}
+
+func (s *Server) decisions(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	limit, after := 100, uint64(0)
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1000 {
+			writeErr(w, http.StatusBadRequest, fmt.Errorf("limit = %q: expected an integer from 1 to 1000", v))
+			return
+		}
+		limit = n
+	}
+	if v := q.Get("after"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			writeErr(w, http.StatusBadRequest, fmt.Errorf("after = %q: expected a decision sequence number", v))
+			return
+		}
+		after = n
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"decisions": s.svc.Decisions(limit, after)})
+}
+
+func wantsHTML(r *http.Request) bool {
+	if f := r.URL.Query().Get("format"); f != "" {
+		return f == "html"
+	}
+	return strings.Contains(r.Header.Get("Accept"), "text/html")
+}
+
+func (s *Server) explain(w http.ResponseWriter, r *http.Request) {
+	ns, id := r.PathValue("ns"), r.PathValue("id")
+	if f := r.URL.Query().Get("format"); f != "" && f != "html" && f != "json" {
+		writeErr(w, http.StatusBadRequest, fmt.Errorf("format = %q: expected html or json", f))
+		return
+	}
+	ex, err := s.svc.Explain(ns, id)
+	if errors.Is(err, service.ErrNotFound) {
+		if wantsHTML(r) {
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			w.WriteHeader(http.StatusNotFound)
+			_ = explainTmpl.Execute(w, explainPage{Namespace: ns, JobID: id, NotFound: true})
+			return
+		}
+		writeErr(w, http.StatusNotFound, fmt.Errorf("job %s/%s: %w", ns, id, err))
+		return
+	}
+	if err != nil {
+		writeErr(w, http.StatusInternalServerError, err)
+		return
+	}
+	if wantsHTML(r) {
+		var buf bytes.Buffer
+		if err := explainTmpl.Execute(&buf, explainPage{Namespace: ns, JobID: id, Ex: ex}); err != nil {
+			writeErr(w, http.StatusInternalServerError, err)
+			return
+		}
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_, _ = w.Write(buf.Bytes())
+		return
+	}
+	writeJSON(w, http.StatusOK, ex)
+}
+
+func (s *Server) observations(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, fmt.Errorf("read body: %w", err))
+		return
+	}
+	if len(body) > maxBody {
+		writeErr(w, http.StatusRequestEntityTooLarge, fmt.Errorf("body larger than %d bytes; post fewer observations at a time", maxBody))
+		return
+	}
+	var obs []cluster.Observation
+	trimmed := bytes.TrimSpace(body)
+	dec := json.NewDecoder(bytes.NewReader(trimmed))
+	dec.DisallowUnknownFields()
+	if len(trimmed) > 0 && trimmed[0] == '[' {
+		err = dec.Decode(&obs)
+	} else {
+		var o cluster.Observation
+		err = dec.Decode(&o)
+		obs = []cluster.Observation{o}
+	}
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, fmt.Errorf("observation JSON: %w (fields: namespace, job_id, group, task, model_family, model_name, batch_size, param_count, framework, gpu_type, gpu_name, gpus, nodes, throughput, samples_per_sec, energy_j, avg_power_w, peak_power_w, runtime_s, exit_code, co_runner, time)", jsonErr(err)))
+		return
+	}
+	if dec.More() {
+		writeErr(w, http.StatusBadRequest, errors.New("observation JSON: trailing data after the object"))
+		return
+	}
+	// Validate all first so a batch is all-or-nothing for malformed input.
+	now := time.Now()
+	for i := range obs {
+		o := obs[i]
+		if err := service.Validate(&o, now); err != nil {
+			s.svc.Metrics().Rejected.Inc()
+			msg := err.Error()
+			if len(obs) > 1 {
+				msg = fmt.Sprintf("observation %d: %s", i, msg)
+			}
+			writeErr(w, http.StatusBadRequest, errors.New(msg))
+			return
+		}
+	}
+	accepted := 0
+	for i, o := range obs {
+		if err := s.svc.Observe(r.Context(), o, service.SourceDriver); err != nil {
+			var ve *service.ValidationError
+			code := http.StatusInternalServerError
+			if errors.As(err, &ve) {
+				code = http.StatusBadRequest
+			} else if strings.Contains(err.Error(), "learner rejected") {
+				// Stored; only the learner refused it.
+				code = http.StatusUnprocessableEntity
+			}
+			writeJSON(w, code, map[string]any{"error": fmt.Sprintf("observation %d: %v", i, err), "accepted": accepted})
+			return
+		}
+		accepted++
+	}
+	writeJSON(w, http.StatusAccepted, map[string]any{"accepted": accepted})
+}
+
+// jsonErr makes encoding/json's errors name the field.
+func jsonErr(err error) error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		return fmt.Errorf("field %s: got a JSON %s, expected %s", te.Field, te.Value, te.Type)
+	}
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return fmt.Errorf("syntax error at byte %d: %v", se.Offset, err)
+	}
+	return err
+}
+
+func (s *Server) index(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_, _ = io.WriteString(w, indexHTML)
+}
+
+const indexHTML = `<!doctype html><html><head><meta charset="utf-8"><title>hetgpu sidecar</title></head>
+<body style="font-family:sans-serif;max-width:50em;margin:2em auto">
+<h1>hetgpu sidecar</h1>
+<ul>
+<li><a href="/v1/health">GET /v1/health</a>: service state</li>
+<li><a href="/v1/queue">GET /v1/queue</a>: ranked pending jobs with scores and features</li>
+<li><a href="/v1/decisions">GET /v1/decisions</a>: decisions, newest first (?limit=N&amp;after=SEQ)</li>
+<li>GET /v1/jobs/{namespace}/{job}/explain: why a job runs where it runs (?format=html)</li>
+<li>POST /v1/observations: measured runs (cluster.Observation JSON)</li>
+<li><a href="/metrics">GET /metrics</a>: Prometheus metrics</li>
+</ul></body></html>`

@@ -1,0 +1,190 @@
+package server_test
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/hetgpu/hetgpu/sidecar/server"
+	"github.com/hetgpu/hetgpu/sidecar/service"
+	"github.com/hetgpu/hetgpu/sidecar/service/servicetest"
+)
+
+type apiClient struct {
+	t     *testing.T
+	url   string
+	token string
+}
+
+func (c apiClient) do(method, path, accept, body string) (int, string, http.Header) {
+	c.t.Helper()
+	req, err := http.NewRequest(method, c.url+path, strings.NewReader(body))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if accept != "" {
+		req.Header.Set("Accept", accept)
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), resp.Header
+}
+
+func setup(t *testing.T, token string) (*servicetest.Harness, apiClient) {
+	h := servicetest.NewHarness(t, nil)
+	srv := httptest.NewServer(server.New(server.Config{Token: token}, h.Service).Handler())
+	t.Cleanup(srv.Close)
+	return h, apiClient{t: t, url: srv.URL, token: token}
+}
+
+func TestEndpoints(t *testing.T) {
+	h, c := setup(t, "")
+	h.Nomad.Register(servicetest.HeldJob("resnet", 2, 1, nil))
+	h.Nomad.Register(servicetest.HeldJob("huge", 64, 1, nil))
+	h.Round()
+
+	code, body, _ := c.do("GET", "/v1/health", "", "")
+	var hl service.Health
+	if code != 200 || json.Unmarshal([]byte(body), &hl) != nil || hl.Status != "ok" || hl.Decisions != 1 {
+		t.Errorf("health %d %s", code, body)
+	}
+	code, body, _ = c.do("GET", "/v1/queue", "", "")
+	var q service.QueueView
+	if code != 200 || json.Unmarshal([]byte(body), &q) != nil || len(q.Jobs) != 2 {
+		t.Fatalf("queue %d %s", code, body)
+	}
+	if q.Jobs[0].Score == 0 || q.Jobs[0].Features == nil || q.Jobs[1].Status != "waiting" {
+		t.Errorf("queue entries = %+v", q.Jobs)
+	}
+	code, body, _ = c.do("GET", "/v1/decisions?limit=5", "", "")
+	if code != 200 || !strings.Contains(body, `"status": "pinned"`) || !strings.Contains(body, `"job_key": "default/resnet/train"`) {
+		t.Errorf("decisions %d %s", code, body)
+	}
+	code, body, _ = c.do("GET", "/v1/jobs/default/resnet/explain", "", "")
+	var ex service.Explanation
+	if code != 200 || json.Unmarshal([]byte(body), &ex) != nil || ex.Groups[0].Status != "pinned" || len(ex.Groups[0].Estimates) != 3 {
+		t.Errorf("explain json %d %s", code, body)
+	}
+	for _, tc := range []struct{ path, accept string }{
+		{"/v1/jobs/default/resnet/explain?format=html", ""},
+		{"/v1/jobs/default/resnet/explain", "text/html,application/xhtml+xml"},
+	} {
+		code, body, hdr := c.do("GET", tc.path, tc.accept, "")
+		if code != 200 || !strings.HasPrefix(hdr.Get("Content-Type"), "text/html") ||
+			!strings.Contains(body, "Predicted per GPU type") || !strings.Contains(body, "A100 (chosen)") || !strings.Contains(body, "Alternatives considered") {
+			t.Errorf("explain html %s: %d %s", tc.path, code, body)
+		}
+	}
+	code, body, _ = c.do("GET", "/v1/jobs/default/huge/explain?format=html", "", "")
+	if code != 200 || !strings.Contains(body, "waiting: rank") {
+		t.Errorf("waiting explain html %d %s", code, body)
+	}
+	if code, _, _ := c.do("GET", "/v1/jobs/default/none/explain", "", ""); code != 404 {
+		t.Errorf("unknown job explain = %d", code)
+	}
+	if code, body, _ := c.do("GET", "/v1/jobs/default/resnet/explain?format=xml", "", ""); code != 400 || !strings.Contains(body, "expected html or json") {
+		t.Errorf("bad format = %d %s", code, body)
+	}
+	code, body, _ = c.do("GET", "/metrics", "", "")
+	for _, m := range []string{"hetgpu_queue_length 2", "hetgpu_decision_latency_seconds_bucket", `hetgpu_solver_outcomes_total{fallback="false",solver="greedy"} 1`,
+		`hetgpu_pins_total{result="applied"} 1`, "hetgpu_pin_conflicts_total 0"} {
+		if !strings.Contains(body, m) {
+			t.Errorf("metrics lack %q", m)
+		}
+	}
+	if code, _, _ := c.do("GET", "/v1/nope", "", ""); code != 404 {
+		t.Errorf("unknown path = %d", code)
+	}
+	if code, _, _ := c.do("DELETE", "/v1/queue", "", ""); code != 405 {
+		t.Errorf("DELETE /v1/queue = %d", code)
+	}
+	if code, body, _ := c.do("GET", "/v1/decisions?limit=x", "", ""); code != 400 || !strings.Contains(body, "limit") {
+		t.Errorf("bad limit = %d %s", code, body)
+	}
+}
+
+func TestObservations(t *testing.T) {
+	h, c := setup(t, "")
+	good := `{"namespace":"default","job_id":"j","group":"train","gpu_type":"a100","gpus":2,"throughput":812.5,"energy_j":5e5,"runtime_s":600,"exit_code":0}`
+	tests := []struct {
+		name, body string
+		code       int
+		want       string
+	}{
+		{"one", good, 202, `"accepted": 1`},
+		{"array", "[" + good + "," + strings.Replace(good, `"j"`, `"k"`, 1) + "]", 202, `"accepted": 2`},
+		{"unknown field", `{"job_id":"j","group":"g","gpu_type":"a100","gpus":1,"runtime_s":1,"samples":5}`, 400, `unknown field \"samples\"`},
+		{"wrong type", `{"job_id":"j","group":"g","gpu_type":"a100","gpus":"two","runtime_s":1}`, 400, "field gpus: got a JSON string, expected int"},
+		{"syntax", `{"job_id":`, 400, "observation JSON"},
+		{"invalid value", `{"job_id":"j","group":"g","gpu_type":"a100","gpus":0,"runtime_s":1}`, 400, "field gpus = 0: expected an integer from 1 to 4096"},
+		{"unknown gpu", `{"job_id":"j","group":"g","gpu_type":"Voodoo 5","gpus":1,"runtime_s":1}`, 400, `field gpu_type = \"Voodoo 5\"`},
+		{"batch all-or-nothing", "[" + good + `,{"job_id":""}]`, 400, "observation 1: field job_id"},
+		{"trailing", good + good, 400, "trailing data"},
+		{"too large", `{"job_id":"` + strings.Repeat("x", 1<<20) + `"}`, 413, "larger than"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, body, _ := c.do("POST", "/v1/observations", "", tt.body)
+			if code != tt.code || !strings.Contains(body, tt.want) {
+				t.Errorf("POST = %d %s, want %d with %q", code, body, tt.code, tt.want)
+			}
+		})
+	}
+	if n := h.Store.ObservationCount(); n != 3 {
+		t.Errorf("stored %d observations, want 3 (bad input never stored)", n)
+	}
+	if n := len(h.Pred.Learned()); n != 3 {
+		t.Errorf("learner got %d, want 3", n)
+	}
+}
+
+func TestToken(t *testing.T) {
+	_, c := setup(t, "s3cret")
+	anon := c
+	anon.token = ""
+	if code, _, _ := anon.do("GET", "/v1/health", "", ""); code != 200 && code != 503 {
+		t.Errorf("health without token = %d, want it open", code)
+	}
+	for _, p := range []string{"/v1/queue", "/metrics", "/v1/decisions"} {
+		if code, _, hdr := anon.do("GET", p, "", ""); code != 401 || hdr.Get("WWW-Authenticate") == "" {
+			t.Errorf("%s without token = %d", p, code)
+		}
+	}
+	wrong := c
+	wrong.token = "guess"
+	if code, _, _ := wrong.do("POST", "/v1/observations", "", "{}"); code != 401 {
+		t.Errorf("wrong token = %d", code)
+	}
+	if code, _, _ := c.do("GET", "/v1/queue", "", ""); code != 200 {
+		t.Errorf("right token = %d", code)
+	}
+}
+
+func FuzzObservations(f *testing.F) {
+	f.Add(`{"job_id":"j","group":"g","gpu_type":"a100","gpus":2,"throughput":1,"runtime_s":1}`)
+	f.Add(`[{"job_id":"j"}]`)
+	f.Add(`{"time":"2026-13-40T99:00:00Z"}`)
+	f.Add(`[[[[`)
+	h := servicetest.NewHarness(f, nil)
+	handler := server.New(server.Config{}, h.Service).Handler()
+	f.Fuzz(func(t *testing.T, body string) {
+		rec := httptest.NewRecorder()
+		handler.ServeHTTP(rec, httptest.NewRequest("POST", "/v1/observations", strings.NewReader(body)))
+		if rec.Code == 500 {
+			t.Fatalf("500 for %q: %s", body, rec.Body)
+		}
+		if rec.Code != 202 && !strings.Contains(rec.Body.String(), `"error"`) {
+			t.Fatalf("%d without an error message: %s", rec.Code, rec.Body)
+		}
+	})
+}

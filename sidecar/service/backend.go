@@ -1,0 +1,71 @@
+package service
+
+import (
+	"context"
+	"time"
+
+	"github.com/hetgpu/hetgpu/sidecar/cluster"
+)
+
+// Backend is a cluster the service drives: Nomad (sidecar/nomad) or the embedded simulated
+// cluster. Beyond cluster.Cluster it watches for changes and does the housekeeping between
+// decision rounds.
+type Backend interface {
+	cluster.Cluster
+	// Watch keeps the backend's view of the cluster current until ctx ends. It calls changed
+	// (which never blocks) whenever a decision round may be due. It returns nil when ctx ends
+	// and an error only when watching cannot continue at all.
+	Watch(ctx context.Context, changed func()) error
+	// Maintain runs before every round: it re-holds pinned jobs whose node or GPUs failed,
+	// reports runs that finished, where Nomad placed un-held annotated jobs (for shadow
+	// comparison), jobs whose annotations are malformed, and jobs that are gone.
+	Maintain(ctx context.Context) (*Maintenance, error)
+}
+
+// Maintenance is what Backend.Maintain found.
+type Maintenance struct {
+	Reheld   []Rehold
+	Finished []FinishedRun
+	Placed   []Placement
+	Invalid  []Invalid
+	// Gone are job keys ("ns/id/group") deregistered or purged since the last call.
+	Gone []string
+}
+
+// Rehold is a pinned job put back on hold.
+type Rehold struct {
+	JobKey string
+	Reason string
+	// Applied is false when re-registering failed (retried next round); Err says why.
+	Applied bool
+	Err     error
+}
+
+// FinishedRun is one finished run of a task group: all its allocations of one job version are
+// terminal.
+type FinishedRun struct {
+	// Key identifies the run across restarts (the learner records each run once).
+	Key string
+	Obs cluster.Observation
+	// Start is when the first task started; the driver's own observation, if any, arrives
+	// after it.
+	Start time.Time
+	// Samples is how many device power samples the energy figure integrates (0: no energy).
+	Samples int
+}
+
+// Placement is where Nomad itself placed an annotated job that was not held.
+type Placement struct {
+	JobKey    string
+	NodeIDs   []string
+	DeviceIDs []string
+	GPUType   string
+	Time      time.Time
+}
+
+// Invalid is a held job the sidecar cannot decide for: its annotations are malformed (the
+// error names key, value and what is expected) or its request cannot be read. It stays held.
+type Invalid struct {
+	JobKey string
+	Err    string
+}

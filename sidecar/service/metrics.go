@@ -1,0 +1,60 @@
+package service
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Metrics are the sidecar's Prometheus metrics, on a registry of their own (served at /metrics).
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	QueueLength     prometheus.Gauge
+	InvalidJobs     prometheus.Gauge
+	DecisionLatency prometheus.Histogram
+	Rounds          *prometheus.CounterVec
+	SolverOutcomes  *prometheus.CounterVec
+	Pins            *prometheus.CounterVec
+	Conflicts       prometheus.Counter
+	Reheld          prometheus.Counter
+	Observations    *prometheus.CounterVec
+	Rejected        prometheus.Counter
+	PredictionError *prometheus.HistogramVec
+	Shadow          *prometheus.CounterVec
+}
+
+func newMetrics() *Metrics {
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		QueueLength: prometheus.NewGauge(prometheus.GaugeOpts{Name: "hetgpu_queue_length",
+			Help: "Pending task groups waiting for a hetgpu decision, as of the last round."}),
+		InvalidJobs: prometheus.NewGauge(prometheus.GaugeOpts{Name: "hetgpu_invalid_jobs",
+			Help: "Held task groups hetgpu cannot decide for (malformed annotations or request)."}),
+		DecisionLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "hetgpu_decision_latency_seconds",
+			Help:    "Wall time of a decision round from snapshot to pins issued (rounds with pending jobs).",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}),
+		Rounds: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hetgpu_rounds_total",
+			Help: "Decision rounds by outcome (ok, error)."}, []string{"outcome"}),
+		SolverOutcomes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hetgpu_solver_outcomes_total",
+			Help: "Placement solves by solver (milp, greedy, decomposed) and whether the greedy fallback was used."}, []string{"solver", "fallback"}),
+		Pins: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hetgpu_pins_total",
+			Help: "Pins issued by result (applied, conflict, error, shadow)."}, []string{"result"}),
+		Conflicts: prometheus.NewCounter(prometheus.CounterOpts{Name: "hetgpu_pin_conflicts_total",
+			Help: "Pins refused because the job changed underneath (JobModifyIndex); decided again next round."}),
+		Reheld: prometheus.NewCounter(prometheus.CounterOpts{Name: "hetgpu_reheld_total",
+			Help: "Pinned jobs put back on hold because their node or GPUs failed."}),
+		Observations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hetgpu_observations_total",
+			Help: "Measured runs recorded, by source (driver, sidecar)."}, []string{"source"}),
+		Rejected: prometheus.NewCounter(prometheus.CounterOpts{Name: "hetgpu_observations_rejected_total",
+			Help: "Observations rejected as malformed."}),
+		PredictionError: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "hetgpu_prediction_relative_error",
+			Help:    "|predicted - measured| / measured for each observed run, by quantity (throughput, power).",
+			Buckets: []float64{.01, .025, .05, .1, .15, .2, .3, .5, .75, 1, 2}}, []string{"quantity"}),
+		Shadow: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hetgpu_shadow_comparisons_total",
+			Help: "Shadow decisions compared with Nomad's own placement, by whether the GPU type matched."}, []string{"same_gpu_type"}),
+	}
+	m.Registry.MustRegister(m.QueueLength, m.InvalidJobs, m.DecisionLatency, m.Rounds, m.SolverOutcomes, m.Pins,
+		m.Conflicts, m.Reheld, m.Observations, m.Rejected, m.PredictionError, m.Shadow,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}

@@ -1,0 +1,530 @@
+// Package service is the sidecar's loop: watch the cluster, and on every change (debounced)
+// or reconcile tick run one round through sched.Pipeline: maintain (faults, finished runs) ->
+// snapshot -> rank -> predict -> place -> pin -> record and learn. It keeps the state the HTTP
+// API serves (queue, decisions, explanations) and persists decisions and observations in the
+// store. In shadow mode it decides and records without pinning and compares with where Nomad
+// placed un-held jobs.
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/sidecar/sched"
+	"github.com/hetgpu/hetgpu/sidecar/store"
+)
+
+// Config configures the service.
+type Config struct {
+	// Reconcile is the period of rounds without events (default 5 s).
+	Reconcile time.Duration
+	// Debounce batches bursts of events into one round (default 250 ms).
+	Debounce time.Duration
+	// Shadow decides and records without pinning.
+	Shadow bool
+	// BackendName is shown by the health API ("nomad", "simulated").
+	BackendName string
+	Logger      hclog.Logger
+	// Now is the clock for records; default time.Now.
+	Now func() time.Time
+}
+
+// Stages are the pipeline's parts; Learner may be nil.
+type Stages struct {
+	Ranker    sched.Ranker
+	Predictor sched.Predictor
+	Placer    sched.Placer
+	Learner   sched.Learner
+}
+
+// Service runs rounds and answers the API.
+type Service struct {
+	cfg     Config
+	log     hclog.Logger
+	backend Backend
+	stages  Stages
+	store   *store.Store
+	metrics *Metrics
+
+	roundMu sync.Mutex // one round at a time
+
+	mu        sync.RWMutex
+	round     uint64
+	lastRound time.Time
+	lastErr   string
+	lastSnap  *cluster.Snapshot
+	queue     []QueueEntry
+	invalid   map[string]string
+	// shadowDone: job key -> JobModifyIndex already decided in shadow mode.
+	shadowDone map[string]uint64
+	// placed: Nomad's own placements of shadow jobs not yet compared.
+	placed map[string]Placement
+	// reheldReason: why a job was last re-held (shown in its explanation until pinned again).
+	reheldReason map[string]string
+	// pinning: decisions handed to the backend whose records are not written yet.
+	pinning map[string]cluster.Decision
+	started time.Time
+}
+
+// New builds a service. The store must stay open while the service runs.
+func New(cfg Config, backend Backend, stages Stages, st *store.Store) (*Service, error) {
+	if backend == nil || st == nil || stages.Ranker == nil || stages.Predictor == nil || stages.Placer == nil {
+		return nil, errors.New("service: backend, store, ranker, predictor and placer are required")
+	}
+	if cfg.Reconcile <= 0 {
+		cfg.Reconcile = 5 * time.Second
+	}
+	if cfg.Debounce <= 0 {
+		cfg.Debounce = 250 * time.Millisecond
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	s := &Service{cfg: cfg, log: cfg.Logger.Named("service"), backend: backend, stages: stages, store: st,
+		metrics: newMetrics(), invalid: map[string]string{}, shadowDone: map[string]uint64{},
+		placed: map[string]Placement{}, reheldReason: map[string]string{}, pinning: map[string]cluster.Decision{},
+		started: cfg.Now()}
+	// Rebuild what survives a restart.
+	err := st.EachLatest(func(r store.DecisionRecord) {
+		switch r.Status {
+		case store.StatusShadow:
+			s.shadowDone[r.JobKey] = r.JobModifyIndex
+		case store.StatusInvalid:
+			s.invalid[r.JobKey] = r.Message
+		case store.StatusReheld:
+			s.reheldReason[r.JobKey] = r.Message
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("service: read state: %w", err)
+	}
+	return s, nil
+}
+
+// Metrics returns the service's metrics.
+func (s *Service) Metrics() *Metrics { return s.metrics }
+
+// Store returns the state store.
+func (s *Service) Store() *store.Store { return s.store }
+
+// Run watches the backend and runs rounds until ctx ends.
+func (s *Service) Run(ctx context.Context) error {
+	changed := make(chan struct{}, 1)
+	notify := func() {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}
+	watchErr := make(chan error, 1)
+	go func() { watchErr <- s.backend.Watch(ctx, notify) }()
+	tick := time.NewTicker(s.cfg.Reconcile)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			<-watchErr
+			return nil
+		case err := <-watchErr:
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("watching the cluster stopped: %w", err)
+		case <-changed:
+			// Let a burst of events settle into one round.
+			t := time.NewTimer(s.cfg.Debounce)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				continue
+			case <-t.C:
+			}
+			select {
+			case <-changed:
+			default:
+			}
+		case <-tick.C:
+		}
+		if _, err := s.Round(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("round failed; retrying at the next change or tick", "error", err)
+		}
+	}
+}
+
+// Round runs one round now.
+func (s *Service) Round(ctx context.Context) (*sched.Round, error) {
+	s.roundMu.Lock()
+	defer s.roundMu.Unlock()
+	s.mu.Lock()
+	s.round++
+	round := s.round
+	s.mu.Unlock()
+
+	m, err := s.backend.Maintain(ctx)
+	if err != nil && ctx.Err() != nil {
+		return nil, err
+	}
+	if err != nil {
+		s.log.Warn("maintenance failed", "error", err)
+	}
+	if m != nil {
+		s.maintenance(ctx, round, m)
+	}
+
+	memo := newMemo(s.stages.Predictor)
+	pipe := &sched.Pipeline{Cluster: pinNoter{s.backend, s}, Ranker: s.stages.Ranker, Predictor: memo, Placer: s.stages.Placer}
+	var r *sched.Round
+	if s.cfg.Shadow {
+		start := time.Now()
+		snap, err := s.backend.Snapshot(ctx)
+		if err != nil {
+			return nil, s.roundFailed(fmt.Errorf("snapshot: %w", err))
+		}
+		snap = s.withoutShadowDone(snap)
+		r, err = pipe.Decide(ctx, snap)
+		if err != nil {
+			return nil, s.roundFailed(err)
+		}
+		r.Latency = time.Since(start)
+	} else {
+		r, err = pipe.RunRound(ctx)
+		if err != nil && (r == nil || r.Snapshot == nil) {
+			return nil, s.roundFailed(err)
+		}
+		if err != nil {
+			// Pinning failed as a whole (backend error): record what was decided, retry next round.
+			s.log.Warn("pinning failed", "error", err)
+		}
+	}
+	s.record(round, r, memo)
+	s.metrics.Rounds.WithLabelValues("ok").Inc()
+	s.mu.Lock()
+	s.lastRound, s.lastErr = s.cfg.Now(), ""
+	s.mu.Unlock()
+	return r, nil
+}
+
+// pinNoter notes decisions as they go to the backend, so the explain API can answer for a
+// job Nomad already shows as pinned before the round's records are written.
+type pinNoter struct {
+	Backend
+	s *Service
+}
+
+func (p pinNoter) Pin(ctx context.Context, ds []cluster.Decision) ([]cluster.PinResult, error) {
+	p.s.mu.Lock()
+	for _, d := range ds {
+		p.s.pinning[d.JobKey()] = d
+	}
+	p.s.mu.Unlock()
+	return p.Backend.Pin(ctx, ds)
+}
+
+func (s *Service) roundFailed(err error) error {
+	s.metrics.Rounds.WithLabelValues("error").Inc()
+	s.mu.Lock()
+	s.lastErr = err.Error()
+	s.mu.Unlock()
+	return err
+}
+
+func (s *Service) withoutShadowDone(snap *cluster.Snapshot) *cluster.Snapshot {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := *snap
+	out.Pending = nil
+	for _, j := range snap.Pending {
+		if idx, ok := s.shadowDone[j.Key()]; ok && idx == j.JobModifyIndex {
+			continue
+		}
+		out.Pending = append(out.Pending, j)
+	}
+	return &out
+}
+
+// maintenance applies what the backend found between rounds.
+func (s *Service) maintenance(ctx context.Context, round uint64, m *Maintenance) {
+	now := s.cfg.Now()
+	var recs []*store.DecisionRecord
+	for _, rh := range m.Reheld {
+		if !rh.Applied {
+			s.log.Warn("re-holding a pinned job failed; retrying", "job", rh.JobKey, "reason", rh.Reason, "error", rh.Err)
+			continue
+		}
+		s.metrics.Reheld.Inc()
+		s.log.Warn("pinned job re-held; deciding again", "job", rh.JobKey, "reason", rh.Reason)
+		rec := newRecord(round, now, rh.JobKey, store.StatusReheld)
+		rec.Message = rh.Reason
+		if prev, ok := s.store.Latest(rh.JobKey); ok {
+			rec.Decision = prev.Decision
+		}
+		recs = append(recs, rec)
+		s.mu.Lock()
+		s.reheldReason[rh.JobKey] = rh.Reason
+		s.mu.Unlock()
+	}
+	current := map[string]bool{}
+	for _, inv := range m.Invalid {
+		current[inv.JobKey] = true
+		s.mu.RLock()
+		old, seen := s.invalid[inv.JobKey]
+		s.mu.RUnlock()
+		if seen && old == inv.Err {
+			continue
+		}
+		s.log.Error("held job has malformed hetgpu annotations; it stays held", "job", inv.JobKey, "error", inv.Err)
+		rec := newRecord(round, now, inv.JobKey, store.StatusInvalid)
+		rec.Message = inv.Err
+		recs = append(recs, rec)
+		s.mu.Lock()
+		s.invalid[inv.JobKey] = inv.Err
+		s.mu.Unlock()
+	}
+	s.mu.Lock()
+	for k := range s.invalid {
+		if !current[k] {
+			delete(s.invalid, k)
+		}
+	}
+	s.metrics.InvalidJobs.Set(float64(len(s.invalid)))
+	for _, k := range m.Gone {
+		delete(s.shadowDone, k)
+		delete(s.placed, k)
+		delete(s.reheldReason, k)
+	}
+	s.mu.Unlock()
+	for _, k := range m.Gone {
+		if prev, ok := s.store.Latest(k); ok && prev.Status != store.StatusGone {
+			rec := newRecord(round, now, k, store.StatusGone)
+			rec.Message = "job deregistered; dropped"
+			recs = append(recs, rec)
+		}
+	}
+	if err := s.store.PutDecisions(recs); err != nil {
+		s.log.Error("recording maintenance events failed", "error", err)
+	}
+	for _, p := range m.Placed {
+		s.comparePlacement(p)
+	}
+	for _, fr := range m.Finished {
+		s.learnRun(ctx, fr)
+	}
+}
+
+func newRecord(round uint64, now time.Time, key, status string) *store.DecisionRecord {
+	ns, rest, _ := strings.Cut(key, "/")
+	id, group := rest, ""
+	if i := strings.LastIndex(rest, "/"); i >= 0 {
+		id, group = rest[:i], rest[i+1:]
+	}
+	return &store.DecisionRecord{Round: round, Time: now, JobKey: key, Namespace: ns, JobID: id, Group: group, Status: status}
+}
+
+// record stores a round's decisions and pin results and refreshes the queue view.
+func (s *Service) record(round uint64, r *sched.Round, pred sched.Predictor) {
+	now := s.cfg.Now()
+	snap := r.Snapshot
+	queue := make([]QueueEntry, 0, len(r.Ranked))
+	rankOf := map[string]int{}
+	for i, rk := range r.Ranked {
+		if rk.Job == nil {
+			continue
+		}
+		rankOf[rk.Job.Key()] = i
+		queue = append(queue, queueEntry(i+1, rk, snap.Now))
+	}
+	s.metrics.QueueLength.Set(float64(len(snap.Pending)))
+	if len(snap.Pending) > 0 {
+		s.metrics.DecisionLatency.Observe(r.Latency.Seconds())
+		if r.Place.Solver != "" {
+			s.metrics.SolverOutcomes.WithLabelValues(r.Place.Solver, fmt.Sprint(r.Place.Fallback)).Inc()
+		}
+	}
+	pinRes := map[string]cluster.PinResult{}
+	for _, p := range r.Pins {
+		pinRes[p.JobKey] = p
+	}
+	var recs []*store.DecisionRecord
+	decided := map[string]bool{}
+	var capOnce *capacity
+	for i := range r.Decisions {
+		d := r.Decisions[i]
+		key := d.JobKey()
+		decided[key] = true
+		rec := newRecord(round, now, key, store.StatusShadow)
+		d.PredThroughput, d.PredPowerW, d.Score = finite(d.PredThroughput), finite(d.PredPowerW), finite(d.Score)
+		rec.Decision = &d
+		rec.Solver = r.Place.Solver
+		var job *cluster.Job
+		if ri, ok := rankOf[key]; ok {
+			rk := r.Ranked[ri]
+			job = rk.Job
+			rec.Rank, rec.Score, rec.Features, rec.QueueLen = ri+1, finite(rk.Score), finiteMap(rk.Features), len(r.Ranked)
+			rec.JobModifyIndex = rk.Job.JobModifyIndex
+		}
+		if job != nil {
+			if capOnce == nil {
+				c := freeCapacity(snap)
+				capOnce = &c
+			}
+			rec.Estimates = estimates(*capOnce, job, pred, &d)
+			rec.Alternatives = alternatives(*capOnce, job, &d, rec.Estimates)
+		}
+		switch {
+		case s.cfg.Shadow:
+			s.metrics.Pins.WithLabelValues("shadow").Inc()
+			s.mu.Lock()
+			s.shadowDone[key] = rec.JobModifyIndex
+			s.mu.Unlock()
+		default:
+			p, ok := pinRes[key]
+			switch {
+			case !ok:
+				rec.Status, rec.Message = store.StatusPinFailed, "not pinned: the backend failed this round"
+				s.metrics.Pins.WithLabelValues("error").Inc()
+			case p.Applied:
+				rec.Status = store.StatusPinned
+				s.metrics.Pins.WithLabelValues("applied").Inc()
+				s.mu.Lock()
+				delete(s.reheldReason, key)
+				s.mu.Unlock()
+			case p.Conflict:
+				rec.Status = store.StatusConflict
+				rec.Message = errString(p.Err, "the job changed underneath; decided again next round")
+				s.metrics.Pins.WithLabelValues("conflict").Inc()
+				s.metrics.Conflicts.Inc()
+			case errors.Is(p.Err, ErrJobGone):
+				rec.Status, rec.Message = store.StatusGone, p.Err.Error()
+				s.metrics.Pins.WithLabelValues("error").Inc()
+			default:
+				rec.Status = store.StatusPinFailed
+				rec.Message = errString(p.Err, "pin failed")
+				s.metrics.Pins.WithLabelValues("error").Inc()
+			}
+		}
+		recs = append(recs, rec)
+		if rec.Status == store.StatusPinned || rec.Status == store.StatusShadow {
+			s.log.Info("decision", "job", key, "status", rec.Status, "gpu_type", d.GPUType, "gpus", d.GPUs(),
+				"nodes", len(d.Assign), "rank", rec.Rank, "score", rec.Score)
+		} else {
+			s.log.Warn("decision not applied", "job", key, "status", rec.Status, "message", rec.Message)
+		}
+	}
+	if err := s.store.PutDecisions(recs); err != nil {
+		s.log.Error("recording decisions failed", "error", err)
+	}
+	for i := range queue {
+		if decided[queue[i].JobKey] {
+			queue[i].Status = "decided"
+		}
+	}
+	s.mu.Lock()
+	s.lastSnap = snap
+	s.queue = queue
+	for k := range decided {
+		delete(s.pinning, k)
+	}
+	s.mu.Unlock()
+	if s.cfg.Shadow {
+		s.mu.RLock()
+		var ps []Placement
+		for _, p := range s.placed {
+			ps = append(ps, p)
+		}
+		s.mu.RUnlock()
+		for _, p := range ps {
+			s.comparePlacement(p)
+		}
+	}
+}
+
+// ErrJobGone marks a PinResult for a job deregistered before its pin; the job is dropped.
+var ErrJobGone = errors.New("job is gone (deregistered or purged)")
+
+func errString(err error, def string) string {
+	if err == nil {
+		return def
+	}
+	return err.Error()
+}
+
+// comparePlacement compares a shadow decision with Nomad's placement, once both exist.
+func (s *Service) comparePlacement(p Placement) {
+	rec, ok := s.store.Latest(p.JobKey)
+	if !ok || rec.Status != store.StatusShadow || rec.Decision == nil {
+		s.mu.Lock()
+		s.placed[p.JobKey] = p
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Lock()
+	delete(s.placed, p.JobKey)
+	s.mu.Unlock()
+	if rec.Shadow != nil {
+		return
+	}
+	var ours []string
+	for _, a := range rec.Decision.Assign {
+		ours = append(ours, a.NodeID)
+	}
+	sort.Strings(ours)
+	sh := &store.Shadow{NomadNodeIDs: p.NodeIDs, NomadDeviceIDs: p.DeviceIDs, NomadGPUType: p.GPUType,
+		SameNodes: strings.Join(ours, ",") == strings.Join(p.NodeIDs, ","), SameGPUType: p.GPUType == rec.Decision.GPUType, PlacedAt: p.Time}
+	for _, e := range rec.Estimates {
+		if e.GPUType == p.GPUType {
+			sh.NomadPredThr = e.Throughput
+		}
+	}
+	if err := s.store.UpdateLatest(p.JobKey, func(r *store.DecisionRecord) { r.Shadow = sh }); err != nil {
+		s.log.Warn("recording the shadow comparison failed", "job", p.JobKey, "error", err)
+		return
+	}
+	s.metrics.Shadow.WithLabelValues(fmt.Sprint(sh.SameGPUType)).Inc()
+	s.log.Info("shadow comparison", "job", p.JobKey, "hetgpu_gpu_type", rec.Decision.GPUType, "nomad_gpu_type", p.GPUType, "same_nodes", sh.SameNodes)
+}
+
+// Health is the service's state for GET /v1/health.
+type Health struct {
+	Status       string    `json:"status"`
+	Backend      string    `json:"backend"`
+	Shadow       bool      `json:"shadow"`
+	Rounds       uint64    `json:"rounds"`
+	LastRound    time.Time `json:"last_round,omitempty"`
+	LastError    string    `json:"last_error,omitempty"`
+	Queue        int       `json:"queue"`
+	Invalid      int       `json:"invalid"`
+	Decisions    int       `json:"decisions"`
+	Observations int       `json:"observations"`
+	StateFile    string    `json:"state_file"`
+	Uptime       float64   `json:"uptime_s"`
+}
+
+// Health reports whether rounds are running. "degraded" when the last round failed or none
+// ran for three reconcile periods.
+func (s *Service) Health() Health {
+	s.mu.RLock()
+	h := Health{Status: "ok", Backend: s.cfg.BackendName, Shadow: s.cfg.Shadow, Rounds: s.round, LastRound: s.lastRound,
+		LastError: s.lastErr, Queue: len(s.queue), Invalid: len(s.invalid)}
+	s.mu.RUnlock()
+	now := s.cfg.Now()
+	h.Uptime = now.Sub(s.started).Seconds()
+	h.Decisions = s.store.DecisionCount()
+	h.Observations = s.store.ObservationCount()
+	h.StateFile = s.store.Path()
+	stale := h.LastRound.IsZero() && now.Sub(s.started) > 3*s.cfg.Reconcile || !h.LastRound.IsZero() && now.Sub(h.LastRound) > 3*s.cfg.Reconcile
+	if h.LastError != "" || stale {
+		h.Status = "degraded"
+	}
+	return h
+}

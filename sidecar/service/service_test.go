@@ -1,0 +1,349 @@
+package service_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"math"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/sidecar/nomad"
+	"github.com/hetgpu/hetgpu/sidecar/service"
+	"github.com/hetgpu/hetgpu/sidecar/service/servicetest"
+	"github.com/hetgpu/hetgpu/sidecar/store"
+)
+
+func pinOf(t *testing.T, job *api.Job) (nodes, devs []string) {
+	t.Helper()
+	n, d, ok := nomad.PinOf(job.TaskGroups[0])
+	if !ok {
+		t.Fatalf("job %s is not pinned: %+v", *job.ID, job.TaskGroups[0].Constraints)
+	}
+	return n, d
+}
+
+func TestRoundPinsAndExplains(t *testing.T) {
+	h := servicetest.NewHarness(t, nil)
+	h.Nomad.Register(servicetest.HeldJob("resnet", 2, 1, nil))
+	h.Nomad.Register(servicetest.HeldJob("slow", 1, 1, map[string]string{"hetgpu.enable": "true", "hetgpu.min_throughput": "250"}))
+	h.Round()
+
+	nodes, devs := pinOf(t, h.Nomad.Job("default", "resnet"))
+	if nodes[0] != "node-a100-00" || len(devs) != 2 {
+		t.Errorf("resnet pinned to %v %v, want 2 A100s", nodes, devs)
+	}
+	recs := h.Service.Decisions(10, 0)
+	if len(recs) != 2 {
+		t.Fatalf("decisions = %d", len(recs))
+	}
+	for _, r := range recs {
+		if r.Status != store.StatusPinned || r.Decision == nil || r.Rank == 0 || len(r.Estimates) != 3 {
+			t.Errorf("record %s = %+v", r.JobKey, r)
+		}
+	}
+	ex, err := h.Service.Explain("default", "slow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := ex.Groups[0]
+	if g.Status != store.StatusPinned || !strings.Contains(g.Summary, "pinned to") {
+		t.Errorf("explain = %+v", g)
+	}
+	var t4 *store.Alternative
+	for i, a := range g.Alternatives {
+		if a.GPUType == "t4" {
+			t4 = &g.Alternatives[i]
+		}
+	}
+	if t4 == nil || !strings.Contains(t4.Why, "below the job's T_min") {
+		t.Errorf("the T4 alternative does not say it misses T_min: %+v", g.Alternatives)
+	}
+	chosen := 0
+	for _, e := range g.Estimates {
+		if e.Chosen {
+			chosen++
+			if e.EnergyPerStepJ <= 0 || !e.MeetsTMin {
+				t.Errorf("chosen estimate = %+v", e)
+			}
+		}
+	}
+	if chosen != 1 {
+		t.Errorf("%d chosen estimates", chosen)
+	}
+	if _, err := h.Service.Explain("default", "nope"); !errors.Is(err, service.ErrNotFound) {
+		t.Errorf("explain of an unknown job: %v", err)
+	}
+}
+
+func TestWaitingJobInQueueAndExplain(t *testing.T) {
+	h := servicetest.NewHarness(t, nil)
+	h.Nomad.Register(servicetest.HeldJob("big", 16, 1, nil)) // no node has 16 GPUs
+	h.Round()
+	q := h.Service.Queue()
+	if len(q.Jobs) != 1 || q.Jobs[0].Status != "waiting" || q.Jobs[0].Features["gpus"] != 16 || q.Jobs[0].Model != "resnet/ResNet-50" {
+		t.Fatalf("queue = %+v", q)
+	}
+	ex, err := h.Service.Explain("default", "big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := ex.Groups[0]
+	if g.Status != "waiting" || !strings.Contains(g.Summary, "rank 1 of 1") || len(g.Estimates) != 3 {
+		t.Errorf("waiting explanation = %+v", g)
+	}
+	for _, e := range g.Estimates {
+		if e.FitsNow {
+			t.Errorf("16 GPUs fit on %s?", e.GPUType)
+		}
+	}
+}
+
+func TestConflictRecordedThenPinned(t *testing.T) {
+	var n atomic.Int32
+	h := servicetest.NewHarness(t, nil)
+	h.Nomad.Register(servicetest.HeldJob("c", 1, 1, nil))
+	h.Nomad.RegisterHook = func(job *api.Job) error {
+		if n.Add(1) == 1 {
+			return errors.New("Enforcing job modify index 12: job exists with conflicting job modify index: 13")
+		}
+		return nil
+	}
+	h.Round()
+	r, _ := h.Store.Latest("default/c/train")
+	if r.Status != store.StatusConflict {
+		t.Fatalf("first round status = %q (%s)", r.Status, r.Message)
+	}
+	h.Round()
+	r, _ = h.Store.Latest("default/c/train")
+	if r.Status != store.StatusPinned {
+		t.Fatalf("second round status = %q (%s)", r.Status, r.Message)
+	}
+	if body := scrape(t, h); !strings.Contains(body, "hetgpu_pin_conflicts_total 1") || !strings.Contains(body, `hetgpu_pins_total{result="applied"} 1`) {
+		t.Errorf("metrics:\n%s", body)
+	}
+}
+
+func TestShadowMode(t *testing.T) {
+	h := servicetest.NewHarness(t, func(c *service.Config, b *nomad.Config) { c.Shadow, b.Shadow = true, true })
+	h.Nomad.Register(servicetest.HeldJob("held", 2, 1, nil))
+	free := servicetest.HeldJob("free", 1, 1, nil)
+	free.Constraints = nil
+	h.Nomad.Register(free) // Nomad places it: first fit, the T4 node
+	h.Round()
+	h.Round()
+	job := h.Nomad.Job("default", "held")
+	if _, _, ok := nomad.PinOf(job.TaskGroups[0]); ok {
+		t.Fatal("shadow mode pinned a job")
+	}
+	recs := h.Service.Decisions(10, 0)
+	if len(recs) != 2 {
+		t.Fatalf("shadow decisions = %+v", recs)
+	}
+	r, _ := h.Store.Latest("default/free/train")
+	if r.Status != store.StatusShadow || r.Shadow == nil {
+		t.Fatalf("no shadow comparison: %+v", r)
+	}
+	// The fake Nomad places first fit by node ID (the A100 node); hetgpu's shadow decision used
+	// a snapshot without the job's own allocation.
+	sh := r.Shadow
+	if sh.NomadGPUType != "a100" || len(sh.NomadDeviceIDs) != 1 || sh.SameGPUType != (sh.NomadGPUType == r.Decision.GPUType) ||
+		sh.NomadPredThr != servicetest.Speeds[sh.NomadGPUType][0] {
+		t.Errorf("comparison = %+v (hetgpu chose %s)", sh, r.Decision.GPUType)
+	}
+}
+
+func TestRestartKeepsDecisionsAndState(t *testing.T) {
+	h := servicetest.NewHarness(t, nil)
+	h.Nomad.Register(servicetest.HeldJob("a", 1, 1, nil))
+	h.Nomad.Register(servicetest.HeldJob("bad", 1, 1, map[string]string{"hetgpu.max_nodes": "zero"}))
+	h.Round()
+	before := h.Service.Decisions(100, 0)
+	h.Stop()
+	h.Nomad.Register(servicetest.HeldJob("b", 1, 1, nil)) // arrives while the sidecar is down
+	h.Start()
+	h.Round()
+	after := h.Service.Decisions(100, 0)
+	if len(after) != len(before)+1 {
+		t.Fatalf("decisions before %d, after restart %d (want one more)", len(before), len(after))
+	}
+	for i, b := range before {
+		if a := after[i+1]; a.Seq != b.Seq || a.JobKey != b.JobKey || a.Status != b.Status {
+			t.Errorf("decision %d changed across the restart: %+v vs %+v", i, a, b)
+		}
+	}
+	if _, _, ok := nomad.PinOf(h.Nomad.Job("default", "b").TaskGroups[0]); !ok {
+		t.Error("job submitted while the sidecar was down was not pinned after restart")
+	}
+	if q := h.Service.Queue(); len(q.Invalid) != 1 || !strings.Contains(q.Invalid[0].Error, "hetgpu.max_nodes") {
+		t.Errorf("invalid jobs after restart = %+v", q.Invalid)
+	}
+}
+
+func TestLearnFromFinishedRunUnlessDriverPosted(t *testing.T) {
+	h := servicetest.NewHarness(t, nil)
+	meta := map[string]string{"hetgpu.enable": "true", "hetgpu.model": "BERT", "hetgpu.steps": "60000"}
+	h.Nomad.Register(servicetest.HeldJob("l1", 1, 1, meta))
+	h.Nomad.Register(servicetest.HeldJob("l2", 1, 1, meta))
+	h.Round()
+	start := time.Now().Add(-2 * time.Minute)
+	// The driver reports l2 itself.
+	err := h.Service.Observe(context.Background(), cluster.Observation{Namespace: "default", JobID: "l2", Group: "train",
+		GPUType: "NVIDIA A100-SXM4-40GB", GPUs: 1, Throughput: 650, EnergyJ: 1000, RuntimeS: 60}, service.SourceDriver)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"l1", "l2"} {
+		a := h.Nomad.Allocs("default", id)[0]
+		h.Nomad.SetAllocStatus(a.ID, api.AllocClientStatusComplete, start, start.Add(100*time.Second))
+	}
+	h.Round()
+	h.Round()
+	got := h.Pred.Learned()
+	if len(got) != 2 {
+		t.Fatalf("learned %d observations, want the driver's and one from l1's finished allocation: %+v", len(got), got)
+	}
+	if got[0].JobID != "l2" || got[0].GPUType != "a100" {
+		t.Errorf("driver observation = %+v", got[0])
+	}
+	if o := got[1]; o.JobID != "l1" || o.RuntimeS != 100 || o.Throughput != 600 || o.ModelName != "BERT" {
+		t.Errorf("sidecar observation = %+v", o)
+	}
+	if body := scrape(t, h); !strings.Contains(body, `hetgpu_observations_total{source="sidecar"} 1`) ||
+		!strings.Contains(body, `hetgpu_prediction_relative_error_count{quantity="throughput"} 2`) {
+		t.Errorf("metrics:\n%s", body)
+	}
+}
+
+func TestObservationValidation(t *testing.T) {
+	h := servicetest.NewHarness(t, nil)
+	good := cluster.Observation{JobID: "j", Group: "g", GPUType: "v100", GPUs: 2, Throughput: 10, RuntimeS: 5}
+	for _, tt := range []struct {
+		field string
+		mod   func(o *cluster.Observation)
+	}{
+		{"job_id", func(o *cluster.Observation) { o.JobID = "" }},
+		{"group", func(o *cluster.Observation) { o.Group = "" }},
+		{"gpu_type", func(o *cluster.Observation) { o.GPUType = "tpu-v4" }},
+		{"gpus", func(o *cluster.Observation) { o.GPUs = 0 }},
+		{"throughput", func(o *cluster.Observation) { o.Throughput = -1 }},
+		{"runtime_s", func(o *cluster.Observation) { o.RuntimeS = 0 }},
+		{"energy_j", func(o *cluster.Observation) { o.EnergyJ = math.NaN() }},
+		{"time", func(o *cluster.Observation) { o.Time = time.Now().Add(48 * time.Hour) }},
+	} {
+		o := good
+		tt.mod(&o)
+		err := h.Service.Observe(context.Background(), o, service.SourceDriver)
+		var ve *service.ValidationError
+		if !errors.As(err, &ve) || ve.Field != tt.field || ve.Expected == "" {
+			t.Errorf("%s: err = %v", tt.field, err)
+		}
+	}
+	if err := h.Service.Observe(context.Background(), good, service.SourceDriver); err != nil {
+		t.Errorf("good observation rejected: %v", err)
+	}
+	if n := h.Store.ObservationCount(); n != 1 {
+		t.Errorf("stored %d observations, want 1", n)
+	}
+}
+
+func TestReholdThenDecideAgain(t *testing.T) {
+	h := servicetest.NewHarness(t, nil)
+	h.Nomad.Register(servicetest.HeldJob("r", 2, 1, nil))
+	h.Round()
+	nodes, _ := pinOf(t, h.Nomad.Job("default", "r"))
+	h.Nomad.UpdateNode(nodes[0], "NodeStreamEvent", func(n *api.Node) { n.Status = api.NodeStatusDown })
+	h.Round() // maintain re-holds; the same round decides again
+	job := h.Nomad.Job("default", "r")
+	n2, _ := pinOf(t, job)
+	if n2[0] == nodes[0] {
+		t.Fatalf("re-pinned to the dead node %s", n2[0])
+	}
+	var statuses []string
+	for _, r := range h.Service.Decisions(10, 0) {
+		statuses = append(statuses, r.Status)
+	}
+	if strings.Join(statuses, ",") != "pinned,reheld,pinned" {
+		t.Errorf("history = %v", statuses)
+	}
+	if body := scrape(t, h); !strings.Contains(body, "hetgpu_reheld_total 1") {
+		t.Errorf("metrics:\n%s", body)
+	}
+}
+
+func TestRunLoop(t *testing.T) {
+	h := servicetest.NewHarness(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.Service.Run(ctx) }()
+	h.Nomad.Register(servicetest.HeldJob("live", 1, 1, nil))
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, _, ok := nomad.PinOf(h.Nomad.Job("default", "live").TaskGroups[0]); ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the running service did not pin a new job")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if hl := h.Service.Health(); hl.Status != "ok" || hl.Rounds == 0 || hl.Backend != "nomad" {
+		t.Errorf("health = %+v", hl)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run = %v", err)
+	}
+}
+
+func TestNaNEstimatesStillRecorded(t *testing.T) {
+	h := servicetest.NewHarness(t, nil)
+	h.Pred.NaN = true
+	h.Nomad.Register(servicetest.HeldJob("nan", 1, 1, nil))
+	h.Nomad.Register(servicetest.HeldJob("nan-wait", 64, 1, nil))
+	h.Round()
+	r, ok := h.Store.Latest("default/nan/train")
+	if !ok || r.Status != store.StatusPinned || len(r.Estimates) != 3 {
+		t.Fatalf("record with NaN estimates lost: %+v", r)
+	}
+	if _, err := h.Service.Explain("default", "nan-wait"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := json.Marshal(h.Service.Queue()); err != nil {
+		t.Errorf("queue not encodable: %v", err)
+	}
+	ex, _ := h.Service.Explain("default", "nan-wait")
+	if _, err := json.Marshal(ex); err != nil {
+		t.Errorf("explanation not encodable: %v", err)
+	}
+}
+
+// While a round pins, explain already answers for the jobs being pinned (Nomad shows the pin
+// before the round's records are written).
+func TestExplainDuringPin(t *testing.T) {
+	h := servicetest.NewHarness(t, nil)
+	h.Nomad.Register(servicetest.HeldJob("p", 1, 1, nil))
+	var during string
+	h.Nomad.RegisterHook = func(job *api.Job) error {
+		ex, err := h.Service.Explain("default", "p")
+		if err != nil {
+			during = err.Error()
+			return nil
+		}
+		during = ex.Groups[0].Status + ": " + ex.Groups[0].Summary
+		return nil
+	}
+	h.Round()
+	if !strings.HasPrefix(during, "pinning: being pinned this round: pinned to 1× A100") {
+		t.Errorf("explain during the pin = %q", during)
+	}
+	ex, err := h.Service.Explain("default", "p")
+	if err != nil || ex.Groups[0].Status != store.StatusPinned {
+		t.Errorf("explain after the round = %+v, %v", ex, err)
+	}
+}

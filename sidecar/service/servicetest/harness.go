@@ -1,0 +1,101 @@
+package servicetest
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/hetgpu/hetgpu/sidecar/nomad"
+	"github.com/hetgpu/hetgpu/sidecar/nomad/nomadtest"
+	"github.com/hetgpu/hetgpu/sidecar/service"
+	"github.com/hetgpu/hetgpu/sidecar/store"
+)
+
+// Harness is a service on the Nomad backend against a fake Nomad with three clients: 4x T4,
+// 8x V100 and 8x A100, as the e2e suite's cluster.
+type Harness struct {
+	T         testing.TB
+	Nomad     *nomadtest.Server
+	Backend   *nomad.Backend
+	Service   *service.Service
+	Store     *store.Store
+	Pred      *Table
+	StatePath string
+	cfg       service.Config
+	bcfg      nomad.Config
+}
+
+// NewHarness builds the harness; mod may change the service and backend configuration.
+func NewHarness(t testing.TB, mod func(*service.Config, *nomad.Config)) *Harness {
+	t.Helper()
+	h := &Harness{T: t, Nomad: nomadtest.New(), Pred: &Table{}, StatePath: filepath.Join(t.TempDir(), "sidecar.db")}
+	t.Cleanup(h.Nomad.Close)
+	h.Nomad.AddNode("node-t4-0000", "t4", "Tesla T4", 4)
+	h.Nomad.AddNode("node-v100-00", "v100", "Tesla V100-SXM2-16GB", 8)
+	h.Nomad.AddNode("node-a100-00", "a100", "NVIDIA A100-SXM4-40GB", 8)
+	h.cfg = service.Config{Reconcile: time.Second, Debounce: 5 * time.Millisecond, BackendName: "nomad"}
+	h.bcfg = nomad.Config{Client: h.Nomad.Client(), ExplainBaseURL: "http://127.0.0.1:4656", RetryBackoff: 10 * time.Millisecond}
+	if mod != nil {
+		mod(&h.cfg, &h.bcfg)
+	}
+	h.Start()
+	return h
+}
+
+// Start (re)creates backend, store and service, as a sidecar process start does.
+func (h *Harness) Start() {
+	h.T.Helper()
+	b, err := nomad.New(h.bcfg)
+	if err != nil {
+		h.T.Fatal(err)
+	}
+	st, err := store.Open(h.StatePath, store.Options{})
+	if err != nil {
+		h.T.Fatal(err)
+	}
+	svc, err := service.New(h.cfg, b, service.Stages{Ranker: FIFO{}, Predictor: h.Pred, Placer: FirstFit{}, Learner: h.Pred}, st)
+	if err != nil {
+		h.T.Fatal(err)
+	}
+	h.Backend, h.Store, h.Service = b, st, svc
+	h.T.Cleanup(func() { _ = st.Close() })
+}
+
+// Stop closes the store, as a sidecar process exit does.
+func (h *Harness) Stop() {
+	_ = h.Store.Close()
+}
+
+// Round resyncs the backend with Nomad (as Watch would) and runs one round.
+func (h *Harness) Round() {
+	h.T.Helper()
+	if err := h.Backend.Resync(context.Background()); err != nil {
+		h.T.Fatal(err)
+	}
+	if _, err := h.Service.Round(context.Background()); err != nil {
+		h.T.Fatal(err)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// HeldJob is a one-group batch job held for hetgpu.
+func HeldJob(id string, gpus uint64, count int, meta map[string]string) *api.Job {
+	if meta == nil {
+		meta = map[string]string{"hetgpu.enable": "true", "hetgpu.model": "resnet/ResNet-50", "hetgpu.batch_size": "64"}
+	}
+	return &api.Job{
+		ID: ptr(id), Name: ptr(id), Namespace: ptr("default"), Type: ptr("batch"),
+		Constraints: []*api.Constraint{api.NewConstraint("${meta.hetgpu.queue}", "=", "waiting-for-hetgpu")},
+		Meta:        meta,
+		TaskGroups: []*api.TaskGroup{{
+			Name: ptr("train"), Count: ptr(count),
+			Tasks: []*api.Task{{Name: "train", Driver: "hetgpu", Resources: &api.Resources{
+				Devices: []*api.RequestedDevice{{Name: "nvidia/gpu", Count: ptr(gpus)}},
+			}}},
+		}},
+	}
+}
