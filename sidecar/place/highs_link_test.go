@@ -2,6 +2,7 @@ package place
 
 import (
 	"math"
+	"runtime"
 	"testing"
 
 	"github.com/lanl/highs"
@@ -26,7 +27,17 @@ func TestHiGHSLinked(t *testing.T) {
 			{Row: 2, Col: 0, Val: 3}, {Row: 2, Col: 1, Val: 4}, {Row: 2, Col: 2, Val: 2},
 		},
 	}
-	sol, err := m.Solve()
+	// Through RawModel, kept alive past Solve: lanl/highs v1.0.0's Model.Solve lets the model's
+	// finalizer free the Highs object while the solution is still being read.
+	raw, err := m.ToRawModel()
+	if err != nil {
+		t.Fatalf("HiGHS model: %v", err)
+	}
+	if err := raw.SetBoolOption("output_flag", false); err != nil {
+		t.Fatalf("HiGHS option: %v", err)
+	}
+	sol, err := raw.Solve()
+	runtime.KeepAlive(raw)
 	if err != nil {
 		t.Fatalf("HiGHS solve: %v", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"runtime"
 	"sort"
 
 	"github.com/lanl/highs"
@@ -276,6 +277,10 @@ func (g *gavel) solve(s *sim.State, jobs []*sim.JobState) error {
 	if err != nil {
 		return fmt.Errorf("gavel LP: %w", err)
 	}
+	// lanl/highs v1.0.0's RawModel.Solve hands the Highs object to the solution and stops
+	// referencing the model, whose finalizer then may free that object while the solution is
+	// still read (a SIGSEGV seen with policies simulated in parallel): keep it alive.
+	defer runtime.KeepAlive(raw)
 	if err := raw.SetBoolOption("output_flag", false); err != nil {
 		return fmt.Errorf("gavel LP: %w", err)
 	}

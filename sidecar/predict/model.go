@@ -14,9 +14,9 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/hetgpu/hetgpu/sidecar/gpuspec"
+	"golang.org/x/sync/errgroup"
 )
 
 // ModelSchema versions the model file; Load rejects any other.
@@ -306,24 +306,14 @@ func archIndex(list []string, a string) int {
 	return -1
 }
 
-// parallel runs fn(0..n-1) on up to workers goroutines.
-func parallel(n, workers int, fn func(int)) {
-	var wg sync.WaitGroup
-	next := make(chan int)
-	for w := 0; w < min(workers, n); w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for j := range next {
-				fn(j)
-			}
-		}()
+// parallel runs fn(0..n-1) on up to workers goroutines (at least one) and waits for all.
+func parallel(n, workers int, fn func(i int)) {
+	var g errgroup.Group
+	g.SetLimit(max(1, workers))
+	for i := 0; i < n; i++ {
+		g.Go(func() error { fn(i); return nil })
 	}
-	for j := 0; j < n; j++ {
-		next <- j
-	}
-	close(next)
-	wg.Wait()
+	_ = g.Wait() // fn reports errors through its own results
 }
 
 // datasheetRatio is how much faster "to" should be than "from" by the datasheets: dense

@@ -7,8 +7,9 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
-	"sync"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 )
 
 // Env is a training environment: a fixed, indexed set of episodes (for the simulator: trace
@@ -648,30 +649,14 @@ func Evaluate(ctx context.Context, env Env, p *Policy, episodes []int, workers i
 	return out, errors.Join(errs...)
 }
 
-// parallel runs fn(0..n-1) on up to workers goroutines.
+// parallel runs fn(0..n-1) on up to workers goroutines (at least one) and waits for all.
 func parallel(n, workers int, fn func(i int)) {
-	if workers <= 1 || n <= 1 {
-		for i := 0; i < n; i++ {
-			fn(i)
-		}
-		return
-	}
-	var wg sync.WaitGroup
-	next := make(chan int)
-	for w := 0; w < min(workers, n); w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				fn(i)
-			}
-		}()
-	}
+	var g errgroup.Group
+	g.SetLimit(max(1, workers))
 	for i := 0; i < n; i++ {
-		next <- i
+		g.Go(func() error { fn(i); return nil })
 	}
-	close(next)
-	wg.Wait()
+	_ = g.Wait() // fn reports errors through its own results
 }
 
 func mean(xs []float64) float64 {
