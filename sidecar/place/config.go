@@ -121,8 +121,9 @@ type Config struct {
 	// MIPGap ends the solve as soon as a solution is within this fraction of the LP bound
 	// (and is HiGHS's mip_rel_gap).
 	MIPGap float64
-	// PolishLimit bounds the last step, the full MILP, which only runs when the cheaper steps
-	// end outside MIPGap; stopping there is not a fallback (0: up to TimeLimit).
+	// PolishLimit bounds the last two steps together, the restricted MILP and the full MILP,
+	// which only run when the cheaper steps end outside MIPGap; they only improve on a
+	// solution at hand, so stopping there is not a fallback (0: up to TimeLimit).
 	PolishLimit time.Duration
 	// WarmStart passes the greedy solution to HiGHS as a starting incumbent.
 	WarmStart bool
@@ -165,7 +166,7 @@ func Default() Config {
 		DecomposeAbove:        8000,
 		TimeLimit:             time.Second,
 		MIPGap:                0.01,
-		PolishLimit:           50 * time.Millisecond,
+		PolishLimit:           20 * time.Millisecond,
 		WarmStart:             true,
 	}
 }
