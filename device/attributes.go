@@ -6,6 +6,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/hetgpu/hetgpu/device/arch"
 	"github.com/hetgpu/hetgpu/plugin"
 	"github.com/hetgpu/hetgpu/plugin/proto/structs"
 )
@@ -86,19 +87,6 @@ func archName(a nvml.DeviceArchitecture) string {
 	return "unknown"
 }
 
-// coresPerSM is CUDA cores per SM by compute capability (CUDA programming guide), used to turn
-// NVML's core count into an SM count for whole GPUs.
-func coresPerSM(major, minor int) int {
-	switch {
-	case major == 3:
-		return 192
-	case major == 6 && minor == 0, major == 7, major == 8 && minor == 0:
-		return 64
-	default:
-		return 128
-	}
-}
-
 // gpuAttributes reads a whole GPU's stable attributes. Unsupported queries are left out;
 // hard failures are reported through fail.
 func gpuAttributes(h nvml.Device, sys systemInfo, migMode bool, fail func(string, nvml.Return)) map[string]*structs.Attribute {
@@ -121,7 +109,7 @@ func gpuAttributes(h nvml.Device, sys systemInfo, migMode bool, fail func(string
 	if cores, r := h.GetNumGpuCores(); r == nvml.SUCCESS && cores > 0 {
 		b.Int(AttrCUDACores, int64(cores), "")
 		if major > 0 {
-			b.Int(AttrSMCount, int64(cores/coresPerSM(major, minor)), "")
+			b.Int(AttrSMCount, int64(cores/arch.CoresPerSM(major, minor)), "")
 		}
 	}
 	if mhz, r := h.GetMaxClockInfo(nvml.CLOCK_GRAPHICS); r == nvml.SUCCESS && mhz > 0 {

@@ -8,6 +8,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 
+	"github.com/hetgpu/hetgpu/device/arch"
 	"github.com/hetgpu/hetgpu/sidecar/gpuspec"
 )
 
@@ -144,7 +145,7 @@ func (g *GPU) setFuncs() {
 	d.GetNumGpuCoresFunc = func() (int, nvml.Return) {
 		unlock, r := lock("identity")
 		defer unlock()
-		return m.SMs * coresPerSM(m.CCMajor, m.CCMinor), r
+		return m.SMs * arch.CoresPerSM(m.CCMajor, m.CCMinor), r
 	}
 	d.GetMaxClockInfoFunc = func(c nvml.ClockType) (uint32, nvml.Return) {
 		unlock, r := lock("clocks")

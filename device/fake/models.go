@@ -36,18 +36,6 @@ type Model struct {
 	memoryMiBOvr uint64       // memory as NVML reports it, when it differs from GiB*1024
 }
 
-// coresPerSM is CUDA cores per SM by compute capability (CUDA programming guide).
-func coresPerSM(major, minor int) int {
-	switch {
-	case major == 3:
-		return 192
-	case major == 6 && minor == 0, major == 7, major == 8 && minor == 0:
-		return 64
-	default:
-		return 128
-	}
-}
-
 func withName(c gpus.Config, name string) *gpus.Config {
 	c.Name = name
 	return &c

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/hetgpu/hetgpu/internal/parallel"
 	"github.com/hetgpu/hetgpu/sidecar/gpuspec"
 	"github.com/hetgpu/hetgpu/sidecar/throughput"
 )
@@ -166,7 +167,7 @@ func Evaluate(ctx context.Context, t *throughput.Table, opts EvalOptions) (*Eval
 	}
 	outs := make([]foldOut, len(jobs))
 	empty := &colocModel{byGPU: map[string][]int{}}
-	parallel(len(jobs), opts.Workers, func(fi int) {
+	parallel.For(len(jobs), opts.Workers, func(fi int) {
 		if ctx.Err() != nil {
 			outs[fi].err = ctx.Err()
 			return

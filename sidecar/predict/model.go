@@ -15,8 +15,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/hetgpu/hetgpu/internal/parallel"
 	"github.com/hetgpu/hetgpu/sidecar/gpuspec"
-	"golang.org/x/sync/errgroup"
 )
 
 // ModelSchema versions the model file; Load rejects any other.
@@ -184,7 +184,7 @@ func Train(recs []Record, opts TrainOptions) (*Model, error) {
 		err  error
 	}
 	outs := make([]cvOut, folds*len(opts.Archs))
-	parallel(len(outs), opts.Workers, func(j int) {
+	parallel.For(len(outs), opts.Workers, func(j int) {
 		f, a := j/len(opts.Archs), opts.Archs[j%len(opts.Archs)]
 		net, err := trainP1(fds[f].train, a, opts.cfg, opts.Seed+uint64(f+1)*1000)
 		if err != nil {
@@ -281,7 +281,7 @@ func Train(recs []Record, opts TrainOptions) (*Model, error) {
 	}
 	nets := make([]*p1Net, len(keep))
 	errs := make([]error, len(keep))
-	parallel(len(keep), opts.Workers, func(j int) {
+	parallel.For(len(keep), opts.Workers, func(j int) {
 		nets[j], errs[j] = trainP1(full, keep[j], opts.cfg, opts.Seed)
 	})
 	m.all = map[string]*p1Net{}
@@ -304,16 +304,6 @@ func archIndex(list []string, a string) int {
 		}
 	}
 	return -1
-}
-
-// parallel runs fn(0..n-1) on up to workers goroutines (at least one) and waits for all.
-func parallel(n, workers int, fn func(i int)) {
-	var g errgroup.Group
-	g.SetLimit(max(1, workers))
-	for i := 0; i < n; i++ {
-		g.Go(func() error { fn(i); return nil })
-	}
-	_ = g.Wait() // fn reports errors through its own results
 }
 
 // datasheetRatio is how much faster "to" should be than "from" by the datasheets: dense

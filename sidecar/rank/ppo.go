@@ -9,7 +9,7 @@ import (
 	"runtime"
 	"time"
 
-	"golang.org/x/sync/errgroup"
+	"github.com/hetgpu/hetgpu/internal/parallel"
 )
 
 // Env is a training environment: a fixed, indexed set of episodes (for the simulator: trace
@@ -375,7 +375,7 @@ func (t *Trainer) epoch(ctx context.Context, env Env) (EpochStats, error) {
 	errs := make([]error, R)
 	G := cfg.GroupSize
 	groups := max(1, R/G)
-	parallel(R, cfg.workers(), func(r int) {
+	parallel.For(R, cfg.workers(), func(r int) {
 		ep := (t.Epoch*groups + min(r/G, groups-1)) % env.Episodes()
 		rew, err := env.Play(ctx, ep, agents[r])
 		if err != nil {
@@ -512,7 +512,7 @@ func (t *Trainer) update(trajs []*trajectory, st *EpochStats, imitate bool) {
 		rng.Shuffle(len(perm), func(i, j int) { perm[i], perm[j] = perm[j], perm[i] })
 		for b := 0; b+mb <= len(perm); b += mb {
 			batch := perm[b : b+mb]
-			parallel(gradChunks, w, func(c int) {
+			parallel.For(gradChunks, w, func(c int) {
 				g := chunkGrad[c][:len(grad)]
 				clear(g)
 				lo, hi := c*len(batch)/gradChunks, (c+1)*len(batch)/gradChunks
@@ -544,7 +544,7 @@ func (t *Trainer) update(trajs []*trajectory, st *EpochStats, imitate bool) {
 		rng.Shuffle(len(perm), func(i, j int) { perm[i], perm[j] = perm[j], perm[i] })
 		for b := 0; b+mb <= len(perm); b += mb {
 			batch := perm[b : b+mb]
-			parallel(gradChunks, w, func(c int) {
+			parallel.For(gradChunks, w, func(c int) {
 				g := chunkGrad[c][:len(gradV)]
 				clear(g)
 				lo, hi := c*len(batch)/gradChunks, (c+1)*len(batch)/gradChunks
@@ -639,7 +639,7 @@ func Evaluate(ctx context.Context, env Env, p *Policy, episodes []int, workers i
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
-	parallel(len(episodes), workers, func(i int) {
+	parallel.For(len(episodes), workers, func(i int) {
 		r, err := env.Play(ctx, episodes[i], NewGreedyAgent(p))
 		if err != nil {
 			errs[i] = fmt.Errorf("episode %d: %w", episodes[i], err)
@@ -647,16 +647,6 @@ func Evaluate(ctx context.Context, env Env, p *Policy, episodes []int, workers i
 		out[i] = r
 	})
 	return out, errors.Join(errs...)
-}
-
-// parallel runs fn(0..n-1) on up to workers goroutines (at least one) and waits for all.
-func parallel(n, workers int, fn func(i int)) {
-	var g errgroup.Group
-	g.SetLimit(max(1, workers))
-	for i := 0; i < n; i++ {
-		g.Go(func() error { fn(i); return nil })
-	}
-	_ = g.Wait() // fn reports errors through its own results
 }
 
 func mean(xs []float64) float64 {
