@@ -220,37 +220,72 @@ type BenchResult struct {
 	P50Ms  float64 `json:"p50_ms"`
 	// CPU time of the process per Place call (all threads): on a machine shared with other
 	// work it shows what the wall-clock figures would be without the contention.
-	CPUP50Ms    float64  `json:"cpu_p50_ms"`
-	CPUP99Ms    float64  `json:"cpu_p99_ms"`
-	P99Ms       float64  `json:"p99_ms"`
-	MaxMs       float64  `json:"max_ms"`
-	MeanMs      float64  `json:"mean_ms"`
-	Fallbacks   int      `json:"fallbacks"`
-	Objective   float64  `json:"objective"`
-	GreedyObj   float64  `json:"greedy_objective"`
-	Gap         float64  `json:"gap"`
-	Placed      float64  `json:"placed"`
-	Backfilled  float64  `json:"backfilled"`
-	Window      float64  `json:"window"`
-	Candidates  float64  `json:"candidates"`
-	Cols        float64  `json:"cols"`
-	Rows        float64  `json:"rows"`
-	MIPNodes    float64  `json:"mip_nodes"`
-	LPIters     float64  `json:"lp_iterations"`
-	Solves      float64  `json:"solves"`
-	Subproblems float64  `json:"subproblems"`
-	BuildMs     float64  `json:"build_ms"`
-	FullObj     float64  `json:"full_objective,omitempty"`
-	DecompGap   float64  `json:"decomposition_gap,omitempty"`
-	Reasons     []string `json:"fallback_reasons,omitempty"`
-	VerifyError string   `json:"verify_error,omitempty"`
+	CPUP50Ms  float64 `json:"cpu_p50_ms"`
+	CPUP99Ms  float64 `json:"cpu_p99_ms"`
+	P99Ms     float64 `json:"p99_ms"`
+	MaxMs     float64 `json:"max_ms"`
+	MeanMs    float64 `json:"mean_ms"`
+	Fallbacks int     `json:"fallbacks"`
+	// DeadlineHits counts rounds in which the round deadline (Config.RoundDeadline) cut or
+	// skipped an LP or MILP step (some of them are also fallbacks).
+	DeadlineHits int     `json:"deadline_hits"`
+	Objective    float64 `json:"objective"`
+	GreedyObj    float64 `json:"greedy_objective"`
+	Gap          float64 `json:"gap"`
+	Placed       float64 `json:"placed"`
+	Backfilled   float64 `json:"backfilled"`
+	Window       float64 `json:"window"`
+	Candidates   float64 `json:"candidates"`
+	Cols         float64 `json:"cols"`
+	Rows         float64 `json:"rows"`
+	MIPNodes     float64 `json:"mip_nodes"`
+	LPIters      float64 `json:"lp_iterations"`
+	Solves       float64 `json:"solves"`
+	Subproblems  float64 `json:"subproblems"`
+	BuildMs      float64 `json:"build_ms"`
+	// VsGreedyPct is the mean objective's gain over the greedy round's, in percent.
+	VsGreedyPct float64 `json:"vs_greedy_pct"`
+	// FullObj is the mean objective of one full MILP per round without time limit, polish
+	// limit or round deadline (--compare-full); DecompGap the fraction of it the configured
+	// solver loses, VsFullPct the same as a signed percentage.
+	FullObj   float64 `json:"full_objective,omitempty"`
+	DecompGap float64 `json:"decomposition_gap,omitempty"`
+	VsFullPct float64 `json:"vs_full_pct,omitempty"`
+	// WarmMs is the untimed warm-up round's wall time (0: no warm-up).
+	WarmMs float64 `json:"warm_ms"`
+	// LPMs and MILPMs are the mean wall time per round in HiGHS's LP relaxations and MILPs.
+	LPMs   float64 `json:"lp_ms"`
+	MILPMs float64 `json:"milp_ms"`
+	// PhaseMs is the mean wall time of each step of a round (see Stats.Phases).
+	PhaseMs     map[string]float64 `json:"phase_ms,omitempty"`
+	Reasons     []string           `json:"fallback_reasons,omitempty"`
+	VerifyError string             `json:"verify_error,omitempty"`
 }
 
-// Bench places Rounds random snapshots (seeds Seed, Seed+1, ...) with a fresh Placer of cfg and
-// FIFO ranking, timing each Place call. Every placement is checked with Verify. With
-// compareFull, each round is also solved as one full MILP (no time limit) and the objective
-// loss of cfg's solver against it is reported.
+// Bench places Rounds random snapshots (seeds Seed, Seed+1, ...) with a fresh, warmed Placer
+// of cfg (see BenchOptions.Warm) and FIFO ranking, timing each Place call. Every placement is
+// checked with Verify. With compareFull, each round is also solved as one full MILP with the
+// round's energy weight and no time limit, polish limit or round deadline, and the objective
+// lost against it is reported.
 func Bench(ctx context.Context, cfg Config, spec BenchSpec, rounds int, compareFull bool) (BenchResult, error) {
+	return BenchWith(ctx, cfg, spec, BenchOptions{Rounds: rounds, CompareFull: compareFull, Warm: true})
+}
+
+// BenchOptions are Bench's knobs.
+type BenchOptions struct {
+	Rounds int
+	// CompareFull also solves each round as one full MILP without time limit, polish limit or
+	// round deadline and reports the objective lost against it.
+	CompareFull bool
+	// Warm calls Placer.Warm (an untimed synthetic round of the same size, a seed not among
+	// the measured ones) before the first timed round, as a long-running sidecar does at
+	// start-up; every timed round counts in the percentiles.
+	Warm bool
+}
+
+// BenchWith is Bench with options.
+func BenchWith(ctx context.Context, cfg Config, spec BenchSpec, opt BenchOptions) (BenchResult, error) {
+	rounds, compareFull := opt.Rounds, opt.CompareFull
 	res := BenchResult{Jobs: spec.Jobs, GPUs: spec.GPUs, Types: spec.Types, Seed: spec.Seed, Rounds: rounds}
 	if rounds < 1 {
 		return res, fmt.Errorf("rounds = %d, expected >= 1", rounds)
@@ -259,8 +294,16 @@ func Bench(ctx context.Context, cfg Config, spec BenchSpec, rounds int, compareF
 	if err != nil {
 		return res, err
 	}
+	if opt.Warm {
+		t0 := time.Now()
+		if err := pl.Warm(ctx, spec.Jobs, spec.GPUs); err != nil {
+			return res, err
+		}
+		res.WarmMs = float64(time.Since(t0).Microseconds()) / 1000
+	}
 	fullCfg := cfg
-	fullCfg.Solver, fullCfg.TimeLimit = SolverMILP, time.Hour
+	fullCfg.Solver, fullCfg.TimeLimit, fullCfg.PolishLimit, fullCfg.RoundDeadline = SolverMILP, time.Hour, 0, 0
+	res.PhaseMs = map[string]float64{}
 	pred := NewPriorPredictor()
 	var times, cpus []float64
 	reasons := map[string]bool{}
@@ -293,6 +336,14 @@ func Bench(ctx context.Context, cfg Config, spec BenchSpec, rounds int, compareF
 			res.Fallbacks++
 			reasons[st.FallbackReason] = true
 		}
+		if st.DeadlineHit {
+			res.DeadlineHits++
+		}
+		for _, p := range st.Phases {
+			res.PhaseMs[p.Name] += float64(p.Time.Microseconds()) / 1000
+		}
+		res.LPMs += float64(st.LPTime.Microseconds()) / 1000
+		res.MILPMs += float64(st.MILPTime.Microseconds()) / 1000
 		res.Objective += st.Objective
 		res.GreedyObj += st.GreedyObjective
 		res.Gap = max(res.Gap, st.Gap)
@@ -308,7 +359,10 @@ func Bench(ctx context.Context, cfg Config, spec BenchSpec, rounds int, compareF
 		res.Subproblems += float64(st.Subproblems)
 		res.BuildMs += float64(st.BuildTime.Microseconds()) / 1000
 		if compareFull {
-			fp, err := New(fullCfg, nil)
+			// The same objective: this round's (load-adapted) energy weight, fixed.
+			fc := fullCfg
+			fc.EnergyWeight, fc.EnergyAdaptive = st.Lambda, false
+			fp, err := New(fc, nil)
 			if err != nil {
 				return res, err
 			}
@@ -321,11 +375,19 @@ func Bench(ctx context.Context, cfg Config, spec BenchSpec, rounds int, compareF
 	}
 	n := float64(rounds)
 	for _, p := range []*float64{&res.Objective, &res.GreedyObj, &res.Placed, &res.Backfilled, &res.Window, &res.Candidates,
-		&res.Cols, &res.Rows, &res.MIPNodes, &res.LPIters, &res.Solves, &res.Subproblems, &res.BuildMs, &res.FullObj} {
+		&res.Cols, &res.Rows, &res.MIPNodes, &res.LPIters, &res.Solves, &res.Subproblems, &res.BuildMs, &res.FullObj,
+		&res.LPMs, &res.MILPMs} {
 		*p /= n
+	}
+	for k := range res.PhaseMs {
+		res.PhaseMs[k] /= n
+	}
+	if res.GreedyObj > 0 {
+		res.VsGreedyPct = 100 * (res.Objective - res.GreedyObj) / res.GreedyObj
 	}
 	if compareFull && res.FullObj > 0 {
 		res.DecompGap = (res.FullObj - res.Objective) / res.FullObj
+		res.VsFullPct = -100 * res.DecompGap
 	}
 	sort.Float64s(times)
 	sort.Float64s(cpus)

@@ -163,6 +163,31 @@ func (m *model) usable(ji *jobInfo, u int, st *state) (int, []domCount) {
 	return total, out
 }
 
+// usableFree is the total of usable without building the list.
+func (m *model) usableFree(ji *jobInfo, u int, st *state) int {
+	un := &m.units[u]
+	total := 0
+	for _, d := range un.doms {
+		if iso := m.doms[d].iso; iso >= 0 && st.isoNS[iso] != -1 && st.isoNS[iso] != ji.ns {
+			continue
+		}
+		n := st.domFree[d]
+		if n > 0 && ji.cj.PinsInstances() {
+			allowed := 0
+			for _, ii := range m.doms[d].insts {
+				if st.instUsed[ii] == 0 && ji.cj.InstanceAllowed(un.g, m.insts[ii].in.ID) {
+					allowed++
+				}
+			}
+			n = min(n, allowed)
+		}
+		if n > 0 {
+			total += n
+		}
+	}
+	return total
+}
+
 // unitFree is the free GPUs of a unit in st.
 func (m *model) unitFree(u int, st *state) int {
 	f := 0
@@ -280,12 +305,17 @@ func (m *model) pickSet(u int, cands []int, c int) []int {
 func (m *model) classOptions(ji int, cs *classSet, st *state) []option {
 	j := &m.jobs[ji]
 	sh := m.shapeOf(j)
-	var out []option
-	seen := map[string]bool{}
+	// out is the model's scratch buffer; the result is only valid until the next call.
+	out := m.optBuf[:0]
+	defer func() { m.optBuf = out[:0] }()
+	var seen map[string]bool
 	add := func(o option) { // multi-node windows and co-location may repeat themselves
 		k := optionKey(&o)
 		if seen[k] {
 			return
+		}
+		if seen == nil {
+			seen = map[string]bool{}
 		}
 		seen[k] = true
 		out = append(out, o)
@@ -305,7 +335,7 @@ func (m *model) classOptions(ji int, cs *classSet, st *state) []option {
 			if cl.typ != t || len(cl.reps) == 0 || !sh.admit[cl.reps[0]] {
 				continue
 			}
-			f, _ := m.usable(j, cl.reps[0], st)
+			f := m.usableFree(j, cl.reps[0], st)
 			if f == 0 {
 				continue
 			}
@@ -318,7 +348,7 @@ func (m *model) classOptions(ji int, cs *classSet, st *state) []option {
 					break
 				}
 				if k > 0 {
-					f, _ = m.usable(j, u, st)
+					f = m.usableFree(j, u, st)
 				}
 				units = append(units, u)
 				frees = append(frees, f)
@@ -711,7 +741,8 @@ func (m *model) score(ji int, opts []option, st *state) {
 }
 
 // capOptions keeps the best MaxOptionsPerJob options, at least a fair share per GPU type so
-// that a job keeps alternatives when its favourite type is full.
+// that a job keeps alternatives when its favourite type is full. The result is only valid
+// until the next call.
 func (m *model) capOptions(opts []option) []option {
 	idx := make([]int, 0, len(opts))
 	for i := range opts {
@@ -747,9 +778,11 @@ func (m *model) capOptions(opts []option) []option {
 		sort.SliceStable(first, func(a, b int) bool { return opts[first[a]].value > opts[first[b]].value })
 		pick = first
 	}
-	out := make([]option, len(pick))
-	for k, i := range pick {
-		out[k] = opts[i]
+	// The result lives in the model's second scratch buffer: prepareScope copies it.
+	out := m.capBuf[:0]
+	for _, i := range pick {
+		out = append(out, opts[i])
 	}
+	m.capBuf = out
 	return out
 }

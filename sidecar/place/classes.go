@@ -2,7 +2,6 @@ package place
 
 import (
 	"slices"
-	"sort"
 	"strconv"
 
 	"github.com/hetgpu/hetgpu/sidecar/constraint"
@@ -160,31 +159,66 @@ func (m *model) realize(cs *classSet, o *option, st *state, nsBase *state, nsBud
 		}
 		return option{}, false
 	}
-	j := &m.jobs[o.job]
 	out := *o
 	out.parts = make([]part, len(o.parts))
 	copy(out.parts, o.parts)
 	out.units = nil
-	order := make([]int, len(o.parts))
-	for i := range order {
-		order[i] = i
+	// Parts, largest first (insertion sort: an option has a few parts).
+	var orderBuf [8]int
+	order := orderBuf[:0]
+	for i := range o.parts {
+		order = append(order, i)
+		for k := len(order) - 1; k > 0 && o.parts[order[k]].count > o.parts[order[k-1]].count; k-- {
+			order[k], order[k-1] = order[k-1], order[k]
+		}
 	}
-	sort.SliceStable(order, func(a, b int) bool { return o.parts[order[a]].count > o.parts[order[b]].count })
 	// A job uses one device group per node: parts from different units of the option must land
-	// on different nodes; parts of one unit (its PCIe-switch domains) share it.
-	nodeOwner := map[int]int{} // node -> unit of the option that took it
-	taken := map[int]int{}
+	// on different nodes; parts of one unit (its PCIe-switch domains) share it. owners maps a
+	// node to the unit of the option that took it, taken a domain to the GPUs taken so far;
+	// both are short, so they are slices.
+	type owner struct{ node, unit int }
+	type take struct{ dom, n int }
+	var ownersBuf [8]owner
+	var takenBuf [8]take
+	owners, taken := ownersBuf[:0], takenBuf[:0]
+	ownerOf := func(nd int) (int, bool) {
+		for _, ow := range owners {
+			if ow.node == nd {
+				return ow.unit, true
+			}
+		}
+		return 0, false
+	}
+	takenOf := func(d int) int {
+		for _, t := range taken {
+			if t.dom == d {
+				return t.n
+			}
+		}
+		return 0
+	}
 	place := func(pi, d int) bool {
 		srcUnit := m.doms[o.parts[pi].dom].unit
 		nd := m.units[m.doms[d].unit].node
-		if owner, ok := nodeOwner[nd]; ok && owner != srcUnit {
+		if ow, ok := ownerOf(nd); ok && ow != srcUnit {
 			return false
 		}
-		if st.domFree[d]-taken[d] < o.parts[pi].count {
+		if st.domFree[d]-takenOf(d) < o.parts[pi].count {
 			return false
 		}
-		nodeOwner[nd] = srcUnit
-		taken[d] += o.parts[pi].count
+		if _, ok := ownerOf(nd); !ok {
+			owners = append(owners, owner{nd, srcUnit})
+		}
+		found := false
+		for i := range taken {
+			if taken[i].dom == d {
+				taken[i].n += o.parts[pi].count
+				found = true
+			}
+		}
+		if !found {
+			taken = append(taken, take{d, o.parts[pi].count})
+		}
 		out.parts[pi].dom = d
 		return true
 	}
@@ -200,8 +234,11 @@ func (m *model) realize(cs *classSet, o *option, st *state, nsBase *state, nsBud
 		best, bestLeft := -1, 1<<30
 		for _, d := range cs.classes[c].doms {
 			nd := m.units[m.doms[d].unit].node
-			left := st.domFree[d] - taken[d] - p.count
-			if owner, ok := nodeOwner[nd]; left < 0 || ok && owner != m.doms[p.dom].unit {
+			left := st.domFree[d] - takenOf(d) - p.count
+			if left < 0 {
+				continue
+			}
+			if ow, ok := ownerOf(nd); ok && ow != m.doms[p.dom].unit {
 				continue
 			}
 			if left < bestLeft {
@@ -212,18 +249,15 @@ func (m *model) realize(cs *classSet, o *option, st *state, nsBase *state, nsBud
 			return option{}, false
 		}
 	}
-	seenU := map[int]bool{}
+	out.units = make([]int, 0, len(o.units))
 	for _, p := range out.parts {
-		u := m.doms[p.dom].unit
-		if !seenU[u] {
-			seenU[u] = true
+		if u := m.doms[p.dom].unit; !slices.Contains(out.units, u) {
 			out.units = append(out.units, u)
 		}
 	}
 	if !m.fits(&out, st) || !m.withinBudget(&out, st, nsBase, nsBudget) {
 		return option{}, false
 	}
-	_ = j
 	m.apply(&out, st)
 	return out, true
 }

@@ -1,6 +1,7 @@
 package place
 
 import (
+	"errors"
 	"math"
 	"runtime"
 	"sort"
@@ -30,7 +31,10 @@ import (
 func (m *model) decompose(full *scope, st *state, deadline time.Time, agg *Stats) []option {
 	order := full.jobs
 	st0 := st.clone()
-	warm := m.greedyRealize(full, order, st0.clone())
+	warm := full.greedy
+	if warm == nil {
+		warm = m.greedyRealize(full, order, st0.clone())
+	}
 	typeOf := m.assignTypes(full.opts, full.byJob, order, st, deadline, agg)
 
 	type sub struct {
@@ -292,8 +296,17 @@ func (m *model) assignTypes(opts []option, byJob map[int][]int, order []int, st 
 	// Its LP relaxation is enough: each job takes the type the LP gives it most of; jobs the LP
 	// leaves out keep the greedy type and compete in that type's model.
 	mod.VarTypes = nil
-	res, err := m.runHiGHS(mod, deadline, nil)
+	end := deadline
+	if !m.roundEnd.IsZero() && m.roundEnd.Before(end) {
+		end = m.roundEnd
+	}
+	res, err := m.runHiGHS(mod, end, nil)
 	agg.LPIterations += res.LPIters
+	if end.Before(deadline) && (errors.Is(err, errNoTime) || err == nil && res.ModelStatus == highsModelTimeLimit) {
+		agg.DeadlineHit = true
+		agg.fallback("type assignment: round deadline before its LP relaxation ended")
+		return greedy
+	}
 	if err != nil || !res.HasPrimal {
 		reason := "no solution"
 		if err != nil {

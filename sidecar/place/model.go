@@ -5,6 +5,7 @@ import (
 	"math"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/hetgpu/hetgpu/sidecar/cluster"
 	"github.com/hetgpu/hetgpu/sidecar/constraint"
@@ -48,10 +49,17 @@ type model struct {
 	util          float64
 	load          float64
 	lambda        float64
+	// roundEnd is the round deadline for the LP and MILP steps (zero: none; see
+	// Config.RoundDeadline).
+	roundEnd time.Time
 
 	shapes    map[string]*shape
 	nv        map[[2]int]bool
 	groupFeas map[groupFeasKey]bool
+
+	// optBuf and capBuf are classOptions' scratch buffers (candidates are built by one
+	// goroutine at a time).
+	optBuf, capBuf []option
 
 	unitsOfNode [][]int
 	// shareUnits lists per type the units with GPUs held only by jobs that share.

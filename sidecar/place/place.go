@@ -18,7 +18,10 @@
 // no call for it, see highs_shim.go), stopping as soon as a solution is within MIPGap of the
 // LP bound. Solutions are realized into concrete domains first fit decreasing, concrete IDs
 // are picked after that (NVLink cliques first). On HiGHS error or time limit the best solution
-// at hand is used and Stats.Fallback is set. Large models are decomposed by GPU type
+// at hand is used and Stats.Fallback is set. The LP and MILP steps also end at the round
+// deadline (Config.RoundDeadline), measured from the start of the round (Stats.DeadlineHit; a
+// fallback too when nothing better than greedy was found by then). Large models are
+// decomposed by GPU type
 // (decompose.go). Jobs left out, and those behind the window, are then backfilled greedily;
 // a round is never worth less than the greedy round.
 package place
@@ -77,6 +80,27 @@ type Stats struct {
 	// GreedyKept is set when the greedy round was worth more than the optimised one and was
 	// used instead.
 	GreedyKept bool
+	// DeadlineHit is set when the round deadline (Config.RoundDeadline) cut or skipped an LP
+	// or MILP step.
+	DeadlineHit bool
+	// Phases is the wall time of each step of the round, in order; LPTime and MILPTime the
+	// time spent in HiGHS on LP relaxations and on MILPs, summed over solves (the
+	// decomposition's parallel solves overlap).
+	Phases           []Phase
+	LPTime, MILPTime time.Duration
+}
+
+// Phase is one step of a round and its wall time.
+type Phase struct {
+	Name string
+	Time time.Duration
+}
+
+// lap records the time since *last as phase name and moves *last to now.
+func (s *Stats) lap(name string, last *time.Time) {
+	now := time.Now()
+	s.Phases = append(s.Phases, Phase{name, now.Sub(*last)})
+	*last = now
 }
 
 func (s *Stats) add(ss solveStats) {
@@ -93,6 +117,9 @@ func (s *Stats) add(ss solveStats) {
 	if ss.fallback {
 		s.fallback(ss.reason)
 	}
+	s.DeadlineHit = s.DeadlineHit || ss.deadlineHit
+	s.LPTime += ss.lpTime
+	s.MILPTime += ss.milpTime
 	if ss.bound > 0 {
 		s.Bound += ss.bound
 	}
@@ -145,6 +172,36 @@ func cloneMap(m map[string]float64) map[string]float64 {
 		out[k] = v
 	}
 	return out
+}
+
+// roundBudget is the round deadline for a cluster of healthy GPUs: RoundDeadline per 1,024
+// of them (the work of a round grows with the cluster), at least RoundDeadline.
+func roundBudget(perK time.Duration, healthy int) time.Duration {
+	return time.Duration(float64(perK) * max(1, float64(healthy)/1024))
+}
+
+// Warm places one synthetic round of about the given size (a random cluster of gpus GPUs and
+// a queue of jobs pending jobs, see RandomSnapshot) and discards it, so that the first real
+// round does not pay for the process's heap growth and HiGHS's first solves (at 256 jobs on
+// 1,024 GPUs that first round took about twice as long as the others). The placer's load
+// history is not touched. Long-running callers call it once at start-up.
+func (p *Placer) Warm(ctx context.Context, jobs, gpus int) error {
+	const perNode = 8
+	spec := BenchSpec{Jobs: max(jobs, 1), GPUs: max(perNode, gpus/perNode*perNode), Types: 4, Seed: 0x5eed}
+	snap, err := RandomSnapshot(spec)
+	if err != nil {
+		return fmt.Errorf("place: warm-up snapshot: %w", err)
+	}
+	pred := NewPriorPredictor()
+	ranked, err := FIFO{}.Rank(ctx, snap, pred)
+	if err != nil {
+		return fmt.Errorf("place: warm-up ranking: %w", err)
+	}
+	scratch := &Placer{cfg: p.cfg, logger: hclog.NewNullLogger()}
+	if _, _, err := scratch.PlaceDetailed(ctx, snap, ranked, pred); err != nil {
+		return fmt.Errorf("place: warm-up round: %w", err)
+	}
+	return nil
 }
 
 // Config returns the placer's configuration.
@@ -221,7 +278,12 @@ func (p *Placer) PlaceDetailed(ctx context.Context, snap *cluster.Snapshot, rank
 	if err != nil {
 		return nil, stats, err
 	}
+	last := start
+	stats.lap("index", &last)
 	m.lambda = p.adaptLambda(m.load)
+	if p.cfg.RoundDeadline > 0 {
+		m.roundEnd = start.Add(roundBudget(p.cfg.RoundDeadline, m.healthy))
+	}
 	for i := range m.jobs {
 		if m.jobs[i].j.Hetgpu.EnergyWeight <= 0 {
 			m.jobs[i].lambda = m.lambda
@@ -241,12 +303,14 @@ func (p *Placer) PlaceDetailed(ctx context.Context, snap *cluster.Snapshot, rank
 		}
 	}
 	full := m.prepareScope(order, nil, st0, nil)
-	alts := map[int][]option{}
-	for _, o := range full.opts {
+	alts := make(map[int][]*option, len(order))
+	for i := range full.opts {
+		o := &full.opts[i]
 		alts[o.job] = append(alts[o.job], o)
 	}
 	stats.Candidates = len(full.opts)
 	stats.BuildTime = time.Since(start)
+	stats.lap("candidates", &last)
 	if err := ctx.Err(); err != nil {
 		return nil, stats, err
 	}
@@ -260,6 +324,17 @@ func (p *Placer) PlaceDetailed(ctx context.Context, snap *cluster.Snapshot, rank
 		}
 	}
 	stats.Solver = solver
+	// The greedy round (greedy window, then greedy backfill) comes first: it is the incumbent
+	// the optimiser starts from and the floor of the round, and computing it before the MILP
+	// steps leaves less work after the round deadline.
+	var greedyRound []option
+	if solver != SolverGreedy {
+		gst := st0.clone()
+		full.greedy = m.greedyRealize(full, order, gst)
+		gb := m.backfill(full.greedy, gst, nil, nil)
+		greedyRound = append(append(make([]option, 0, len(full.greedy)+len(gb)), full.greedy...), gb...)
+		stats.lap("greedy round", &last)
+	}
 	var chosen []option
 	switch solver {
 	case SolverGreedy:
@@ -278,6 +353,7 @@ func (p *Placer) PlaceDetailed(ctx context.Context, snap *cluster.Snapshot, rank
 		stats.Objective = sumOpts(chosen)
 	}
 	stats.Variables = stats.Cols
+	stats.lap("solve", &last)
 
 	// Second pass: every job still waiting (left out by the optimiser, or behind the window)
 	// gets fresh columns on what is left, solved the same way. The first model's columns
@@ -305,16 +381,14 @@ func (p *Placer) PlaceDetailed(ctx context.Context, snap *cluster.Snapshot, rank
 	chosen = append(chosen, bf...)
 	stats.Objective += sumOpts(bf)
 	stats.Backfilled = len(bf)
+	stats.lap("second pass", &last)
 	// Never worse than greedy: the optimiser only sees the window, so its choices can leave
 	// less room for the jobs behind it than greedy's do. Compare the complete rounds.
 	if solver != SolverGreedy {
-		gst := st0.clone()
-		g := m.greedyRealize(full, order, gst)
-		gb := m.backfill(g, gst, nil, nil)
-		stats.GreedyObjective = sumOpts(g) + sumOpts(gb)
+		stats.GreedyObjective = sumOpts(greedyRound)
 		if stats.GreedyObjective > stats.Objective+1e-9 {
-			chosen = append(g, gb...)
-			stats.Objective, stats.Backfilled, stats.GreedyKept = stats.GreedyObjective, len(gb), true
+			chosen = greedyRound
+			stats.Objective, stats.Backfilled, stats.GreedyKept = stats.GreedyObjective, len(greedyRound)-len(full.greedy), true
 		}
 	} else {
 		stats.GreedyObjective = stats.Objective
@@ -327,6 +401,7 @@ func (p *Placer) PlaceDetailed(ctx context.Context, snap *cluster.Snapshot, rank
 	decisions := m.assign(chosen, alts, st0, label, &stats)
 	stats.Placed = len(decisions)
 	stats.SolveTime = time.Since(start)
+	stats.lap("assign", &last)
 	p.logger.Debug("placement round", "jobs", len(ranked), "window", m.window, "candidates", stats.Candidates,
 		"solver", stats.Solver, "placed", stats.Placed, "backfilled", stats.Backfilled, "objective", stats.Objective,
 		"fallback", stats.Fallback, "time", stats.SolveTime)
@@ -344,7 +419,7 @@ func sumOpts(os []option) float64 {
 // backfill places the jobs chosen leaves waiting on what is left of st (mutated): with solve
 // (which must apply what it returns to st), or else greedily in rank order. alts, when not
 // nil, collects the options of jobs beyond the window for explanations.
-func (m *model) backfill(chosen []option, st *state, alts map[int][]option, solve func(*scope) []option) []option {
+func (m *model) backfill(chosen []option, st *state, alts map[int][]*option, solve func(*scope) []option) []option {
 	placed := map[int]bool{}
 	for _, o := range chosen {
 		placed[o.job] = true
@@ -360,8 +435,8 @@ func (m *model) backfill(chosen []option, st *state, alts map[int][]option, solv
 	}
 	bsc := m.prepareScope(rest, nil, st, nil)
 	if alts != nil {
-		for _, o := range bsc.opts {
-			if o.job >= m.window && len(alts[o.job]) < m.cfg.MaxOptionsPerJob {
+		for i := range bsc.opts {
+			if o := &bsc.opts[i]; o.job >= m.window && len(alts[o.job]) < m.cfg.MaxOptionsPerJob {
 				alts[o.job] = append(alts[o.job], o)
 			}
 		}
@@ -391,7 +466,7 @@ func (m *model) anyCapacity(st *state) bool {
 
 // assign picks concrete instance IDs for the chosen options (named instances first, then the
 // largest sets, each an NVLink clique where one exists) and writes the decisions.
-func (m *model) assign(chosen []option, alts map[int][]option, st0 *state, solver string, stats *Stats) []cluster.Decision {
+func (m *model) assign(chosen []option, alts map[int][]*option, st0 *state, solver string, stats *Stats) []cluster.Decision {
 	taken := append([]int(nil), st0.instUsed...)
 	sort.SliceStable(chosen, func(a, b int) bool {
 		if chosen[a].concrete != chosen[b].concrete {
@@ -499,7 +574,7 @@ func (m *model) describe(o *option) string {
 
 // explain says why: rank and priority, what was chosen with its prediction and terms, and the
 // best alternatives considered on other GPU types or nodes.
-func (m *model) explain(o *option, alts []option, solver string, stats *Stats) string {
+func (m *model) explain(o *option, alts []*option, solver string, stats *Stats) string {
 	j := &m.jobs[o.job]
 	var b strings.Builder
 	fmt.Fprintf(&b, "rank %d of %d (ranker score %.3g, priority %.2f); placed %s: %.4g/s predicted (%.0f%% of its best GPU type), %.0f W; ",
@@ -519,15 +594,15 @@ func (m *model) explain(o *option, alts []option, solver string, stats *Stats) s
 	for _, a := range alts { // best first; prefer one per other type, then other nodes
 		if !seenType[a.typ] {
 			seenType[a.typ] = true
-			others = append(others, a)
+			others = append(others, *a)
 		}
 	}
 	for _, a := range alts {
 		if len(others) >= 3 {
 			break
 		}
-		if a.typ == o.typ && optionKey(&a) != optionKey(o) && !containsOpt(others, &a) {
-			others = append(others, a)
+		if a.typ == o.typ && optionKey(a) != optionKey(o) && !containsOpt(others, a) {
+			others = append(others, *a)
 		}
 	}
 	if len(others) > 3 {

@@ -42,6 +42,12 @@ func benchPlace(b *testing.B, spec BenchSpec, cfg Config) {
 		fb = 1
 	}
 	b.ReportMetric(fb, "fallback")
+	dl := 0.0
+	if st.DeadlineHit {
+		dl = 1
+	}
+	b.ReportMetric(dl, "deadline-hit")
+	b.ReportMetric(float64(st.LPTime.Microseconds())/1000, "lp-ms")
 }
 
 // BenchmarkPlace256Jobs1024GPUs is the first target: 256 pending jobs on 128 nodes x 8 GPUs of

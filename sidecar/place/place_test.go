@@ -397,6 +397,58 @@ func TestFallback(t *testing.T) {
 	}
 }
 
+// TestRoundDeadline: a round deadline that has always passed skips the LP and MILP steps; the
+// round says so (DeadlineHit), still verifies, is never worth less than greedy, and counts as
+// a fallback (nothing better than the greedy solution was found).
+func TestRoundDeadline(t *testing.T) {
+	hits := 0
+	for seed := uint64(1); seed < 7; seed++ {
+		snap, _ := RandomSnapshot(BenchSpec{Jobs: 120, GPUs: 256, Types: 4, Seed: seed})
+		cfg := Default()
+		cfg.RoundDeadline = time.Nanosecond
+		dec, st := place(t, cfg, snap)
+		if err := Verify(snap, dec, cfg); err != nil {
+			t.Fatalf("seed %d: %v", seed, err)
+		}
+		if st.Objective < st.GreedyObjective-1e-9 {
+			t.Fatalf("seed %d: objective %.4f below greedy %.4f", seed, st.Objective, st.GreedyObjective)
+		}
+		if st.MIPNodes != 0 {
+			t.Fatalf("seed %d: %d B&B nodes after the deadline", seed, st.MIPNodes)
+		}
+		if st.DeadlineHit {
+			hits++
+			if !st.Fallback || !strings.Contains(st.FallbackReason, "round deadline") {
+				t.Fatalf("seed %d: fallback %v, reason %q", seed, st.Fallback, st.FallbackReason)
+			}
+			if st.LPIterations != 0 {
+				t.Fatalf("seed %d: %d LP iterations after the deadline", seed, st.LPIterations)
+			}
+		}
+	}
+	if hits == 0 {
+		t.Fatal("a 1 ns round deadline never cut a step")
+	}
+	// Without a deadline nothing is cut.
+	snap, _ := RandomSnapshot(BenchSpec{Jobs: 120, GPUs: 256, Types: 4, Seed: 1})
+	cfg := Default()
+	cfg.RoundDeadline = 0
+	if _, st := place(t, cfg, snap); st.DeadlineHit {
+		t.Fatal("deadline hit with RoundDeadline = 0")
+	}
+}
+
+func TestRoundBudget(t *testing.T) {
+	for _, c := range []struct {
+		healthy int
+		want    time.Duration
+	}{{0, 60 * time.Millisecond}, {1000, 60 * time.Millisecond}, {2048, 120 * time.Millisecond}, {10240, 600 * time.Millisecond}} {
+		if got := roundBudget(60*time.Millisecond, c.healthy); got != c.want {
+			t.Errorf("roundBudget(60ms, %d) = %v, want %v", c.healthy, got, c.want)
+		}
+	}
+}
+
 func TestMILPNotWorseThanGreedy(t *testing.T) {
 	for seed := uint64(20); seed < 24; seed++ {
 		snap, _ := RandomSnapshot(BenchSpec{Jobs: 100, GPUs: 192, Types: 3, Seed: seed})
@@ -412,8 +464,10 @@ func TestMILPNotWorseThanGreedy(t *testing.T) {
 
 func TestDeterministic(t *testing.T) {
 	snap, _ := RandomSnapshot(BenchSpec{Jobs: 60, GPUs: 128, Types: 4, Seed: 5})
-	a, _ := place(t, Default(), snap)
-	b, _ := place(t, Default(), snap)
+	cfg := Default()
+	cfg.RoundDeadline = 0 // a wall-clock cut on a loaded machine could differ run to run
+	a, _ := place(t, cfg, snap)
+	b, _ := place(t, cfg, snap)
 	if fmt.Sprint(a) != fmt.Sprint(b) {
 		t.Fatal("two placements of the same snapshot differ")
 	}
@@ -622,9 +676,9 @@ func TestDecompositionGap(t *testing.T) {
 	for seed := uint64(40); seed < 44; seed++ {
 		snap, _ := RandomSnapshot(BenchSpec{Jobs: 160, GPUs: 512, Types: 4, Seed: seed})
 		f := Default()
-		f.Solver, f.TimeLimit = SolverMILP, time.Minute
+		f.Solver, f.TimeLimit, f.RoundDeadline = SolverMILP, time.Minute, 0
 		d := Default()
-		d.Solver, d.TimeLimit = SolverDecomposed, time.Minute
+		d.Solver, d.TimeLimit, d.RoundDeadline = SolverDecomposed, time.Minute, 0
 		_, fs := place(t, f, snap)
 		_, ds := place(t, d, snap)
 		full += fs.Objective

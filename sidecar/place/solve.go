@@ -72,14 +72,21 @@ type scope struct {
 	opts   []option
 	byJob  map[int][]int
 	budget []int
-	// noPolish skips the full MILP (step 4): the second pass keeps its latency low.
+	// noPolish skips the full MILP (step 4): the second pass keeps its latency low. A round
+	// deadline cut there is not a fallback: the round keeps the first pass's solution.
 	noPolish bool
+	// greedy, when set, is greedyRealize of the scope's jobs against the state it is solved
+	// against (computed once by the caller).
+	greedy []option
 }
 
 // prepareScope builds classes and class-level options for jobs (in rank order) over the units
 // allow admits. It uses the model's caches, so scopes are prepared one at a time.
 func (m *model) prepareScope(jobs []int, allow func(u int) bool, st *state, budget []int) *scope {
-	sc := &scope{jobs: jobs, byJob: map[int][]int{}, budget: budget}
+	sc := &scope{jobs: jobs, byJob: make(map[int][]int, len(jobs)), budget: budget}
+	if !m.cfg.exhaustive {
+		sc.opts = make([]option, 0, len(jobs)*min(m.cfg.MaxOptionsPerJob, 32))
+	}
 	sc.cs = m.buildClasses(st, allow, jobs)
 	for _, ji := range jobs {
 		var opts []option
@@ -157,7 +164,8 @@ func (m *model) greedyRealize(sc *scope, order []int, st *state) []option {
 // realized options. It stops at the first step whose solution is within MIPGap of the LP
 // bound:
 //
-//  1. greedy: jobs in rank order, each its best realizable column;
+//  1. greedy: jobs in rank order, each its best realizable column (also done, without an LP,
+//     when within MIPGap of every job on its best column);
 //  2. the LP relaxation (the bound), and its rounding (columns by LP value, realized while
 //     they fit, then the greedy for the jobs left);
 //  3. a restricted MILP (RENS-like): each job keeps the columns the LP uses plus its best
@@ -165,7 +173,8 @@ func (m *model) greedyRealize(sc *scope, order []int, st *state) []option {
 //     the greedy solution, it is small and nearly integral;
 //  4. the full MILP, warm-started from the best solution so far.
 //
-// Steps 3 and 4 together get at most PolishLimit.
+// Steps 3 and 4 together get at most PolishLimit; steps 2 to 4 end at the round deadline
+// (Config.RoundDeadline).
 //
 // Every MILP solution is realized (first fit decreasing into concrete domains); jobs whose
 // column cannot be realized get their best realizable one. On error or time limit the best
@@ -175,7 +184,10 @@ func (m *model) solveScope(sc *scope, st *state, deadline time.Time) ([]option, 
 	for _, ji := range sc.jobs {
 		ss.cands += len(sc.byJob[ji])
 	}
-	best := m.greedyRealize(sc, sc.jobs, st.clone())
+	best := sc.greedy
+	if best == nil {
+		best = m.greedyRealize(sc, sc.jobs, st.clone())
+	}
 	bestObj := sumOpts(best)
 	ss.greedyObjective, ss.objective = bestObj, bestObj
 	all := sc.columns()
@@ -183,20 +195,47 @@ func (m *model) solveScope(sc *scope, st *state, deadline time.Time) ([]option, 
 		ss.status = "empty"
 		return best, ss
 	}
+	// Every job on its best column, capacity aside, bounds the optimum: when the greedy
+	// solution is within MIPGap of that, no LP is needed (typically a second pass with room
+	// for every job left).
+	trivial := 0.0
+	for _, ji := range sc.jobs {
+		b := 0.0
+		for _, c := range sc.byJob[ji] {
+			b = max(b, sc.opts[c].value)
+		}
+		trivial += b
+	}
+	if relGap(trivial, bestObj) <= m.cfg.MIPGap {
+		ss.bound, ss.gap, ss.status = trivial, relGap(trivial, bestObj), "greedy within gap of the best columns"
+		return best, ss
+	}
 	fallback := func(reason string) ([]option, solveStats) {
 		ss.fallback, ss.reason, ss.objective = true, reason, bestObj
 		return best, ss
 	}
-	start := time.Now()
-	defer func() { ss.solveTime = time.Since(start) }()
 	mod, zIndex := m.buildMILP(sc, all, st)
 	ss.cols, ss.rows = len(mod.ColCosts), len(mod.RowUpper)
 
 	// 1. LP relaxation: the bound, and a guide.
+	t0 := time.Now()
 	lp := mod
 	lp.VarTypes = nil
-	lpRes, err := m.runHiGHS(lp, deadline, nil)
+	lpEnd, lpCut := deadline, !m.roundEnd.IsZero() && m.roundEnd.Before(deadline)
+	if lpCut {
+		lpEnd = m.roundEnd
+	}
+	lpRes, err := m.runHiGHS(lp, lpEnd, nil)
+	ss.lpTime = time.Since(t0)
 	ss.lpIters += lpRes.LPIters
+	if lpCut && (errors.Is(err, errNoTime) || err == nil && lpRes.ModelStatus == highsModelTimeLimit) {
+		ss.deadlineHit = true
+		if sc.noPolish { // the second pass keeps its greedy solution; the round keeps the first's
+			ss.status = "greedy (second pass; round deadline before its LP relaxation ended)"
+			return best, ss
+		}
+		return fallback("round deadline before the LP relaxation ended")
+	}
 	if err != nil {
 		return fallback(err.Error())
 	}
@@ -204,7 +243,7 @@ func (m *model) solveScope(sc *scope, st *state, deadline time.Time) ([]option, 
 		return fallback("LP relaxation: HiGHS status " + highsModelStatusNames[lpRes.ModelStatus])
 	}
 	bound := lpRes.Objective
-	ss.bound, ss.lpTime = bound, time.Since(start)
+	ss.bound = bound
 	lpX := make([]float64, len(sc.opts)) // by scope column
 	for k, c := range all {
 		lpX[c] = lpRes.X[k]
@@ -261,6 +300,27 @@ func (m *model) solveScope(sc *scope, st *state, deadline time.Time) ([]option, 
 	if m.cfg.PolishLimit > 0 && time.Now().Add(m.cfg.PolishLimit).Before(deadline) {
 		improveEnd = time.Now().Add(m.cfg.PolishLimit)
 	}
+	// The round deadline, when it comes first, ends the MILP steps; unlike the polish limit
+	// it is counted (deadline hit), and as a fallback when HiGHS found nothing better than
+	// the greedy solution by then.
+	byDeadline := !m.roundEnd.IsZero() && m.roundEnd.Before(improveEnd)
+	if byDeadline {
+		improveEnd = m.roundEnd
+	}
+	stopped := func(what string) ([]option, solveStats) {
+		if !byDeadline {
+			return done(best, bestObj, what+" stopped at the polish limit")
+		}
+		ss.deadlineHit = true
+		if bestObj <= ss.greedyObjective+1e-9 && !sc.noPolish {
+			ss.gap = relGap(bound, bestObj)
+			return fallback("round deadline before HiGHS found a better solution than greedy")
+		}
+		return done(best, bestObj, what+" stopped at the round deadline")
+	}
+	if byDeadline && !time.Now().Before(improveEnd) {
+		return stopped("rounded LP")
+	}
 	if len(restricted) < len(all) {
 		sub, _ := m.buildMILP(sc, restricted, st)
 		var bestCols []int
@@ -273,7 +333,12 @@ func (m *model) solveScope(sc *scope, st *state, deadline time.Time) ([]option, 
 		if m.cfg.WarmStart {
 			x = m.startFor(sc, restricted, bestCols, len(sub.ColCosts))
 		}
+		t0 := time.Now()
 		res, err := m.runHiGHS(sub, improveEnd, x)
+		ss.milpTime += time.Since(t0)
+		if byDeadline && (errors.Is(err, errNoTime) || res.ModelStatus == highsModelTimeLimit) {
+			ss.deadlineHit = true
+		}
 		ss.nodes += res.Nodes
 		ss.lpIters += res.LPIters
 		ss.subCols = len(sub.ColCosts)
@@ -289,7 +354,7 @@ func (m *model) solveScope(sc *scope, st *state, deadline time.Time) ([]option, 
 			}
 		}
 	}
-	ss.restrictedObjective, ss.restrictedTime = bestObj, time.Since(start)
+	ss.restrictedObjective = bestObj
 	if relGap(bound, bestObj) <= m.cfg.MIPGap {
 		return done(best, bestObj, "restricted MILP within gap")
 	}
@@ -298,7 +363,7 @@ func (m *model) solveScope(sc *scope, st *state, deadline time.Time) ([]option, 
 		return done(best, bestObj, "restricted MILP (second pass, no polish)")
 	}
 	if improveEnd.Before(deadline) && !time.Now().Before(improveEnd) {
-		return done(best, bestObj, "restricted MILP stopped at the polish limit")
+		return stopped("restricted MILP")
 	}
 	// 3. The full MILP, warm-started from the best solution so far.
 	var x []float64
@@ -323,12 +388,14 @@ func (m *model) solveScope(sc *scope, st *state, deadline time.Time) ([]option, 
 		m.warmZ(mod, sc, all, local, zIndex, x)
 	}
 	polishEnd := improveEnd
+	t0 = time.Now()
 	res, err := m.runHiGHS(mod, polishEnd, x)
+	ss.milpTime += time.Since(t0)
 	ss.nodes, ss.lpIters = ss.nodes+res.Nodes, ss.lpIters+res.LPIters
 	ss.status = highsModelStatusNames[res.ModelStatus]
 	if errors.Is(err, errNoTime) && polishEnd.Before(deadline) {
-		// The polish budget ran out between the check above and the call.
-		return done(best, bestObj, "restricted MILP stopped at the polish limit")
+		// The budget ran out between the check above and the call.
+		return stopped("restricted MILP")
 	}
 	if err != nil {
 		return fallback(err.Error())
@@ -351,8 +418,9 @@ func (m *model) solveScope(sc *scope, st *state, deadline time.Time) ([]option, 
 		return sol, st
 	case highsModelTimeLimit:
 		if polishEnd.Before(deadline) {
-			// Only the polishing budget ran out: the best solution so far stands, no fallback.
-			return done(best, bestObj, "MILP stopped at the polish limit")
+			// Only the polishing budget (or the round deadline) ran out: the best solution so
+			// far stands.
+			return stopped("MILP")
 		}
 		ss.gap = relGap(bound, bestObj)
 		return fallback("time limit")
@@ -445,33 +513,9 @@ func (m *model) withinBudget(o *option, chk, base *state, nsBudget []int) bool {
 
 // runHiGHS solves mod within the deadline, optionally from a start.
 func (m *model) runHiGHS(mod highs.Model, deadline time.Time, startX []float64) (highsResult, error) {
-	left := time.Until(deadline)
-	if left <= 0 {
-		return highsResult{}, errNoTime
-	}
-	raw, err := mod.ToRawModel()
+	raw, err := m.newHiGHS(&mod, deadline)
 	if err != nil {
-		return highsResult{}, fmt.Errorf("build HiGHS model: %w", err)
-	}
-	for _, o := range []struct {
-		name string
-		set  func() error
-	}{
-		{"output_flag", func() error { return raw.SetBoolOption("output_flag", false) }},
-		{"time_limit", func() error { return raw.SetFloat64Option("time_limit", left.Seconds()) }},
-		{"mip_rel_gap", func() error { return raw.SetFloat64Option("mip_rel_gap", m.cfg.MIPGap) }},
-		{"random_seed", func() error { return raw.SetIntOption("random_seed", 1) }},
-	} {
-		if err := o.set(); err != nil {
-			return highsResult{}, fmt.Errorf("set HiGHS option %s: %w", o.name, err)
-		}
-	}
-	if mod.VarTypes == nil {
-		// The relaxations here are small and nearly integral: HiGHS's presolve costs more
-		// than it saves (about 10 % of the decision time at 256 jobs / 1024 GPUs).
-		if err := raw.SetStringOption("presolve", "off"); err != nil {
-			return highsResult{}, fmt.Errorf("set HiGHS option presolve: %w", err)
-		}
+		return highsResult{}, err
 	}
 	if startX != nil {
 		if err := highsSetStart(raw, startX); err != nil {
@@ -485,6 +529,38 @@ func (m *model) runHiGHS(mod highs.Model, deadline time.Time, startX []float64) 
 	return res, nil
 }
 
+// newHiGHS passes mod to a new HiGHS object with the solver options set.
+func (m *model) newHiGHS(mod *highs.Model, deadline time.Time) (*highs.RawModel, error) {
+	left := time.Until(deadline)
+	if left <= 0 {
+		return nil, errNoTime
+	}
+	raw, err := highsModel(mod)
+	if err != nil {
+		return nil, fmt.Errorf("build HiGHS model: %w", err)
+	}
+	for _, o := range []struct {
+		name string
+		set  func() error
+	}{
+		{"time_limit", func() error { return raw.SetFloat64Option("time_limit", left.Seconds()) }},
+		{"mip_rel_gap", func() error { return raw.SetFloat64Option("mip_rel_gap", m.cfg.MIPGap) }},
+		{"random_seed", func() error { return raw.SetIntOption("random_seed", 1) }},
+	} {
+		if err := o.set(); err != nil {
+			return nil, fmt.Errorf("set HiGHS option %s: %w", o.name, err)
+		}
+	}
+	if mod.VarTypes == nil {
+		// The relaxations here are small and nearly integral: HiGHS's presolve costs more
+		// than it saves (about 10 % of the decision time at 256 jobs / 1024 GPUs).
+		if err := raw.SetStringOption("presolve", "off"); err != nil {
+			return nil, fmt.Errorf("set HiGHS option presolve: %w", err)
+		}
+	}
+	return raw, nil
+}
+
 type zKey struct{ iso, ns int }
 
 // buildMILP writes the scope's model: binary x per column (maximise the sum of values), and
@@ -496,19 +572,20 @@ type zKey struct{ iso, ns int }
 // always succeed);
 // named instances at most once (or MaxShare holders); node caps; namespace caps; isolation.
 func (m *model) buildMILP(sc *scope, cols []int, st *state) (highs.Model, map[zKey]int) {
-	opts := make([]option, len(cols))
-	byJob := map[int][]int{}
-	for k, c := range cols {
-		opts[k] = sc.opts[c]
-		byJob[opts[k].job] = append(byJob[opts[k].job], k)
-	}
+	n := len(cols)
+	opt := func(k int) *option { return &sc.opts[cols[k]] }
 	var mod highs.Model
 	mod.Maximize = true
-	n := len(opts)
 	mod.ColCosts = make([]float64, n, n+8)
-	for i := range opts {
-		mod.ColCosts[i] = opts[i].value
+	nnz := 0
+	for k := range cols {
+		o := opt(k)
+		mod.ColCosts[k] = o.value
+		nnz += 2 + 2*len(o.parts)
 	}
+	mod.ConstMatrix = make([]highs.Nonzero, 0, nnz)
+	mod.RowLower = make([]float64, 0, n/4+16)
+	mod.RowUpper = make([]float64, 0, n/4+16)
 	row := 0
 	addRow := func(ub float64, entries []highs.Nonzero) {
 		for _, e := range entries {
@@ -519,54 +596,81 @@ func (m *model) buildMILP(sc *scope, cols []int, st *state) (highs.Model, map[zK
 		mod.RowUpper = append(mod.RowUpper, ub)
 		row++
 	}
-	for _, ji := range sortedKeys(byJob) {
-		ois := byJob[ji]
-		if len(ois) < 2 {
-			continue
-		}
-		e := make([]highs.Nonzero, len(ois))
-		for k, oi := range ois {
-			e[k] = highs.Nonzero{Col: oi, Val: 1}
-		}
-		addRow(1, e)
+	// Rows are written straight into ConstMatrix: begin a row, add entries, end it.
+	entry := func(col int, v float64) {
+		mod.ConstMatrix = append(mod.ConstMatrix, highs.Nonzero{Row: row, Col: col, Val: v})
 	}
-	// Items per class: (column, count) pairs.
-	type item struct{ col, count int }
-	classItems := map[int][]item{}
-	instUse := map[int][]highs.Nonzero{}
-	nodeUse := map[int][]highs.Nonzero{}
-	nodeJobs := map[int]map[int]bool{}
-	isoUse := map[zKey][]highs.Nonzero{}
-	isoJobs := map[zKey]map[int]bool{}
-	isoNS := map[int]map[int]bool{}
-	for i := range opts {
-		o := &opts[i]
+	end := func(ub float64) {
+		mod.RowLower = append(mod.RowLower, math.Inf(-1))
+		mod.RowUpper = append(mod.RowUpper, ub)
+		row++
+	}
+
+	// Model columns grouped by job (jobs ascending, columns ascending within a job).
+	byJob := make([]int, n)
+	for k := range byJob {
+		byJob[k] = k
+	}
+	slices.SortStableFunc(byJob, func(a, b int) int { return opt(a).job - opt(b).job })
+	for lo := 0; lo < n; {
+		hi := lo + 1
+		for hi < n && opt(byJob[hi]).job == opt(byJob[lo]).job {
+			hi++
+		}
+		if hi-lo >= 2 {
+			for _, k := range byJob[lo:hi] {
+				entry(k, 1)
+			}
+			end(1)
+		}
+		lo = hi
+	}
+
+	// Items per class: (class, column, count), columns ascending within a class.
+	type item struct{ class, col, count int }
+	items := make([]item, 0, n+n/2)
+	var instUse map[int][]highs.Nonzero
+	var nodeUse map[int][]highs.Nonzero
+	var nodeJobs map[int]map[int]bool
+	var isoUse map[zKey][]highs.Nonzero
+	var isoJobs map[zKey]map[int]bool
+	var isoNS map[int]map[int]bool
+	for k := range cols {
+		o := opt(k)
 		j := &m.jobs[o.job]
 		for _, p := range o.parts {
 			if !o.coloc {
-				c := sc.cs.classOf[p.dom]
-				classItems[c] = append(classItems[c], item{i, p.count})
+				items = append(items, item{sc.cs.classOf[p.dom], k, p.count})
 			}
 			for _, ii := range p.insts {
-				instUse[ii] = append(instUse[ii], highs.Nonzero{Col: i, Val: 1})
+				if instUse == nil {
+					instUse = map[int][]highs.Nonzero{}
+				}
+				instUse[ii] = append(instUse[ii], highs.Nonzero{Col: k, Val: 1})
 			}
 			if iso := m.doms[p.dom].iso; iso >= 0 {
-				k := zKey{iso, j.ns}
-				if isoJobs[k] == nil {
-					isoJobs[k] = map[int]bool{}
+				if isoUse == nil {
+					isoUse, isoJobs, isoNS = map[zKey][]highs.Nonzero{}, map[zKey]map[int]bool{}, map[int]map[int]bool{}
+				}
+				zk := zKey{iso, j.ns}
+				if isoJobs[zk] == nil {
+					isoJobs[zk] = map[int]bool{}
 					if isoNS[iso] == nil {
 						isoNS[iso] = map[int]bool{}
 					}
 				}
-				isoUse[k] = append(isoUse[k], highs.Nonzero{Col: i, Val: 1})
-				isoJobs[k][o.job] = true
+				isoUse[zk] = append(isoUse[zk], highs.Nonzero{Col: k, Val: 1})
+				isoJobs[zk][o.job] = true
 				isoNS[iso][j.ns] = true
 			}
 		}
 		if m.cfg.MaxJobsPerNode > 0 {
+			if nodeUse == nil {
+				nodeUse, nodeJobs = map[int][]highs.Nonzero{}, map[int]map[int]bool{}
+			}
 			for _, u := range o.units {
 				nd := m.units[u].node
-				nodeUse[nd] = append(nodeUse[nd], highs.Nonzero{Col: i, Val: 1})
+				nodeUse[nd] = append(nodeUse[nd], highs.Nonzero{Col: k, Val: 1})
 				if nodeJobs[nd] == nil {
 					nodeJobs[nd] = map[int]bool{}
 				}
@@ -574,43 +678,65 @@ func (m *model) buildMILP(sc *scope, cols []int, st *state) (highs.Model, map[zK
 			}
 		}
 	}
-	for _, c := range sortedKeys(classItems) {
-		cl := &sc.cs.classes[c]
-		items := classItems[c]
+	slices.SortStableFunc(items, func(a, b item) int { return a.class - b.class })
+
+	// perJob is scratch per job index: the most a job's columns ask of the row being built.
+	perJob := make([]int, len(m.jobs))
+	var touched []int
+	jobMax := func(job, v int) {
+		if perJob[job] == 0 {
+			touched = append(touched, job)
+		}
+		perJob[job] = max(perJob[job], v)
+	}
+	jobSum := func() int {
+		t := 0
+		for _, job := range touched {
+			t += perJob[job]
+			perJob[job] = 0
+		}
+		touched = touched[:0]
+		return t
+	}
+	// colSum calls f(col, sum of weight over the column's items) for each column of its in
+	// ascending order, skipping zero sums.
+	colSum := func(its []item, weight func(count int) int, f func(col, v int)) {
+		for lo := 0; lo < len(its); {
+			hi, v := lo, 0
+			for hi < len(its) && its[hi].col == its[lo].col {
+				v += weight(its[hi].count)
+				hi++
+			}
+			if v > 0 {
+				f(its[lo].col, v)
+			}
+			lo = hi
+		}
+	}
+	var sizes []int
+	for lo := 0; lo < len(items); {
+		hi := lo
+		for hi < len(items) && items[hi].class == items[lo].class {
+			hi++
+		}
+		its := items[lo:hi]
+		lo = hi
+		cl := &sc.cs.classes[its[0].class]
 		free := 0
 		for _, d := range cl.doms {
 			free += st.domFree[d]
 		}
-		var sizes []int
-		for _, it := range items {
+		sizes = sizes[:0]
+		for _, it := range its {
 			if !slices.Contains(sizes, it.count) {
 				sizes = append(sizes, it.count)
 			}
 		}
-		jobMax := map[int]int{}
-		for _, it := range items {
-			tot := 0
-			for _, it2 := range items {
-				if it2.col == it.col {
-					tot += it2.count
-				}
-			}
-			jobMax[opts[it.col].job] = max(jobMax[opts[it.col].job], tot)
-		}
-		worst := 0
-		for _, v := range jobMax {
-			worst += v
-		}
-		coef := map[int]float64{}
-		for _, it := range items {
-			coef[it.col] += float64(it.count)
-		}
-		if worst > free {
-			var e []highs.Nonzero
-			for _, col := range sortedKeys(coef) {
-				e = append(e, highs.Nonzero{Col: col, Val: coef[col]})
-			}
-			addRow(float64(free), e)
+		all := func(c int) int { return c }
+		colSum(its, all, func(col, v int) { jobMax(opt(col).job, v) })
+		if jobSum() > free {
+			colSum(its, all, func(col, v int) { entry(col, float64(v)) })
+			end(float64(free))
 		}
 		slices.Sort(sizes)
 		for si, s := range sizes {
@@ -622,57 +748,38 @@ func (m *model) buildMILP(sc *scope, cols []int, st *state) (highs.Model, map[zK
 				divisible = divisible && t%s == 0
 			}
 			if divisible && s > 1 {
-				limit, total := 0, 0
+				limit := 0
 				for _, d := range cl.doms {
 					limit += s * (st.domFree[d] / s)
 				}
-				wc := map[int]float64{}
-				perJob := map[int]int{}
-				for _, it := range items {
-					if it.count >= s {
-						wc[it.col] += float64(it.count)
+				w := func(c int) int {
+					if c >= s {
+						return c
 					}
+					return 0
 				}
-				for col, v := range wc {
-					perJob[opts[col].job] = max(perJob[opts[col].job], int(v))
-				}
-				for _, v := range perJob {
-					total += v
-				}
-				if total > limit {
-					var e []highs.Nonzero
-					for _, col := range sortedKeys(wc) {
-						e = append(e, highs.Nonzero{Col: col, Val: wc[col]})
-					}
-					addRow(float64(limit), e)
+				colSum(its, w, func(col, v int) { jobMax(opt(col).job, v) })
+				if jobSum() > limit {
+					colSum(its, w, func(col, v int) { entry(col, float64(v)) })
+					end(float64(limit))
 				}
 			}
 			limit := 0
 			for _, d := range cl.doms {
 				limit += st.domFree[d] / s
 			}
-			cnt := map[int]float64{}
-			maxItems := map[int]int{}
-			for _, it := range items {
-				if it.count >= s {
-					cnt[it.col]++
+			c := func(c int) int {
+				if c >= s {
+					return 1
 				}
+				return 0
 			}
-			for col, v := range cnt {
-				maxItems[opts[col].job] = max(maxItems[opts[col].job], int(v))
-			}
-			total := 0
-			for _, v := range maxItems {
-				total += v
-			}
-			if total <= limit {
+			colSum(its, c, func(col, v int) { jobMax(opt(col).job, v) })
+			if jobSum() <= limit {
 				continue
 			}
-			var e []highs.Nonzero
-			for _, col := range sortedKeys(cnt) {
-				e = append(e, highs.Nonzero{Col: col, Val: cnt[col]})
-			}
-			addRow(float64(limit), e)
+			colSum(its, c, func(col, v int) { entry(col, float64(v)) })
+			end(float64(limit))
 		}
 	}
 	for _, ii := range sortedKeys(instUse) {
@@ -690,25 +797,30 @@ func (m *model) buildMILP(sc *scope, cols []int, st *state) (highs.Model, map[zK
 			addRow(float64(max(room, 0)), nodeUse[nd])
 		}
 	}
-	nsUse := map[int][]highs.Nonzero{}
-	nsWorst := map[int]int{}
-	for _, ji := range sortedKeys(byJob) {
-		j := &m.jobs[ji]
-		for _, oi := range byJob[ji] {
-			nsUse[j.ns] = append(nsUse[j.ns], highs.Nonzero{Col: oi, Val: float64(j.g)})
+	nsWorst := make([]int, len(m.nsNames))
+	seenJob := -1
+	for _, k := range byJob {
+		if o := opt(k); o.job != seenJob {
+			seenJob = o.job
+			nsWorst[m.jobs[o.job].ns] += m.jobs[o.job].g
 		}
-		nsWorst[j.ns] += j.g
 	}
-	for _, ns := range sortedKeys(nsUse) {
+	for ns := range nsWorst {
 		room := -1
 		if sc.budget != nil {
 			room = sc.budget[ns]
 		} else if m.nsCap[ns] >= 0 {
 			room = max(m.nsCap[ns]-st.nsGPUs[ns], 0)
 		}
-		if room >= 0 && nsWorst[ns] > room {
-			addRow(float64(room), nsUse[ns])
+		if nsWorst[ns] == 0 || room < 0 || nsWorst[ns] <= room {
+			continue
 		}
+		for _, k := range byJob {
+			if j := &m.jobs[opt(k).job]; j.ns == ns {
+				entry(k, float64(j.g))
+			}
+		}
+		end(float64(room))
 	}
 	zIndex := map[zKey]int{}
 	for _, iso := range sortedKeys(isoNS) {
@@ -765,20 +877,21 @@ func sortedKeys[V any](mp map[int]V) []int {
 
 // solveStats is what one scope's solve reports.
 type solveStats struct {
-	restrictedObjective    float64
-	lpTime, restrictedTime time.Duration
-	cands                  int
-	subCols                int
-	bound                  float64
-	rows, cols             int
-	nodes, lpIters         int64
-	gap                    float64
-	status                 string
-	fallback               bool
-	reason                 string
-	greedyObjective        float64
-	objective              float64
-	solveTime              time.Duration
+	restrictedObjective float64
+	// lpTime and milpTime are the wall time of the LP relaxation and of the MILP solves.
+	lpTime, milpTime time.Duration
+	cands            int
+	subCols          int
+	bound            float64
+	rows, cols       int
+	nodes, lpIters   int64
+	gap              float64
+	status           string
+	fallback         bool
+	deadlineHit      bool
+	reason           string
+	greedyObjective  float64
+	objective        float64
 }
 
 var errNoTime = errors.New("time budget spent before the solve")
