@@ -88,6 +88,11 @@ type EvalReport struct {
 	ColocMAE         float64 `json:"coloc_mae"`
 	ColocMAEBaseline float64 `json:"coloc_mae_baseline"`
 	ColocPairs       int     `json:"coloc_pairs"`
+	// ReferenceLimits are estimator families run over the held-out sets of protocols (b) and
+	// (b') to show how far any predictor can go on the table. They are NOT the predictor:
+	// they see the job's other entries without noise, and their headline figures use the
+	// setting that did best on the evaluated predictions themselves (limits.go).
+	ReferenceLimits *LimitReport `json:"reference_limits"`
 	// PerJob breaks the errors down by held-out job type.
 	PerJob  map[string]JobEval `json:"per_job"`
 	Noise   float64            `json:"noise"`
@@ -131,6 +136,7 @@ func Evaluate(ctx context.Context, t *throughput.Table, opts EvalOptions) (*Eval
 	recs := SeedRecords(t)
 	byJob := map[string][]entry{}
 	names := map[string]string{}
+	feats := map[string]Features{}
 	var jobs []string
 	for _, r := range recs {
 		k := workloadKey(r.ModelName, r.BatchSize)
@@ -138,6 +144,7 @@ func Evaluate(ctx context.Context, t *throughput.Table, opts EvalOptions) (*Eval
 			jobs = append(jobs, k)
 			byJob[k] = nil
 			names[k] = throughput.JobType(r.ModelName, r.BatchSize)
+			feats[k] = r.Features()
 		}
 		if r.Throughput > 0 {
 			byJob[k] = append(byJob[k], entry{r.GPUType, r.GPUs, r.Throughput})
@@ -354,6 +361,10 @@ func Evaluate(ctx context.Context, t *throughput.Table, opts EvalOptions) (*Eval
 		rep.Within10EntryAfter10 = within(entryK, 0.1)
 	}
 	rep.ColocMAE, rep.ColocMAEBaseline, rep.ColocPairs = evalColoc(newColocModel(t))
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("eval: %w", err)
+	}
+	rep.ReferenceLimits = referenceLimits(jobs, feats, byJob, opts.Workers)
 	rep.Seconds = time.Since(start).Seconds()
 	return rep, nil
 }

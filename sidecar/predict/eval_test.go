@@ -52,6 +52,18 @@ func TestEvaluateSmall(t *testing.T) {
 	if len(rep.PerJob) != 16 || rep.PerJob["LM (batch size 32)"].Partly == nil {
 		t.Errorf("per-job breakdown: %d jobs, LM (batch size 32) %+v", len(rep.PerJob), rep.PerJob["LM (batch size 32)"])
 	}
+	// The reference families run over the same held-out sets; the table is consistent, so
+	// the best of them is close to exact, and the oracle choice is never worse than it.
+	lim := rep.ReferenceLimits
+	if lim == nil || lim.Partly["kernel_ratio"].Predictions != rep.PartlyPredictions || lim.Entry["kernel_ratio"].Predictions != rep.EntryPredictions {
+		t.Fatalf("reference limits missing or on other held-out sets: %+v", lim)
+	}
+	if !(lim.BestTunedPartly >= 0 && lim.BestTunedPartly < 0.07) || !(lim.Partly["oracle_family_choice"].MAE <= lim.BestTunedPartly) {
+		t.Errorf("reference limits (b): best tuned %.3f, oracle %.3f", lim.BestTunedPartly, lim.Partly["oracle_family_choice"].MAE)
+	}
+	if lim.Note == "" {
+		t.Error("reference limits without the note saying what they see")
+	}
 	if rep.ColocPairs != 1 {
 		t.Errorf("co-location pairs %d, want the table's 1", rep.ColocPairs)
 	}

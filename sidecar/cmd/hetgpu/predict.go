@@ -116,6 +116,36 @@ func writeEvalText(w io.Writer, file string, r *predict.EvalReport) {
 		fmt.Fprintf(w, "  p1p2 (k = %-2d)       MAE %.3f  within 10 %% %5.1f %%\n", r.MaxRuns, r.MAEEntry["p1p2"], 100*r.Within10EntryAfter10)
 	}
 	fmt.Fprintf(w, "\nco-location (leave one pair out, %d pairs): MAE %.3f (mean-ratio baseline %.3f)\n", r.ColocPairs, r.ColocMAE, r.ColocMAEBaseline)
+	if l := r.ReferenceLimits; l != nil {
+		fmt.Fprintln(w, "\nreference limits of the table (NOT the predictor): estimator families on the same held-out sets, under (b)")
+		fmt.Fprintln(w, "and (b') seeing the job's other entries without noise; \"tuned\" uses the setting best on these very")
+		fmt.Fprintln(w, "predictions (optimistic), \"nested\" the setting best on the other jobs; oracle_family_choice picks per")
+		fmt.Fprintln(w, "prediction with the truth.")
+		writeLimits(w, "(a)", l.NewJob, l.BestTunedNewJob, l.BestNestedNewJob)
+		writeLimits(w, "(b)", l.Partly, l.BestTunedPartly, l.BestNestedPartly)
+		writeLimits(w, "(b')", l.Entry, l.BestTunedEntry, l.BestNestedEntry)
+	}
+}
+
+func writeLimits(w io.Writer, proto string, fams map[string]predict.LimitFamily, bestTuned, bestNested float64) {
+	if len(fams) == 0 {
+		return
+	}
+	names := make([]string, 0, len(fams))
+	for k := range fams {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	fmt.Fprintf(w, "  %s %-24s %5s  %-7s %-8s %-7s  %s\n", proto, "family", "n", "tunedMAE", "within10", "nestMAE", "setting")
+	for _, k := range names {
+		f := fams[k]
+		nested := "     -"
+		if f.NestedMAE > 0 {
+			nested = fmt.Sprintf("%.3f", f.NestedMAE)
+		}
+		fmt.Fprintf(w, "  %s %-24s %5d  %.3f    %5.1f %%  %-7s  %s\n", strings.Repeat(" ", len(proto)), k, f.Predictions, f.MAE, 100*f.Within10, nested, f.Param)
+	}
+	fmt.Fprintf(w, "  %s best over every prediction: tuned (one family or the cascade) MAE %.3f; nested (honest) MAE %.3f\n", strings.Repeat(" ", len(proto)), bestTuned, bestNested)
 }
 
 func runPredictTrain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
