@@ -107,10 +107,13 @@ func BenchmarkObserve(b *testing.B) {
 		}
 	}
 	i := 160
+	j := &cluster.Job{Hetgpu: cluster.Annotations{ModelFamily: "resnet", ModelName: "ResNet-50", BatchSize: 64}}
 	for b.Loop() {
 		if err := p.Observe(ctx, obs(i)); err != nil {
 			b.Fatal(err)
 		}
+		// The rebuild happens at the first prediction after runs arrive: measure both.
+		p.Predict(j, "v100", 1)
 		i++
 	}
 }

@@ -86,6 +86,10 @@ type Predictor struct {
 	mu    sync.Mutex // serialises Observe
 	cat   *Catalog
 	state atomic.Pointer[state]
+	// stale is set when the catalog changed after state was built: the next prediction
+	// rebuilds it, once for however many runs arrived (a simulated round can finish or
+	// preempt dozens of jobs; a rebuild costs tens of milliseconds).
+	stale atomic.Bool
 	pool  sync.Pool
 }
 
@@ -181,8 +185,21 @@ func (p *Predictor) AddRecord(rec Record) error {
 	if err := p.cat.Add(rec); err != nil {
 		return err
 	}
-	p.state.Store(p.build(p.cat.Records()))
+	p.stale.Store(true)
 	return nil
+}
+
+// current returns the prepared state, rebuilding it first when runs arrived since.
+func (p *Predictor) current() *state {
+	if p.stale.Load() {
+		p.mu.Lock()
+		if p.stale.Load() {
+			p.state.Store(p.build(p.cat.Records()))
+			p.stale.Store(false)
+		}
+		p.mu.Unlock()
+	}
+	return p.state.Load()
 }
 
 // addRecords adds several observed records and rebuilds the state once (evaluation).
@@ -195,6 +212,7 @@ func (p *Predictor) addRecords(recs []Record) error {
 		}
 	}
 	p.state.Store(p.build(p.cat.Records()))
+	p.stale.Store(false)
 	return nil
 }
 
@@ -425,7 +443,7 @@ func (p *Predictor) predict(k cacheKey, gpuType string, gpus int) sched.Estimate
 		}
 	}
 	gpus = max(gpus, 1)
-	st := p.state.Load()
+	st := p.current()
 	r := st.resolve(k)
 	ps := p.pool.Get().(*predScratch)
 	e := p.estimate(st, &r.wl, r.id, g, gpus, ps)
