@@ -8,8 +8,8 @@ import (
 	"slices"
 )
 
-// MaxWindow is the most pending jobs one policy evaluation looks at (RLTune's window). Older
-// jobs come first, so a job waits at most until it enters the window.
+// MaxWindow is the most pending jobs one policy evaluation looks at (RLTune's window). In a
+// longer queue the jobs with the least estimated GPU-time form the window (Ranker.Rank).
 const MaxWindow = 128
 
 // Policy is the learned prioritiser: an actor MLP that scores each job from its own normalised

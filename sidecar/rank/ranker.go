@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/hetgpu/hetgpu/sidecar/cluster"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
@@ -80,14 +81,36 @@ func (r *Ranker) Rank(ctx context.Context, snap *cluster.Snapshot, pred sched.Pr
 	out := make([]sched.Ranked, len(snap.Pending))
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	n, err := r.rank(snap, pred)
+	// A queue longer than the window: the window holds the jobs with the least estimated
+	// GPU-time (the fallback heuristic's key, no predictor needed), the rest follow in that
+	// order. Taking the oldest jobs instead would leave a short job that arrives behind a
+	// long queue unseen until the queue drains, and a preemption plan that ranks running
+	// jobs after the pending ones would stop them all.
+	src := snap
+	var perm []int
+	if len(snap.Pending) > MaxWindow {
+		perm = r.byWork(snap.Pending)
+		view := *snap
+		view.Pending = make([]cluster.Job, len(perm))
+		for i, j := range perm {
+			view.Pending[i] = snap.Pending[j]
+		}
+		src = &view
+	}
+	job := func(i int) *cluster.Job {
+		if perm != nil {
+			return &snap.Pending[perm[i]]
+		}
+		return &snap.Pending[i]
+	}
+	n, err := r.rank(src, pred)
 	if err != nil {
 		return nil, err
 	}
 	low := 0.0
 	for pos := 0; pos < n; pos++ {
 		j := r.order[pos]
-		out[pos] = sched.Ranked{Job: &snap.Pending[j], Score: r.scores[j]}
+		out[pos] = sched.Ranked{Job: job(j), Score: r.scores[j]}
 		if r.explain {
 			fm := make(map[string]float64, NumFeatures+1)
 			for i, name := range r.names {
@@ -97,12 +120,34 @@ func (r *Ranker) Rank(ctx context.Context, snap *cluster.Snapshot, pred sched.Pr
 		}
 		low = r.scores[j]
 	}
-	// Beyond the window: submission order, below every windowed job.
+	// Beyond the window: least estimated GPU-time first, below every windowed job.
 	for j := n; j < len(snap.Pending); j++ {
 		low -= 1
-		out[j] = sched.Ranked{Job: &snap.Pending[j], Score: low}
+		out[j] = sched.Ranked{Job: job(j), Score: low}
 	}
 	return out, nil
+}
+
+// byWork orders jobs by estimated GPU-time (GPUs x the runtime estimate, the heuristic's
+// default runtime without one), ties in submission order.
+func (r *Ranker) byWork(jobs []cluster.Job) []int {
+	def := time.Duration(r.heuristic.DefaultRuntimeS * float64(time.Second))
+	if def <= 0 {
+		def = time.Hour
+	}
+	work := func(j *cluster.Job) float64 {
+		rt := j.Hetgpu.EstRuntime
+		if rt <= 0 {
+			rt = def
+		}
+		return float64(max(j.GPUs, 1)) * rt.Seconds()
+	}
+	perm := make([]int, len(jobs))
+	for i := range perm {
+		perm[i] = i
+	}
+	slices.SortStableFunc(perm, func(a, b int) int { return cmp.Compare(work(&jobs[a]), work(&jobs[b])) })
+	return perm
 }
 
 // rank computes the order and scores of the window into r.order and r.scores and returns the
