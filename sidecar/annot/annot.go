@@ -23,6 +23,8 @@
 //	                                 overriding the placement's default.
 //	hetgpu.priority_class  string    one of "high", "normal", "low", "best-effort".
 //	hetgpu.allow_sharing   bool      "true": the job may share its GPUs with another sharing job.
+//	hetgpu.preemptible     bool      "true": the job checkpoints; hetgpu may stop it and start it
+//	                                 again later or on faster GPUs (sidecar option preempt).
 //
 // Any other key under "hetgpu." is an error, so a typo never goes unnoticed.
 package annot
@@ -56,6 +58,7 @@ const (
 	KeyEnergyWeight  = "hetgpu.energy_weight"
 	KeyPriorityClass = "hetgpu.priority_class"
 	KeyAllowSharing  = "hetgpu.allow_sharing"
+	KeyPreemptible   = "hetgpu.preemptible"
 )
 
 // Limits of the numeric keys.
@@ -94,6 +97,7 @@ func Keys() []KeyDoc {
 		{KeyEnergyWeight, "number", "a number from 0 to 1000", "0.5"},
 		{KeyPriorityClass, "string", "one of " + strings.Join(priorityClasses, ", "), "normal"},
 		{KeyAllowSharing, "bool", "true or false", "false"},
+		{KeyPreemptible, "bool", "true or false", "false"},
 	}
 }
 
@@ -216,15 +220,18 @@ var errInvalid = errors.New("invalid")
 func parseKey(a *cluster.Annotations, key, raw string) error {
 	v := strings.TrimSpace(raw)
 	switch key {
-	case KeyEnable, KeyAllowSharing:
+	case KeyEnable, KeyAllowSharing, KeyPreemptible:
 		b, err := parseBool(v)
 		if err != nil {
 			return err
 		}
-		if key == KeyEnable {
+		switch key {
+		case KeyEnable:
 			a.Enabled = b
-		} else {
+		case KeyAllowSharing:
 			a.AllowSharing = b
+		default:
+			a.Preemptible = b
 		}
 	case KeyModel:
 		if v == "" || len(v) > maxModelBytes || hasControl(v) {

@@ -13,11 +13,18 @@ import (
 
 	"github.com/hetgpu/hetgpu/sidecar/nomad"
 	"github.com/hetgpu/hetgpu/sidecar/place"
+	"github.com/hetgpu/hetgpu/sidecar/policies"
 	"github.com/hetgpu/hetgpu/sidecar/predict"
+	"github.com/hetgpu/hetgpu/sidecar/preempt"
 	"github.com/hetgpu/hetgpu/sidecar/rank"
+	"github.com/hetgpu/hetgpu/sidecar/rank/rlsim"
+	"github.com/hetgpu/hetgpu/sidecar/rank/rltrain"
+	"github.com/hetgpu/hetgpu/sidecar/sched"
 	"github.com/hetgpu/hetgpu/sidecar/server"
 	"github.com/hetgpu/hetgpu/sidecar/service"
+	"github.com/hetgpu/hetgpu/sidecar/sim"
 	"github.com/hetgpu/hetgpu/sidecar/store"
+	"github.com/hetgpu/hetgpu/sidecar/throughput"
 )
 
 // Sidecar is an assembled sidecar, ready to Run.
@@ -46,27 +53,37 @@ func Stages(c *Config, stateDir string, log hclog.Logger) (service.Stages, strin
 		return st, "", fmt.Errorf("predictor: %w", err)
 	}
 	policyRef := "bundled:default"
-	var rk *rank.Ranker
-	if c.Ranker.Policy != "" {
-		ck, err := rank.LoadCheckpoint(c.Ranker.Policy)
-		if err != nil {
+	tunedPath := filepath.Join(stateDir, TunedPolicyFile)
+	var ck *rank.Checkpoint
+	switch {
+	case c.Ranker.Policy != "":
+		if ck, err = rank.LoadCheckpoint(c.Ranker.Policy); err != nil {
 			return st, "", fmt.Errorf("config ranker.policy = %q: %w", c.Ranker.Policy, err)
-		}
-		p, err := ck.Policy()
-		if err != nil {
-			return st, "", fmt.Errorf("config ranker.policy = %q: %w", c.Ranker.Policy, err)
-		}
-		if rk, err = rank.New(p); err != nil {
-			return st, "", err
 		}
 		policyRef = c.Ranker.Policy
-	} else {
-		if rk, err = rank.NewDefault(); err != nil {
+	case c.Ranker.onlineTuning() && fileExists(tunedPath):
+		// The last policy online tuning adopted (it only ever adopts one that did not regress).
+		if ck, err = rank.LoadCheckpoint(tunedPath); err != nil {
+			return st, "", fmt.Errorf("tuned policy %s: %w (delete it to start again from the bundled policy)", tunedPath, err)
+		}
+		policyRef = "tuned:" + tunedPath
+	default:
+		if ck, err = rank.DefaultCheckpoint(); err != nil {
 			return st, "", fmt.Errorf("ranker: %w", err)
 		}
-		if rk.Policy() == nil {
+		if ck == nil {
 			policyRef = "heuristic (no bundled policy)"
 		}
+	}
+	var p *rank.Policy
+	if ck != nil {
+		if p, err = ck.Policy(); err != nil {
+			return st, "", fmt.Errorf("ranking policy %s: %w", policyRef, err)
+		}
+	}
+	rk, err := rank.New(p)
+	if err != nil {
+		return st, "", err
 	}
 	pcfg, err := place.Preset(c.Placement.Preset)
 	if err != nil {
@@ -76,7 +93,60 @@ func Stages(c *Config, stateDir string, log hclog.Logger) (service.Stages, strin
 	if err != nil {
 		return st, "", fmt.Errorf("placer: %w", err)
 	}
-	return service.Stages{Ranker: rk, Predictor: pred, Placer: pl, Learner: pred}, policyRef, nil
+	stages := service.Stages{Ranker: rk, Predictor: pred, Placer: pl, Learner: pred}
+	if c.Ranker.onlineTuning() && ck != nil && ck.Training != nil {
+		if stages.Tuner, err = liveTuner(c, ck, rk, tunedPath, log); err != nil {
+			return st, "", err
+		}
+	}
+	pc, enabled := preempt.Default(), true
+	if c.Preempt != nil {
+		pc, enabled = c.Preempt.Parsed, boolOr(c.Preempt.Enabled, true)
+	}
+	if enabled {
+		if stages.Preemptor, err = preempt.New(pc); err != nil {
+			return st, "", err
+		}
+	}
+	return stages, policyRef, nil
+}
+
+// TunedPolicyFile is where online fine-tuning keeps its last adopted policy, in the state
+// directory; the sidecar starts from it when the configuration names no policy.
+const TunedPolicyFile = "ranker-tuned.json"
+
+// liveTuner is online fine-tuning of the ranking policy: recent runs replayed on the cluster's
+// layout with the hetgpu pipeline, rewarded against the same pipeline with the fallback
+// heuristic (as `hetgpu train`), adopted only when it does not regress, and saved.
+func liveTuner(c *Config, ck *rank.Checkpoint, rk *rank.Ranker, tunedPath string, log hclog.Logger) (*rlsim.LiveTuner, error) {
+	ft, err := rank.NewFineTuner(ck)
+	if err != nil {
+		return nil, err
+	}
+	ft.Save = func(c *rank.Checkpoint) error { return c.Save(tunedPath) }
+	tab, err := throughput.Bundled()
+	if err != nil {
+		return nil, err
+	}
+	popts := policies.Options{Throughput: tab, Seed: 1, Logger: log.Named("tune")}
+	pipeline := func(r sched.Ranker) (sim.Policy, error) { return policies.HetgpuPipeline(popts, r) }
+	return &rlsim.LiveTuner{
+		Online: &rank.OnlineTuner{Ranker: rk, Tuner: ft, Every: c.Ranker.TuneRuns, Logger: log.Named("tune")},
+		Env: rlsim.EnvConfig{Throughput: tab, EpisodeJobs: rltrain.DefaultEpisodeJobs, Score: rank.ScoreBSLD,
+			Policy: pipeline,
+			Baseline: func() (sim.Policy, error) {
+				h, err := rank.New(nil, rank.WithExplain(false))
+				if err != nil {
+					return nil, err
+				}
+				return pipeline(h)
+			}},
+	}, nil
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 // NomadClient builds the API client: Nomad's environment variables (NOMAD_ADDR, NOMAD_TOKEN,
@@ -154,6 +224,13 @@ func New(c *Config, logOut io.Writer) (*Sidecar, error) {
 	if err != nil {
 		return fail(err)
 	}
+	// One untimed synthetic round, so the first real round does not pay for heap growth and
+	// HiGHS's first solves.
+	if pl, ok := stages.Placer.(*place.Placer); ok {
+		if err := pl.Warm(context.Background(), 256, 1024); err != nil {
+			log.Warn("placement warm-up failed", "error", err)
+		}
+	}
 	if prev := st.PolicyCheckpoint(); prev != policyRef {
 		if prev != "" {
 			log.Info("ranking policy changed", "from", prev, "to", policyRef)
@@ -188,7 +265,7 @@ func New(c *Config, logOut io.Writer) (*Sidecar, error) {
 		backend = b
 	}
 	svc, err := service.New(service.Config{Reconcile: c.ReconcileD, Debounce: c.DebounceD, Shadow: c.Shadow,
-		BackendName: backendName, Logger: log}, backend, stages, st)
+		BackendName: backendName, Logger: log, TuneEvery: c.Ranker.TuneEveryD}, backend, stages, st)
 	if err != nil {
 		return fail(err)
 	}

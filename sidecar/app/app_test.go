@@ -5,9 +5,15 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/hetgpu/hetgpu/sidecar/rank"
 )
 
 // The sidecar with no Nomad address runs on the simulated cluster and serves the same API.
@@ -92,5 +98,53 @@ simulator {
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("Run = %v", err)
+	}
+}
+
+// Online tuning is on by default with the bundled policy (it carries its training state), off
+// when configured so; a tuned policy in the state directory is preferred to the bundled one.
+func TestStagesTuningAndPreemption(t *testing.T) {
+	dir := t.TempDir()
+	load := func(src string) *Config {
+		c, err := ParseConfig("t.hcl", []byte(src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.StateDir = dir
+		if err := c.Finish(); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	st, ref, err := Stages(load(""), dir, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Tuner == nil || st.Preemptor == nil || ref != "bundled:default" {
+		t.Fatalf("defaults: tuner %v, preemptor %v, policy %q", st.Tuner != nil, st.Preemptor != nil, ref)
+	}
+	st, _, err = Stages(load("ranker {\n online_tuning = false\n}\npreemption {\n enabled = false\n}"), dir, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Tuner != nil || st.Preemptor != nil {
+		t.Fatal("online_tuning = false or preemption.enabled = false ignored")
+	}
+	ck, err := rank.DefaultCheckpoint()
+	if err != nil || ck == nil {
+		t.Fatalf("bundled checkpoint: %v", err)
+	}
+	tuned := filepath.Join(dir, TunedPolicyFile)
+	if err := ck.Save(tuned); err != nil {
+		t.Fatal(err)
+	}
+	if _, ref, err = Stages(load(""), dir, hclog.NewNullLogger()); err != nil || ref != "tuned:"+tuned {
+		t.Fatalf("with a tuned policy saved: policy %q, err %v", ref, err)
+	}
+	if err := os.WriteFile(tuned, []byte("{"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err = Stages(load(""), dir, hclog.NewNullLogger()); err == nil || !strings.Contains(err.Error(), "delete it") {
+		t.Fatalf("a corrupt tuned policy: %v", err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/hcl/v2/gohcl"
 	"github.com/hashicorp/hcl/v2/hclparse"
 
+	"github.com/hetgpu/hetgpu/sidecar/preempt"
 	"github.com/hetgpu/hetgpu/sidecar/server"
 	"github.com/hetgpu/hetgpu/sidecar/store"
 )
@@ -53,7 +54,18 @@ import (
 //	}
 //
 //	placement { preset = "hetgpu" }            # hetgpu | rltune | gogh (sidecar/place)
-//	ranker    { policy = "" }                  # checkpoint file; empty = bundled default policy
+//	preemption {                               # sidecar/preempt; only jobs with hetgpu.preemptible = true
+//	  enabled        = true
+//	  hysteresis     = 1.3     # move a running job only to a GPU type this much faster
+//	  min_run        = "30m"   # never stop a job that started less than this ago
+//	  long_job_guard = true    # start jobs longer than the backlog first
+//	}
+//	ranker {
+//	  policy        = ""       # checkpoint file; empty = the last tuned policy, else the bundled one
+//	  online_tuning = true     # fine-tune from finished runs, guarded (needs training state)
+//	  tune_every    = "1m"     # how often to check for enough new runs
+//	  tune_runs     = 200      # finished runs between tuning steps
+//	}
 //	predictor { window = 1000  min_samples = 3 }
 type Config struct {
 	Listen    string `hcl:"listen,optional"`
@@ -69,6 +81,7 @@ type Config struct {
 	Nomad     *NomadConfig     `hcl:"nomad,block"`
 	Simulator *SimConfig       `hcl:"simulator,block"`
 	Placement *PlacementConfig `hcl:"placement,block"`
+	Preempt   *PreemptConfig   `hcl:"preemption,block"`
 	Ranker    *RankerConfig    `hcl:"ranker,block"`
 	Predictor *PredictorConfig `hcl:"predictor,block"`
 
@@ -107,10 +120,31 @@ type PlacementConfig struct {
 	Preset string `hcl:"preset,optional"`
 }
 
+// PreemptConfig is the preemption block.
+type PreemptConfig struct {
+	Enabled      *bool   `hcl:"enabled,optional"`
+	Hysteresis   float64 `hcl:"hysteresis,optional"`
+	MinRun       string  `hcl:"min_run,optional"`
+	LongJobGuard *bool   `hcl:"long_job_guard,optional"`
+
+	// Parsed is the planner configuration (no hcl tag).
+	Parsed preempt.Config
+}
+
 // RankerConfig is the ranker block.
 type RankerConfig struct {
 	Policy string `hcl:"policy,optional"`
+	// OnlineTuning fine-tunes the policy from finished runs (default true when the policy
+	// carries its training state, as the bundled one does).
+	OnlineTuning *bool  `hcl:"online_tuning,optional"`
+	TuneEvery    string `hcl:"tune_every,optional"`
+	TuneRuns     int    `hcl:"tune_runs,optional"`
+
+	// TuneEveryD is TuneEvery parsed (no hcl tag).
+	TuneEveryD time.Duration
 }
+
+func (r *RankerConfig) onlineTuning() bool { return r != nil && boolOr(r.OnlineTuning, true) }
 
 // PredictorConfig is the predictor block.
 type PredictorConfig struct {
@@ -228,8 +262,29 @@ func (c *Config) finish() error {
 	default:
 		return bad("placement.preset", c.Placement.Preset, "hetgpu, rltune or gogh")
 	}
+	if c.Preempt == nil {
+		c.Preempt = &PreemptConfig{}
+	}
+	pc := preempt.Default()
+	if c.Preempt.Hysteresis != 0 {
+		if !(c.Preempt.Hysteresis >= 1) {
+			return bad("preemption.hysteresis", c.Preempt.Hysteresis, "a speed-up factor >= 1 (default 1.3)")
+		}
+		pc.Hysteresis = c.Preempt.Hysteresis
+	}
+	if pc.MinRun, err = duration(c.Preempt.MinRun, pc.MinRun); err != nil || pc.MinRun < 0 {
+		return bad("preemption.min_run", c.Preempt.MinRun, "a non-negative duration, e.g. \"30m\"")
+	}
+	pc.LongJobGuard = boolOr(c.Preempt.LongJobGuard, pc.LongJobGuard)
+	c.Preempt.Parsed = pc
 	if c.Ranker == nil {
 		c.Ranker = &RankerConfig{}
+	}
+	if c.Ranker.TuneEveryD, err = duration(c.Ranker.TuneEvery, time.Minute); err != nil || c.Ranker.TuneEveryD < time.Second {
+		return bad("ranker.tune_every", c.Ranker.TuneEvery, "a duration of at least 1s, e.g. \"1m\"")
+	}
+	if c.Ranker.TuneRuns < 0 {
+		return bad("ranker.tune_runs", c.Ranker.TuneRuns, "a positive number of finished runs between tuning steps (default 200)")
 	}
 	if c.Predictor == nil {
 		c.Predictor = &PredictorConfig{}

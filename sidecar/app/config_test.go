@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hetgpu/hetgpu/sidecar/preempt"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -36,6 +38,12 @@ placement {
 predictor {
   window = 500
 }
+
+preemption {
+  min_run        = "1h"
+  hysteresis     = 2
+  long_job_guard = false
+}
 `
 	c, err := ParseConfig("s.hcl", []byte(src))
 	if err != nil {
@@ -47,7 +55,8 @@ predictor {
 	if c.Listen != "0.0.0.0:9000" || c.Token != "t0k" || !c.Shadow || c.ReconcileD != 2*time.Second || c.DebounceD != 100*time.Millisecond ||
 		c.Nomad.Address != "https://nomad:4646" || c.Nomad.Namespace != "ml" || *c.Nomad.SampleDeviceStats || c.ResyncD != 30*time.Second ||
 		c.Simulator.Cluster != "gavel-108" || c.Simulator.Speed != 60 || c.Simulator.Trace != "bundled:default" ||
-		c.Placement.Preset != "gogh" || c.Predictor.Window != 500 || !c.UseNomad() {
+		c.Placement.Preset != "gogh" || c.Predictor.Window != 500 || !c.UseNomad() ||
+		c.Preempt.Parsed.MinRun != time.Hour || c.Preempt.Parsed.Hysteresis != 2 || c.Preempt.Parsed.LongJobGuard {
 		t.Errorf("config = %+v nomad %+v sim %+v", c, c.Nomad, c.Simulator)
 	}
 }
@@ -60,7 +69,8 @@ func TestConfigDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.Listen != "127.0.0.1:4656" || c.ReconcileD != 5*time.Second || c.Backend != "auto" || c.UseNomad() ||
-		c.Token != "from-env" || c.Simulator.Cluster != "modern-mix" || c.Placement.Preset != "hetgpu" || c.StateDir == "" {
+		c.Token != "from-env" || c.Simulator.Cluster != "modern-mix" || c.Placement.Preset != "hetgpu" || c.StateDir == "" ||
+		c.Preempt.Parsed != preempt.Default() {
 		t.Errorf("defaults = %+v", c)
 	}
 	t.Setenv("NOMAD_ADDR", "http://127.0.0.1:4646")
@@ -80,6 +90,11 @@ func TestConfigErrors(t *testing.T) {
 		{"placement {\n preset = \"best\"\n}", `config placement.preset = "best"`},
 		{"simulator {\n speed = -1\n}", "simulator.speed"},
 		{"nomad {\n resync = \"1ms\"\n}", "nomad.resync"},
+		{"ranker {\n tune_every = \"1ms\"\n}", `config ranker.tune_every = "1ms"`},
+		{"ranker {\n tune_runs = -1\n}", `config ranker.tune_runs = "-1"`},
+		{"preemption {\n hysteresis = 0.5\n}", `config preemption.hysteresis = "0.5": expected a speed-up factor >= 1`},
+		{"preemption {\n min_run = \"-5m\"\n}", `config preemption.min_run = "-5m"`},
+		{"preemption {\n min_run = \"later\"\n}", `config preemption.min_run = "later"`},
 		{`bogus = 1`, `An argument named "bogus" is not expected here`},
 		{`listen = `, "s.hcl:1"},
 	} {

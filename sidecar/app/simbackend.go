@@ -115,6 +115,11 @@ func (b *SimBackend) Pin(ctx context.Context, ds []cluster.Decision) ([]cluster.
 	return b.e.Pin(ctx, ds)
 }
 
+// Preempt stops running simulated jobs (cluster.Preempter).
+func (b *SimBackend) Preempt(ctx context.Context, ps []cluster.Preemption) ([]cluster.PinResult, error) {
+	return b.e.Preempt(ctx, ps)
+}
+
 // Watch advances the simulated clock with the wall clock until ctx ends.
 func (b *SimBackend) Watch(ctx context.Context, changed func()) error {
 	b.mu.Lock()

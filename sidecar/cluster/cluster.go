@@ -21,6 +21,26 @@ type Cluster interface {
 	Pin(ctx context.Context, decisions []Decision) ([]PinResult, error)
 }
 
+// Preempter is a backend that can stop running jobs and return them to hetgpu's queue
+// (Nomad: re-hold the pinned group, which stops its allocations; the simulator: preempt with
+// progress kept). Only jobs the snapshot lists in Preemptible may be preempted.
+type Preempter interface {
+	Preempt(ctx context.Context, ps []Preemption) ([]PinResult, error)
+}
+
+// Preemption asks a backend to stop one running job and queue it again.
+type Preemption struct {
+	Namespace string
+	JobID     string
+	Group     string
+	// Reason is shown to the user (job UI, logs): which job needed the GPUs, or where the job
+	// moves to.
+	Reason string
+}
+
+// JobKey returns the Key of the preempted job.
+func (p *Preemption) JobKey() string { return p.Namespace + "/" + p.JobID + "/" + p.Group }
+
 // Snapshot is the state of the cluster at one instant.
 type Snapshot struct {
 	// Now is the backend's clock: wall time for Nomad, simulated time in the simulator.
@@ -29,6 +49,10 @@ type Snapshot struct {
 	Running []Alloc
 	// Pending holds the jobs waiting for hetgpu, oldest submission first.
 	Pending []Job
+	// Preemptible holds the running jobs that may be stopped and placed again (annotation
+	// hetgpu.preemptible; every job in the simulator), with their attained GPU time and, as
+	// EstRuntime, the estimated time they still need. Their GPUs are in Running.
+	Preemptible []Job
 }
 
 // Node is one client node and its devices.
@@ -194,6 +218,9 @@ type Annotations struct {
 	EnergyWeight  float64
 	PriorityClass string
 	AllowSharing  bool
+	// Preemptible says the job checkpoints and may be stopped and restarted elsewhere
+	// (hetgpu.preemptible).
+	Preemptible bool
 }
 
 // Assignment is the part of a decision on one node.

@@ -140,6 +140,16 @@ func jobKey(ns, id string) string { return ns + "/" + id }
 
 func groupKey(ns, id, group string) string { return ns + "/" + id + "/" + group }
 
+// holdsDevices reports whether an allocation still has its devices: until its client reports
+// it ended, a stopping allocation (desired stop, e.g. a preempted one) still runs its task.
+func holdsDevices(a *allocRec) bool {
+	switch a.ClientStatus {
+	case api.AllocClientStatusComplete, api.AllocClientStatusFailed, api.AllocClientStatusLost:
+		return false
+	}
+	return true
+}
+
 func terminal(a *allocRec) bool {
 	switch a.DesiredStatus {
 	case api.AllocDesiredStatusStop, api.AllocDesiredStatusEvict:
@@ -318,11 +328,13 @@ func (b *Backend) Snapshot(ctx context.Context) (*cluster.Snapshot, error) {
 	sort.Strings(allocIDs)
 	for _, id := range allocIDs {
 		a := b.allocs[id]
-		if terminal(a) {
+		if !holdsDevices(a) {
 			continue
 		}
 		gk := groupKey(a.Namespace, a.JobID, a.Group)
-		liveByGroup[gk]++
+		if !terminal(a) {
+			liveByGroup[gk]++
+		}
 		if pendingKeys[gk] || len(a.Devices) == 0 {
 			continue
 		}
@@ -340,6 +352,7 @@ func (b *Backend) Snapshot(ctx context.Context) (*cluster.Snapshot, error) {
 		}
 		snap.Running = append(snap.Running, ca)
 	}
+	snap.Preemptible = b.preemptible(jobKeys, snap.Running, snap.Now)
 	// Pins issued but not placed yet hold their GPUs, or the next round would hand them out
 	// twice.
 	for _, k := range jobKeys {
@@ -377,6 +390,149 @@ func (b *Backend) Snapshot(ctx context.Context) (*cluster.Snapshot, error) {
 		}
 	}
 	return snap, nil
+}
+
+// preemptible lists the running pinned groups annotated hetgpu.preemptible, as the jobs they
+// would be once re-held (hetgpu's pin constraints gone). EstRuntime is what is left of the
+// annotated runtime after the time the group's current allocations have run, and that time
+// times its GPUs is its attained service (a group's earlier runs are not counted). Callers
+// hold b.mu.
+func (b *Backend) preemptible(jobKeys []string, running []cluster.Alloc, now time.Time) []cluster.Job {
+	since := map[string]time.Time{}
+	for _, a := range running {
+		k := groupKey(a.Namespace, a.JobID, a.Group)
+		if t, ok := since[k]; !ok || a.StartTime.Before(t) {
+			since[k] = a.StartTime
+		}
+	}
+	var out []cluster.Job
+	for _, k := range jobKeys {
+		jr := b.jobs[k]
+		job := jr.job
+		if jobStopped(job) {
+			continue
+		}
+		for _, tg := range job.TaskGroups {
+			if tg.Name == nil || groupHeld(job, tg) {
+				continue
+			}
+			start, live := since[groupKey(deref(job.Namespace, "default"), deref(job.ID, ""), *tg.Name)]
+			if !live {
+				continue
+			}
+			if a, err := annot.Parse(job.Meta, tg.Meta, *tg.Name); err != nil || !a.Preemptible {
+				continue
+			}
+			cp, err := copyJob(job)
+			if err != nil {
+				continue
+			}
+			if err := ReholdJob(cp, *tg.Name, "", UI{}); err != nil {
+				continue
+			}
+			pj, err := pendingJob(cp, findGroup(cp, *tg.Name), jr.firstSubmit)
+			if err != nil {
+				continue
+			}
+			ran := now.Sub(start)
+			if ran < 0 {
+				ran = 0
+			}
+			if pj.Hetgpu.EstRuntime > 0 {
+				pj.Hetgpu.EstRuntime = max(pj.Hetgpu.EstRuntime-ran, time.Minute)
+			}
+			pj.AttainedGPUSeconds = ran.Seconds() * float64(pj.GPUs)
+			out = append(out, pj)
+		}
+	}
+	return out
+}
+
+var _ cluster.Preempter = (*Backend)(nil)
+
+// Preempt re-holds each group (Nomad then stops its allocations); a group whose job does not
+// carry hetgpu.preemptible = true is refused, whatever the caller asks.
+func (b *Backend) Preempt(ctx context.Context, ps []cluster.Preemption) ([]cluster.PinResult, error) {
+	out := make([]cluster.PinResult, 0, len(ps))
+	for _, p := range ps {
+		res := cluster.PinResult{JobKey: p.JobKey()}
+		b.mu.Lock()
+		jr, ok := b.jobs[jobKey(p.Namespace, p.JobID)]
+		var a cluster.Annotations
+		var err error
+		if ok {
+			tg := findGroup(jr.job, p.Group)
+			if tg == nil {
+				ok = false
+			} else {
+				a, err = annot.Parse(jr.job.Meta, tg.Meta, p.Group)
+			}
+		}
+		b.mu.Unlock()
+		switch {
+		case !ok:
+			res.Err = fmt.Errorf("preempt %s: %w", p.JobKey(), service.ErrJobGone)
+		case err != nil || !a.Preemptible:
+			res.Err = fmt.Errorf("preempt %s: the group is not annotated %s = true", p.JobKey(), annot.KeyPreemptible)
+		default:
+			r := b.rehold(ctx, fault{ns: p.Namespace, id: p.JobID, group: p.Group, reason: "preempted: " + p.Reason})
+			res.Applied, res.Err = r.Applied, r.Err
+			if r.Applied {
+				// A batch job's running allocations survive a job update: stop them. Their
+				// replacements meet the hold and wait for hetgpu.
+				res.Err = b.stopGroup(ctx, p.Namespace, p.JobID, p.Group)
+			}
+		}
+		out = append(out, res)
+	}
+	return out, nil
+}
+
+// stillHeld names a decided GPU that another group's allocation still holds.
+func (b *Backend) stillHeld(ns, id string, ds []cluster.Decision) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	want := map[string]bool{}
+	for _, d := range ds {
+		for _, a := range d.Assign {
+			for _, g := range a.InstanceIDs {
+				want[g] = true
+			}
+		}
+	}
+	for _, a := range b.allocs {
+		if (a.Namespace == ns && a.JobID == id) || !holdsDevices(a) {
+			continue
+		}
+		for _, g := range a.deviceIDs() {
+			if want[g] {
+				return fmt.Errorf("pin %s/%s: GPU %s is still held by allocation %s of %s (%s); decided again when it ends",
+					ns, id, g, a.ID, a.JobID, a.ClientStatus)
+			}
+		}
+	}
+	return nil
+}
+
+// stopGroup stops the group's live allocations.
+func (b *Backend) stopGroup(ctx context.Context, ns, id, group string) error {
+	b.mu.Lock()
+	var ids []string
+	for _, a := range b.allocs {
+		if a.Namespace == ns && a.JobID == id && a.Group == group && !terminal(a) {
+			ids = append(ids, a.ID)
+		}
+	}
+	b.mu.Unlock()
+	sort.Strings(ids)
+	q := (&api.QueryOptions{Namespace: ns}).WithContext(ctx)
+	var errs []error
+	for _, aid := range ids {
+		if _, err := b.c.Allocations().Stop(&api.Allocation{ID: aid, Namespace: ns}, q); err != nil && statusCode(err) != 404 {
+			errs = append(errs, fmt.Errorf("stop allocation %s: %w", aid, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // jobStopped reports jobs that place nothing: stopped, finished, or templates (periodic and
@@ -481,6 +637,11 @@ func (b *Backend) pinJob(ctx context.Context, ns, id string, ds []cluster.Decisi
 	cur := deref(job.JobModifyIndex, 0)
 	if want != 0 && cur != want {
 		return fail(true, fmt.Errorf("pin %s/%s: job changed since the decision (JobModifyIndex %d, decided on %d)", ns, id, cur, want))
+	}
+	// GPUs a stopping allocation still holds (a job preempted this round) would make Nomad
+	// fail the placement: decide again once it ended.
+	if err := b.stillHeld(ns, id, ds); err != nil {
+		return fail(true, err)
 	}
 	var pins []GroupPin
 	var tagParts []string

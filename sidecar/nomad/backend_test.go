@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/hetgpu/hetgpu/sidecar/annot"
 	"github.com/hetgpu/hetgpu/sidecar/cluster"
 	"github.com/hetgpu/hetgpu/sidecar/nomad/nomadtest"
 )
@@ -553,5 +554,115 @@ func TestRelease(t *testing.T) {
 	}
 	if _, err := Release(context.Background(), f.srv.Client(), "default", "rel"); !errors.Is(err, ErrNotHeld) {
 		t.Errorf("second release err = %v, want ErrNotHeld", err)
+	}
+}
+
+func TestPreemptible(t *testing.T) {
+	for _, tt := range []struct {
+		name        string
+		preemptible bool
+	}{{"annotated", true}, {"not annotated", false}} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, nil)
+			meta := map[string]string{"hetgpu.enable": "true", "hetgpu.model": "resnet/ResNet-50", "hetgpu.runtime": "2h"}
+			if tt.preemptible {
+				meta["hetgpu.preemptible"] = "true"
+			}
+			f.srv.Register(heldJob("run", 2, 1, meta))
+			f.resync(t)
+			snap := f.snapshot(t)
+			if len(snap.Preemptible) != 0 {
+				t.Fatalf("a held job is preemptible: %+v", snap.Preemptible)
+			}
+			d := decide(snap, snap.Pending[0], "node-v100-00")
+			if res, _ := f.b.Pin(context.Background(), []cluster.Decision{d}); !res[0].Applied {
+				t.Fatalf("pin = %+v", res)
+			}
+			f.resync(t)
+			alloc := f.srv.Allocs("default", "run")[0]
+			f.srv.SetAllocStatus(alloc.ID, api.AllocClientStatusRunning, f.b.now().Add(-30*time.Minute), time.Time{})
+			f.resync(t)
+			snap = f.snapshot(t)
+			if !tt.preemptible {
+				if len(snap.Preemptible) != 0 {
+					t.Fatalf("job without %s listed preemptible", annot.KeyPreemptible)
+				}
+				res, err := f.b.Preempt(context.Background(), []cluster.Preemption{{Namespace: "default", JobID: "run", Group: "train", Reason: "test"}})
+				if err != nil || res[0].Applied || res[0].Err == nil || !strings.Contains(res[0].Err.Error(), annot.KeyPreemptible) {
+					t.Fatalf("preempting a job that did not opt in: %+v, %v", res, err)
+				}
+				if job := f.srv.Job("default", "run"); groupHeld(job, job.TaskGroups[0]) || len(f.srv.Stopped()) != 0 {
+					t.Fatal("job re-held or stopped although it is not preemptible")
+				}
+				return
+			}
+			if len(snap.Preemptible) != 1 {
+				t.Fatalf("preemptible = %+v", snap.Preemptible)
+			}
+			j := snap.Preemptible[0]
+			if j.Key() != "default/run/train" || j.GPUs != 2 || !j.Hetgpu.Preemptible {
+				t.Fatalf("preemptible job = %+v", j)
+			}
+			if rem := j.Hetgpu.EstRuntime; rem < 89*time.Minute || rem > 91*time.Minute {
+				t.Errorf("remaining estimate %v, want about 1h30m of the annotated 2h", rem)
+			}
+			if a := j.AttainedGPUSeconds; a < 2*1790 || a > 2*1810 {
+				t.Errorf("attained %v GPU-seconds, want about 2 x 1800", a)
+			}
+			for _, c := range j.Constraints {
+				if c.LTarget == NodeTarget {
+					t.Errorf("the preemptible job keeps its pin constraint %v", c)
+				}
+			}
+			res, err := f.b.Preempt(context.Background(), []cluster.Preemption{{Namespace: "default", JobID: "run", Group: "train", Reason: "a better-ranked job needs its GPUs"}})
+			if err != nil || !res[0].Applied {
+				t.Fatalf("preempt = %+v, %v", res, err)
+			}
+			job := f.srv.Job("default", "run")
+			if !groupHeld(job, job.TaskGroups[0]) {
+				t.Fatal("preempted job not held again in Nomad")
+			}
+			// A batch allocation survives a job update: the backend stops it.
+			if st := f.srv.Stopped(); len(st) != 1 || st[0] != alloc.ID {
+				t.Fatalf("stopped allocations %v, want [%s]", st, alloc.ID)
+			}
+			if !strings.Contains(job.UI.Description, "preempted: a better-ranked job needs its GPUs") {
+				t.Errorf("ui does not say why: %q", job.UI.Description)
+			}
+		})
+	}
+}
+
+// A pin onto GPUs another group's allocation still holds (a preempted job whose task is still
+// stopping) is a conflict, not a register Nomad would fail to place.
+func TestPinOntoGPUsStillHeld(t *testing.T) {
+	f, d := pinnedFixture(t, nil)
+	alloc := f.srv.Allocs("default", "run")[0]
+	f.srv.SetAllocStatus(alloc.ID, api.AllocClientStatusRunning, f.b.now(), time.Time{})
+	f.srv.Register(heldJob("next", 2, 1, nil))
+	f.resync(t)
+	snap := f.snapshot(t)
+	var next cluster.Job
+	for _, j := range snap.Pending {
+		if j.ID == "next" {
+			next = j
+		}
+	}
+	// The decision takes exactly the GPUs "run" holds.
+	dn := d
+	dn.JobID, dn.Group = "next", next.Group
+	res, err := f.b.Pin(context.Background(), []cluster.Decision{dn})
+	if err != nil || len(res) != 1 || res[0].Applied || !res[0].Conflict || !strings.Contains(res[0].Err.Error(), "still held by allocation "+alloc.ID) {
+		t.Fatalf("pin onto held GPUs = %+v, %v", res, err)
+	}
+	if job := f.srv.Job("default", "next"); !groupHeld(job, job.TaskGroups[0]) {
+		t.Fatal("the job was pinned onto busy GPUs")
+	}
+	// Once the allocation ended, the same pin goes through.
+	f.srv.SetAllocStatus(alloc.ID, api.AllocClientStatusComplete, time.Time{}, f.b.now())
+	f.resync(t)
+	f.snapshot(t)
+	if res, _ := f.b.Pin(context.Background(), []cluster.Decision{dn}); !res[0].Applied {
+		t.Fatalf("pin after the allocation ended = %+v", res)
 	}
 }

@@ -31,9 +31,9 @@ type CompareOptions struct {
 	RestartPenaltyS float64
 }
 
-// DefaultRestartPenaltyS is what `hetgpu sim` charges a preemptive baseline per restart: 30 s of
-// lost work for checkpoint restore and warm-up (Gavel and Tiresias report restarts of seconds to
-// tens of seconds). Production hetgpu never preempts.
+// DefaultRestartPenaltyS is what `hetgpu sim` and `hetgpu train eval` charge every preemptive
+// policy (tiresias, gavel, hetgpu) per restart: 30 s of lost work for checkpoint restore and
+// warm-up (Gavel and Tiresias report restarts of seconds to tens of seconds).
 const DefaultRestartPenaltyS = 30
 
 // Comparison is the outcome of Compare.

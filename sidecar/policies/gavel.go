@@ -129,7 +129,7 @@ func (g *gavel) Schedule(_ context.Context, s *sim.State) error {
 		}
 		for _, j := range append([]*sim.JobState(nil), s.Running()...) {
 			if granted[j] != j.GPUType {
-				if err := s.Preempt(j); err != nil {
+				if err := s.PreemptJob(j); err != nil {
 					return err
 				}
 				delete(g.lastSeen, j)

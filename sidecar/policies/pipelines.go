@@ -49,8 +49,11 @@ func newGOGH(o Options) (sim.Policy, error) {
 }
 
 // deterministic makes a placer configuration reproducible run to run: one decomposition cell at
-// a time. (A solve that hits its wall-clock time limit can still differ between machines.)
+// a time, no round deadline. (A solve that hits its wall-clock time or polish limit can still
+// differ between machines and with the machine's load.)
 func deterministic(c place.Config) place.Config {
 	c.Parallelism = 1
+	c.RoundDeadline = 0
+	c.PolishLimit = 0
 	return c
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/hetgpu/hetgpu/sidecar/place"
 	"github.com/hetgpu/hetgpu/sidecar/predict"
+	"github.com/hetgpu/hetgpu/sidecar/preempt"
 	"github.com/hetgpu/hetgpu/sidecar/rank"
 	"github.com/hetgpu/hetgpu/sidecar/rank/rlsim"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
@@ -42,8 +43,12 @@ func HetgpuPipeline(o Options, r sched.Ranker) (sim.Policy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("placer: %w", err)
 	}
+	pre, err := preempt.New(preempt.Default())
+	if err != nil {
+		return nil, fmt.Errorf("preemption planner: %w", err)
+	}
 	return &rlsim.Pipeline{PolicyName: "hetgpu", Ranker: r, Predictor: pred, Placer: pl, Learner: pred,
-		Estimates: rlsim.Estimates{Seed: o.Seed}}, nil
+		Estimates: rlsim.Estimates{Seed: o.Seed}, Preemptor: pre}, nil
 }
 
 // newHetgpu is the policy the sidecar runs by default: the bundled pretrained prioritiser

@@ -50,7 +50,7 @@ func registry() []Entry {
 		{Name: "gogh", Summary: "P1/P2 predicted throughput + energy-minimising ILP with T_min, production pipeline (GOGH, arXiv 2510.15652)", New: newGOGH},
 		{Name: "slurm", Summary: "Slurm multifactor priority (age, job size, fair-share), backfilling, bin-packing placement", New: newSlurm},
 		{Name: "f1", Summary: "learned priority F1 = log10(r)*n + 870*log10(s) on user runtime estimates (Carastan-Santos & de Camargo, SC 2017)", New: newF1},
-		{Name: "hetgpu", Summary: "learned prioritiser (PPO) + GOGH predictor + placement MILP, hetgpu preset (this project)", New: newHetgpu},
+		{Name: "hetgpu", Summary: "learned prioritiser (PPO) + GOGH predictor + preemption planner + placement MILP, hetgpu preset (this project)", New: newHetgpu},
 	}
 }
 

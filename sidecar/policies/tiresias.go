@@ -92,7 +92,7 @@ func (t *tiresias) Schedule(_ context.Context, s *sim.State) error {
 	}
 	for i := range all {
 		if j := all[i].j; !all[i].keep && j.Status == sim.StatusRunning {
-			if err := s.Preempt(j); err != nil {
+			if err := s.PreemptJob(j); err != nil {
 				return err
 			}
 			t.lastRun[j] = now

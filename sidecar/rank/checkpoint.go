@@ -231,6 +231,16 @@ const DefaultPolicyPath = "policy/default.json"
 // DefaultPolicy returns the bundled pretrained policy, or nil (and no error) when this build
 // has none, in which case the ranker falls back to Heuristic.
 func DefaultPolicy() (*Policy, error) {
+	c, err := DefaultCheckpoint()
+	if c == nil || err != nil {
+		return nil, err
+	}
+	return c.Policy()
+}
+
+// DefaultCheckpoint returns the bundled checkpoint (policy and training state, so online
+// fine-tuning can continue from it), or nil and no error when this build has none.
+func DefaultCheckpoint() (*Checkpoint, error) {
 	b, err := bundled.ReadFile(DefaultPolicyPath)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -242,7 +252,7 @@ func DefaultPolicy() (*Policy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bundled policy %s: %w", DefaultPolicyPath, err)
 	}
-	return c.Policy()
+	return c, nil
 }
 
 // NewDefault returns a ranker with the bundled policy, or the heuristic when there is none.

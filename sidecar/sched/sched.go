@@ -67,6 +67,22 @@ type Placer interface {
 	Place(ctx context.Context, snap *cluster.Snapshot, ranked []Ranked, pred Predictor) ([]cluster.Decision, PlaceStats, error)
 }
 
+// Preemptor is the optional preemption stage: given every active job ranked together (the
+// pending ones and the running ones the snapshot lists as Preemptible, best first), it picks
+// the running jobs to stop so that better-ranked jobs can start or running jobs can move to
+// much faster GPUs, and the order in which the placer takes the queue afterwards.
+type Preemptor interface {
+	Plan(ctx context.Context, snap *cluster.Snapshot, ranked []Ranked, pred Predictor) (Plan, error)
+}
+
+// Plan is a Preemptor's answer.
+type Plan struct {
+	Preempt []cluster.Preemption
+	// Order ranks the jobs that wait once Preempt is applied (pending and preempted), best
+	// first; the placer takes it instead of a second ranking.
+	Order []Ranked
+}
+
 // Round is what one pipeline round did, for metrics, logs and the explain API.
 type Round struct {
 	Snapshot  *cluster.Snapshot
@@ -74,6 +90,8 @@ type Round struct {
 	Decisions []cluster.Decision
 	Pins      []cluster.PinResult
 	Place     PlaceStats
+	// Preempted holds the backend's answers to the preemptions of this round.
+	Preempted []cluster.PinResult
 	// Latency is wall time from snapshot to pins issued.
 	Latency time.Duration
 }
@@ -84,6 +102,8 @@ type Pipeline struct {
 	Ranker    Ranker
 	Predictor Predictor
 	Placer    Placer
+	// Preemptor, when set and the backend is a cluster.Preempter, runs before placement.
+	Preemptor Preemptor
 }
 
 // RunRound takes one snapshot and carries it through every stage.
@@ -93,10 +113,28 @@ func (p *Pipeline) RunRound(ctx context.Context) (*Round, error) {
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}
-	r, err := p.Decide(ctx, snap)
+	var order []Ranked
+	var preempted []cluster.PinResult
+	// Plan even with nothing pending: a running job may move to GPUs that just freed up.
+	if pre, ok := p.Cluster.(cluster.Preempter); ok && p.Preemptor != nil && len(snap.Preemptible) > 0 {
+		plan, err := p.plan(ctx, snap)
+		if err != nil {
+			return nil, err
+		}
+		if len(plan.Preempt) > 0 {
+			preempted, err = pre.Preempt(ctx, plan.Preempt)
+			if err != nil {
+				return nil, fmt.Errorf("preempt %d jobs: %w", len(plan.Preempt), err)
+			}
+			snap = AfterPreemption(snap, preempted)
+		}
+		order = keepPending(plan.Order, snap)
+	}
+	r, err := p.decide(ctx, snap, order)
 	if err != nil {
 		return nil, err
 	}
+	r.Preempted = preempted
 	if len(r.Decisions) > 0 {
 		r.Pins, err = p.Cluster.Pin(ctx, r.Decisions)
 		if err != nil {
@@ -107,17 +145,94 @@ func (p *Pipeline) RunRound(ctx context.Context) (*Round, error) {
 	return r, nil
 }
 
-// Decide ranks and places the pending jobs of a snapshot without pinning (shadow mode).
+// Decide ranks and places the pending jobs of a snapshot without pinning (shadow mode; it
+// never preempts).
 func (p *Pipeline) Decide(ctx context.Context, snap *cluster.Snapshot) (*Round, error) {
+	return p.decide(ctx, snap, nil)
+}
+
+// plan ranks pending and preemptible running jobs together and asks the Preemptor.
+func (p *Pipeline) plan(ctx context.Context, snap *cluster.Snapshot) (Plan, error) {
+	active := *snap
+	active.Pending = make([]cluster.Job, 0, len(snap.Pending)+len(snap.Preemptible))
+	active.Pending = append(append(active.Pending, snap.Pending...), snap.Preemptible...)
+	ranked, err := p.Ranker.Rank(ctx, &active, p.Predictor)
+	if err != nil {
+		return Plan{}, fmt.Errorf("rank %d active jobs: %w", len(active.Pending), err)
+	}
+	plan, err := p.Preemptor.Plan(ctx, snap, ranked, p.Predictor)
+	if err != nil {
+		return Plan{}, fmt.Errorf("preemption plan: %w", err)
+	}
+	return plan, nil
+}
+
+// AfterPreemption is the snapshot once the applied preemptions took effect: their jobs wait
+// again (with their attained service) and their allocations are gone.
+func AfterPreemption(snap *cluster.Snapshot, res []cluster.PinResult) *cluster.Snapshot {
+	gone := map[string]bool{}
+	for _, r := range res {
+		if r.Applied {
+			gone[r.JobKey] = true
+		}
+	}
+	if len(gone) == 0 {
+		return snap
+	}
+	out := *snap
+	out.Running = make([]cluster.Alloc, 0, len(snap.Running))
+	for _, a := range snap.Running {
+		if !gone[a.Namespace+"/"+a.JobID+"/"+a.Group] {
+			out.Running = append(out.Running, a)
+		}
+	}
+	out.Pending = append([]cluster.Job(nil), snap.Pending...)
+	out.Preemptible = make([]cluster.Job, 0, len(snap.Preemptible))
+	for _, j := range snap.Preemptible {
+		if gone[j.Key()] {
+			out.Pending = append(out.Pending, j)
+		} else {
+			out.Preemptible = append(out.Preemptible, j)
+		}
+	}
+	return &out
+}
+
+// keepPending keeps the ranked jobs that are waiting in snap, pointing at snap's copies.
+func keepPending(order []Ranked, snap *cluster.Snapshot) []Ranked {
+	idx := make(map[string]int, len(snap.Pending))
+	for i := range snap.Pending {
+		idx[snap.Pending[i].Key()] = i
+	}
+	out := make([]Ranked, 0, len(snap.Pending))
+	for _, r := range order {
+		if i, ok := idx[r.Job.Key()]; ok {
+			r.Job = &snap.Pending[i]
+			out = append(out, r)
+			delete(idx, r.Job.Key())
+		}
+	}
+	if len(idx) > 0 {
+		return nil // the plan missed a waiting job: rank afresh
+	}
+	return out
+}
+
+func (p *Pipeline) decide(ctx context.Context, snap *cluster.Snapshot, order []Ranked) (*Round, error) {
 	r := &Round{Snapshot: snap}
 	if len(snap.Pending) == 0 {
 		return r, nil
 	}
-	ranked, err := p.Ranker.Rank(ctx, snap, p.Predictor)
-	if err != nil {
-		return nil, fmt.Errorf("rank %d pending jobs: %w", len(snap.Pending), err)
+	ranked := order
+	if ranked == nil {
+		var err error
+		ranked, err = p.Ranker.Rank(ctx, snap, p.Predictor)
+		if err != nil {
+			return nil, fmt.Errorf("rank %d pending jobs: %w", len(snap.Pending), err)
+		}
 	}
 	r.Ranked = ranked
+	var err error
 	r.Decisions, r.Place, err = p.Placer.Place(ctx, snap, ranked, p.Predictor)
 	if err != nil {
 		return nil, fmt.Errorf("place %d ranked jobs: %w", len(ranked), err)

@@ -104,6 +104,11 @@ func (s *Service) Observe(ctx context.Context, o cluster.Observation, source str
 			return fmt.Errorf("learner rejected the observation of %s/%s: %w", o.Namespace, o.JobID, err)
 		}
 	}
+	if s.stages.Tuner != nil && o.Throughput > 0 {
+		if err := s.stages.Tuner.Observe(ctx, o); err != nil {
+			return fmt.Errorf("policy tuner rejected the observation of %s/%s: %w", o.Namespace, o.JobID, err)
+		}
+	}
 	return nil
 }
 

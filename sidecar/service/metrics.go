@@ -16,6 +16,8 @@ type Metrics struct {
 	SolverOutcomes  *prometheus.CounterVec
 	Pins            *prometheus.CounterVec
 	Conflicts       prometheus.Counter
+	Preemptions     *prometheus.CounterVec
+	Tuning          *prometheus.CounterVec
 	Reheld          prometheus.Counter
 	Observations    *prometheus.CounterVec
 	Rejected        prometheus.Counter
@@ -41,6 +43,10 @@ func newMetrics() *Metrics {
 			Help: "Pins issued by result (applied, conflict, error, shadow)."}, []string{"result"}),
 		Conflicts: prometheus.NewCounter(prometheus.CounterOpts{Name: "hetgpu_pin_conflicts_total",
 			Help: "Pins refused because the job changed underneath (JobModifyIndex); decided again next round."}),
+		Preemptions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hetgpu_preemptions_total",
+			Help: "Preemptible jobs stopped to be placed again, by result (applied, conflict, error)."}, []string{"result"}),
+		Tuning: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hetgpu_policy_tuning_total",
+			Help: "Online fine-tuning steps of the ranking policy by result (adopted, kept, error)."}, []string{"result"}),
 		Reheld: prometheus.NewCounter(prometheus.CounterOpts{Name: "hetgpu_reheld_total",
 			Help: "Pinned jobs put back on hold because their node or GPUs failed."}),
 		Observations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hetgpu_observations_total",
@@ -54,7 +60,7 @@ func newMetrics() *Metrics {
 			Help: "Shadow decisions compared with Nomad's own placement, by whether the GPU type matched."}, []string{"same_gpu_type"}),
 	}
 	m.Registry.MustRegister(m.QueueLength, m.InvalidJobs, m.DecisionLatency, m.Rounds, m.SolverOutcomes, m.Pins,
-		m.Conflicts, m.Reheld, m.Observations, m.Rejected, m.PredictionError, m.Shadow,
+		m.Conflicts, m.Preemptions, m.Tuning, m.Reheld, m.Observations, m.Rejected, m.PredictionError, m.Shadow,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -35,6 +35,8 @@ type Config struct {
 	Logger      hclog.Logger
 	// Now is the clock for records; default time.Now.
 	Now func() time.Time
+	// TuneEvery is how often the Tuner is asked to learn (default 1 min).
+	TuneEvery time.Duration
 }
 
 // Stages are the pipeline's parts; Learner may be nil.
@@ -43,6 +45,21 @@ type Stages struct {
 	Predictor sched.Predictor
 	Placer    sched.Placer
 	Learner   sched.Learner
+	// Preemptor, when set, lets rounds stop preemptible running jobs on backends that can
+	// (cluster.Preempter); nil never preempts.
+	Preemptor sched.Preemptor
+	// Tuner, when set, gets every measured run and is asked to learn from them every
+	// TuneEvery, off the decision path (online fine-tuning of the ranking policy).
+	Tuner Tuner
+}
+
+// Tuner learns from finished runs in the background: Tune may train for a while and replaces
+// what the stages use only when it judges the result better.
+type Tuner interface {
+	sched.Learner
+	// Tune runs one step if enough new runs arrived; snap is the cluster's current layout.
+	// It reports whether a step ran and whether its result was adopted.
+	Tune(ctx context.Context, snap *cluster.Snapshot) (ran, adopted bool, err error)
 }
 
 // Service runs rounds and answers the API.
@@ -129,6 +146,14 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	watchErr := make(chan error, 1)
 	go func() { watchErr <- s.backend.Watch(ctx, notify) }()
+	if s.stages.Tuner != nil {
+		done := make(chan struct{})
+		defer func() { <-done }()
+		go func() {
+			defer close(done)
+			s.tuneLoop(ctx)
+		}()
+	}
 	tick := time.NewTicker(s.cfg.Reconcile)
 	defer tick.Stop()
 	for {
@@ -184,6 +209,10 @@ func (s *Service) Round(ctx context.Context) (*sched.Round, error) {
 
 	memo := newMemo(s.stages.Predictor)
 	pipe := &sched.Pipeline{Cluster: pinNoter{s.backend, s}, Ranker: s.stages.Ranker, Predictor: memo, Placer: s.stages.Placer}
+	if pre, ok := s.backend.(cluster.Preempter); ok && s.stages.Preemptor != nil {
+		pipe.Cluster = preemptNoter{pinNoter{s.backend, s}, pre}
+		pipe.Preemptor = s.stages.Preemptor
+	}
 	var r *sched.Round
 	if s.cfg.Shadow {
 		start := time.Now()
@@ -213,6 +242,49 @@ func (s *Service) Round(ctx context.Context) (*sched.Round, error) {
 	s.lastRound, s.lastErr = s.cfg.Now(), ""
 	s.mu.Unlock()
 	return r, nil
+}
+
+// tuneLoop asks the Tuner to learn every TuneEvery until ctx ends.
+func (s *Service) tuneLoop(ctx context.Context) {
+	every := s.cfg.TuneEvery
+	if every <= 0 {
+		every = time.Minute
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		s.mu.RLock()
+		snap := s.lastSnap
+		s.mu.RUnlock()
+		if snap == nil {
+			continue
+		}
+		ran, adopted, err := s.stages.Tuner.Tune(ctx, snap)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			s.metrics.Tuning.WithLabelValues("error").Inc()
+			s.log.Warn("online policy tuning failed; the current policy stays", "error", err)
+		case ran && adopted:
+			s.metrics.Tuning.WithLabelValues("adopted").Inc()
+		case ran:
+			s.metrics.Tuning.WithLabelValues("kept").Inc()
+		}
+	}
+}
+
+// preemptNoter is a pinNoter whose backend can preempt.
+type preemptNoter struct {
+	pinNoter
+	pre cluster.Preempter
+}
+
+func (p preemptNoter) Preempt(ctx context.Context, ps []cluster.Preemption) ([]cluster.PinResult, error) {
+	return p.pre.Preempt(ctx, ps)
 }
 
 // pinNoter notes decisions as they go to the backend, so the explain API can answer for a
@@ -349,6 +421,19 @@ func (s *Service) record(round uint64, r *sched.Round, pred sched.Predictor) {
 		s.metrics.DecisionLatency.Observe(r.Latency.Seconds())
 		if r.Place.Solver != "" {
 			s.metrics.SolverOutcomes.WithLabelValues(r.Place.Solver, fmt.Sprint(r.Place.Fallback)).Inc()
+		}
+	}
+	for _, p := range r.Preempted {
+		switch {
+		case p.Applied:
+			s.metrics.Preemptions.WithLabelValues("applied").Inc()
+			s.log.Info("preempted", "job", p.JobKey)
+		case p.Conflict:
+			s.metrics.Preemptions.WithLabelValues("conflict").Inc()
+			s.log.Warn("preemption not applied", "job", p.JobKey, "error", p.Err)
+		default:
+			s.metrics.Preemptions.WithLabelValues("error").Inc()
+			s.log.Warn("preemption failed", "job", p.JobKey, "error", p.Err)
 		}
 	}
 	pinRes := map[string]cluster.PinResult{}

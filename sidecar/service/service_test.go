@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -298,6 +299,77 @@ func TestRunLoop(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("Run = %v", err)
+	}
+}
+
+// countingTuner records what the service gives it; every second step is adopted.
+type countingTuner struct {
+	mu       sync.Mutex
+	observed int
+	tunes    int
+	nodes    int
+}
+
+func (c *countingTuner) Observe(context.Context, cluster.Observation) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.observed++
+	return nil
+}
+
+func (c *countingTuner) Tune(_ context.Context, snap *cluster.Snapshot) (bool, bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.tunes++
+	c.nodes = len(snap.Nodes)
+	return true, c.tunes%2 == 0, nil
+}
+
+func (c *countingTuner) counts() (observed, tunes, nodes int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.observed, c.tunes, c.nodes
+}
+
+// The Tuner gets every measured run and is asked to learn in the background, with the
+// cluster's latest snapshot.
+func TestTunerStage(t *testing.T) {
+	tuner := &countingTuner{}
+	h := servicetest.NewHarness(t, func(c *service.Config, _ *nomad.Config) { c.TuneEvery = 10 * time.Millisecond })
+	h.Stop()
+	h.Tuner = tuner
+	h.Start()
+	h.Round()
+	o := cluster.Observation{Namespace: "default", JobID: "t", Group: "train", GPUType: "v100", GPUs: 1, Throughput: 10, RuntimeS: 60}
+	if err := h.Service.Observe(context.Background(), o, service.SourceDriver); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.Service.Run(ctx) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, tunes, _ := tuner.counts(); tunes >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the running service never asked the tuner to learn")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	observed, _, nodes := tuner.counts()
+	if observed != 1 || nodes != 3 {
+		t.Fatalf("tuner observed %d runs and saw %d nodes; want 1 and 3", observed, nodes)
+	}
+	m := scrape(t, h)
+	for _, want := range []string{`hetgpu_policy_tuning_total{result="adopted"}`, `hetgpu_policy_tuning_total{result="kept"}`} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %s", want)
+		}
 	}
 }
 

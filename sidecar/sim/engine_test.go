@@ -194,7 +194,7 @@ func (p *preemptOnce) Name() string { return "preempt-once" }
 func (p *preemptOnce) Schedule(_ context.Context, s *sim.State) error {
 	if !p.done && len(s.Running()) == 1 && s.Now() >= 500 {
 		p.done = true
-		if err := s.Preempt(s.Running()[0]); err != nil {
+		if err := s.PreemptJob(s.Running()[0]); err != nil {
 			return err
 		}
 	}

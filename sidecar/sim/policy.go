@@ -90,9 +90,9 @@ func (s *State) Start(j *JobState, p Placement) error {
 	return nil
 }
 
-// Preempt stops a running job and returns it to the queue (sim-only hook for preemptive
-// baselines; production hetgpu never preempts).
-func (s *State) Preempt(j *JobState) error { return s.e.preempt(j) }
+// PreemptJob stops a running job and returns it to the queue (hook for native preemptive
+// baselines; pipeline policies preempt through cluster.Preempter).
+func (s *State) PreemptJob(j *JobState) error { return s.e.preempt(j) }
 
 // WakeAt asks for a scheduling round at time t (round-based policies, LAS queue demotions). It
 // replaces the previous request; +Inf cancels it. Rounds also follow every arrival and
@@ -316,6 +316,13 @@ func (e *Engine) snapshot() *cluster.Snapshot {
 	for _, j := range e.pending {
 		snap.Pending = append(snap.Pending, e.clusterJob(j))
 	}
+	// Every simulated job checkpoints (as in Gavel's and Tiresias' simulators): a policy with a
+	// preemption stage may stop any running job.
+	snap.Preemptible = make([]cluster.Job, 0, len(e.running))
+	for _, j := range e.running {
+		snap.Preemptible = append(snap.Preemptible, e.clusterJob(j))
+	}
+	sort.Slice(snap.Preemptible, func(a, b int) bool { return snap.Preemptible[a].Key() < snap.Preemptible[b].Key() })
 	return snap
 }
 
@@ -323,11 +330,11 @@ func (e *Engine) clusterJob(j *JobState) cluster.Job {
 	cj := cluster.Job{Namespace: j.Namespace, ID: j.ID, Group: JobGroup, Priority: 50,
 		SubmitTime: e.wall(j.ArrivalS), GPUs: j.GPUs, DeviceName: "nvidia/gpu",
 		Hetgpu: cluster.Annotations{Enabled: true, ModelName: j.Model, BatchSize: j.BatchSize,
-			MaxNodes: j.MaxNodes, AllowSharing: false},
-		AttainedGPUSeconds: j.attained}
+			MaxNodes: j.MaxNodes, AllowSharing: false, Preemptible: true},
+		AttainedGPUSeconds: j.Attained(e.now)}
 	if e.cfg.Oracle && j.RefS > 0 {
 		// Remaining runtime on the reference type: what an oracle user estimate would say now.
-		cj.Hetgpu.EstRuntime = time.Duration(j.RefS * j.remaining / j.TotalSteps * float64(time.Second))
+		cj.Hetgpu.EstRuntime = time.Duration(j.RefS * j.Remaining(e.now) / j.TotalSteps * float64(time.Second))
 	}
 	return cj
 }
@@ -427,4 +434,44 @@ func (e *Engine) Run(ctx context.Context, p Policy, progress func(done int)) err
 			"policy", p.Name(), "jobs", len(e.pending))
 	}
 	return nil
+}
+
+var _ cluster.Preempter = (*State)(nil)
+
+// Preempt implements cluster.Preempter inside a round: each listed running job is preempted
+// (progress kept) and queued again.
+func (s *State) Preempt(ctx context.Context, ps []cluster.Preemption) ([]cluster.PinResult, error) {
+	return s.e.preemptAll(ps), nil
+}
+
+var _ cluster.Preempter = (*Engine)(nil)
+
+// Preempt implements cluster.Preempter for the engine driven from outside.
+func (e *Engine) Preempt(ctx context.Context, ps []cluster.Preemption) ([]cluster.PinResult, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.preemptAll(ps), nil
+}
+
+func (e *Engine) preemptAll(ps []cluster.Preemption) []cluster.PinResult {
+	out := make([]cluster.PinResult, 0, len(ps))
+	for _, p := range ps {
+		res := cluster.PinResult{JobKey: p.JobKey()}
+		j := e.byKey[p.JobKey()]
+		switch {
+		case j == nil:
+			res.Err = fmt.Errorf("job %s does not exist in the simulation", p.JobKey())
+		case j.Status != StatusRunning:
+			res.Conflict = true
+			res.Err = fmt.Errorf("job %s is not running", p.JobKey())
+		default:
+			if err := e.preempt(j); err != nil {
+				res.Err = err
+			} else {
+				res.Applied = true
+			}
+		}
+		out = append(out, res)
+	}
+	return out
 }

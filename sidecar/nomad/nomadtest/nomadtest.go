@@ -42,6 +42,14 @@ type Server struct {
 	// inject conflicts).
 	RegisterHook func(job *api.Job) error
 	allocSeq     int
+	stopped      []string
+}
+
+// Stopped lists the allocations stopped through the API, in order.
+func (s *Server) Stopped() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.stopped...)
 }
 
 // Tag is a version tag.
@@ -393,6 +401,29 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		s.reply(w, c)
+	case strings.HasPrefix(p, "/v1/allocation/") && strings.HasSuffix(p, "/stop") && r.Method == http.MethodPut:
+		id := strings.TrimSuffix(strings.TrimPrefix(p, "/v1/allocation/"), "/stop")
+		s.mu.Lock()
+		a, ok := s.allocs[id]
+		if ok {
+			// As a client does once the task is killed.
+			a.DesiredStatus, a.ClientStatus = "stop", "complete"
+			for _, ts := range a.TaskStates {
+				ts.State = "dead"
+				ts.FinishedAt = time.Now()
+			}
+			s.bump()
+			a.ModifyIndex = s.index
+			s.emitAlloc(a, "AllocationUpdated")
+			s.updateJobStatus(a.Namespace, a.JobID)
+			s.stopped = append(s.stopped, id)
+		}
+		s.mu.Unlock()
+		if !ok {
+			http.Error(w, "alloc not found", http.StatusNotFound)
+			return
+		}
+		s.reply(w, api.AllocStopResponse{EvalID: "stop-" + id})
 	case p == "/v1/allocations":
 		s.mu.Lock()
 		var out []*api.AllocationListStub

@@ -2,6 +2,7 @@ package rlsim
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -152,5 +153,76 @@ func TestKeepContended(t *testing.T) {
 	}
 	if _, err := env.KeepContended(context.Background(), 1e12, 2); err == nil {
 		t.Fatal("an impossible threshold kept episodes")
+	}
+}
+
+// A snapshot's layout becomes a simulator spec with the same GPUs per type; unready, ineligible
+// and draining nodes and unhealthy GPUs are left out.
+func TestSpecFromSnapshot(t *testing.T) {
+	for _, name := range []string{"gavel-108", "modern-mix"} {
+		spec, err := sim.LoadSpec(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tab, _ := throughput.Bundled()
+		e, err := sim.New(sim.Config{Spec: spec, Throughput: tab})
+		if err != nil {
+			t.Fatal(err)
+		}
+		snap, _ := e.Snapshot(context.Background())
+		got, err := SpecFromSnapshot("live", snap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w, g := gpusByType(spec), gpusByType(got); fmt.Sprint(w) != fmt.Sprint(g) {
+			t.Fatalf("%s: GPUs per type %v, want %v", name, g, w)
+		}
+		// Take one node out and one GPU of another.
+		snap.Nodes[0].Eligible = false
+		snap.Nodes[1].Devices[0].Instances[0].Healthy = false
+		got, err = SpecFromSnapshot("live", snap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := gpusByType(spec)
+		want[snap.Nodes[0].Devices[0].GPUType] -= len(snap.Nodes[0].Devices[0].Instances)
+		want[snap.Nodes[1].Devices[0].GPUType]--
+		if g := gpusByType(got); fmt.Sprint(want) != fmt.Sprint(g) {
+			t.Fatalf("%s without a node and a GPU: %v, want %v", name, g, want)
+		}
+	}
+	if _, err := SpecFromSnapshot("live", &cluster.Snapshot{}); err == nil {
+		t.Fatal("an empty snapshot gave a spec")
+	}
+}
+
+func gpusByType(s *sim.Spec) map[string]int {
+	m := map[string]int{}
+	for _, c := range s.Classes {
+		m[c.GPUType] += c.GPUsPerNode * c.Count
+	}
+	return m
+}
+
+// LiveTuner does nothing until enough runs arrived, and reports a layout it cannot replay.
+func TestLiveTuner(t *testing.T) {
+	trainer, _ := rank.NewTrainer(rank.Config{Seed: 2, RolloutsPerEpoch: 2, Workers: 1}, rank.DefaultSchema())
+	ft, err := rank.NewFineTuner(trainer.Checkpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lt := &LiveTuner{Online: &rank.OnlineTuner{Tuner: ft, Every: 5}, Env: testEnv(t, 10).cfg}
+	spec, _ := sim.LoadSpec("gavel-108")
+	tab, _ := throughput.Bundled()
+	e, _ := sim.New(sim.Config{Spec: spec, Throughput: tab})
+	snap, _ := e.Snapshot(context.Background())
+	if err := lt.Observe(context.Background(), cluster.Observation{JobID: "j", GPUType: "v100", GPUs: 1, Throughput: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if ran, adopted, err := lt.Tune(context.Background(), snap); ran || adopted || err != nil {
+		t.Fatalf("tuned after one run: ran %v adopted %v err %v", ran, adopted, err)
+	}
+	if _, _, err := lt.Tune(context.Background(), &cluster.Snapshot{}); err == nil {
+		t.Fatal("a snapshot without nodes was accepted")
 	}
 }

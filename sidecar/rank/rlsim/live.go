@@ -1,12 +1,17 @@
 package rlsim
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sort"
 
+	"github.com/hashicorp/hcl/v2/hclwrite"
+	"github.com/zclconf/go-cty/cty"
+
 	"github.com/hetgpu/hetgpu/sidecar/cluster"
 	"github.com/hetgpu/hetgpu/sidecar/rank"
+	"github.com/hetgpu/hetgpu/sidecar/sim"
 	"github.com/hetgpu/hetgpu/sidecar/throughput"
 	"github.com/hetgpu/hetgpu/sidecar/trace"
 )
@@ -118,4 +123,82 @@ func LiveBuilder(cfg EnvConfig) rank.EnvBuilder {
 		}
 		return train, eval, eps, nil
 	}
+}
+
+// SpecFromSnapshot describes the ready, eligible nodes of a snapshot as a simulator cluster:
+// one node class per (GPU model, healthy GPUs per node, interconnect), the simulator's default
+// network and power model. Online fine-tuning replays recent jobs on it.
+func SpecFromSnapshot(name string, snap *cluster.Snapshot) (*sim.Spec, error) {
+	type class struct {
+		gpu          string
+		gpus         int
+		interconnect string
+	}
+	count := map[class]int{}
+	var order []class
+	for i := range snap.Nodes {
+		n := &snap.Nodes[i]
+		if n.Status != "ready" || !n.Eligible || n.Draining {
+			continue
+		}
+		for _, g := range n.Devices {
+			healthy := 0
+			for _, in := range g.Instances {
+				if in.Healthy {
+					healthy++
+				}
+			}
+			if healthy == 0 || g.GPUType == "" {
+				continue
+			}
+			c := class{g.Name, healthy, n.Interconnect}
+			if count[c] == 0 {
+				order = append(order, c)
+			}
+			count[c]++
+		}
+	}
+	if len(order) == 0 {
+		return nil, fmt.Errorf("cluster spec from a snapshot of %d nodes: no ready node with healthy GPUs", len(snap.Nodes))
+	}
+	f := hclwrite.NewEmptyFile()
+	body := f.Body()
+	body.SetAttributeValue("name", cty.StringVal(name))
+	for i, c := range order {
+		b := body.AppendNewBlock("node_class", []string{fmt.Sprintf("c%d", i)}).Body()
+		b.SetAttributeValue("gpu", cty.StringVal(c.gpu))
+		b.SetAttributeValue("gpus_per_node", cty.NumberIntVal(int64(c.gpus)))
+		b.SetAttributeValue("count", cty.NumberIntVal(int64(count[c])))
+		if c.interconnect != "" {
+			b.SetAttributeValue("interconnect", cty.StringVal(c.interconnect))
+		}
+	}
+	return sim.ParseSpec(f.Bytes(), name+".hcl")
+}
+
+// LiveTuner is online fine-tuning for the sidecar (service.Tuner): it keeps the recent runs
+// (rank.OnlineTuner) and, at each step, replays them on the cluster's current layout.
+type LiveTuner struct {
+	Online *rank.OnlineTuner
+	// Env is the template of the episodes: Throughput, Score, Policy, Baseline, EpisodeJobs
+	// (Spec and Trace are filled in each step).
+	Env EnvConfig
+}
+
+// Observe implements sched.Learner.
+func (l *LiveTuner) Observe(ctx context.Context, obs cluster.Observation) error {
+	return l.Online.Observe(ctx, obs)
+}
+
+// Tune runs one guarded fine-tuning step when enough new runs arrived.
+func (l *LiveTuner) Tune(ctx context.Context, snap *cluster.Snapshot) (ran, adopted bool, err error) {
+	spec, err := SpecFromSnapshot("live", snap)
+	if err != nil {
+		return false, false, err
+	}
+	cfg := l.Env
+	cfg.Spec = spec
+	l.Online.Build = LiveBuilder(cfg)
+	ran, res, err := l.Online.Tune(ctx)
+	return ran, res.Accepted, err
 }

@@ -45,7 +45,7 @@ func (e Estimates) sigma() float64 {
 }
 
 // factor is the job's fixed estimate error.
-func (e Estimates) factor(key string) float64 {
+func (e Estimates) Factor(key string) float64 {
 	s := e.sigma()
 	if s == 0 {
 		return 1
@@ -68,17 +68,24 @@ func (c estimating) Snapshot(ctx context.Context) (*cluster.Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	for i := range snap.Pending {
-		j := &snap.Pending[i]
-		if c.est.Off {
-			j.Hetgpu.EstRuntime = 0
-			continue
-		}
-		if j.Hetgpu.EstRuntime > 0 {
-			j.Hetgpu.EstRuntime = time.Duration(float64(j.Hetgpu.EstRuntime) * c.est.factor(j.Key()))
+	for _, jobs := range [][]cluster.Job{snap.Pending, snap.Preemptible} {
+		for i := range jobs {
+			j := &jobs[i]
+			if c.est.Off {
+				j.Hetgpu.EstRuntime = 0
+				continue
+			}
+			if j.Hetgpu.EstRuntime > 0 {
+				j.Hetgpu.EstRuntime = time.Duration(float64(j.Hetgpu.EstRuntime) * c.est.Factor(j.Key()))
+			}
 		}
 	}
 	return snap, nil
+}
+
+// Preempt implements cluster.Preempter.
+func (c estimating) Preempt(ctx context.Context, ps []cluster.Preemption) ([]cluster.PinResult, error) {
+	return c.s.Preempt(ctx, ps)
 }
 
 func (c estimating) Pin(ctx context.Context, ds []cluster.Decision) ([]cluster.PinResult, error) {
@@ -95,6 +102,9 @@ type Pipeline struct {
 	// Learner, when set, receives the engine's observations.
 	Learner   sched.Learner
 	Estimates Estimates
+	// Preemptor, when set, lets the pipeline stop running jobs (every simulated job
+	// checkpoints).
+	Preemptor sched.Preemptor
 }
 
 // Name implements sim.Policy.
@@ -106,7 +116,8 @@ func (p *Pipeline) NeedsOracle() bool { return !p.Estimates.Off }
 
 // Schedule implements sim.Policy.
 func (p *Pipeline) Schedule(ctx context.Context, s *sim.State) error {
-	pl := sched.Pipeline{Cluster: estimating{s, p.Estimates}, Ranker: p.Ranker, Predictor: p.Predictor, Placer: p.Placer}
+	pl := sched.Pipeline{Cluster: estimating{s, p.Estimates}, Ranker: p.Ranker, Predictor: p.Predictor, Placer: p.Placer,
+		Preemptor: p.Preemptor}
 	_, err := pl.RunRound(ctx)
 	return err
 }

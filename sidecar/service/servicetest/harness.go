@@ -26,6 +26,8 @@ type Harness struct {
 	StatePath string
 	cfg       service.Config
 	bcfg      nomad.Config
+	// Tuner, when set before Start, becomes the service's Tuner stage.
+	Tuner service.Tuner
 }
 
 // NewHarness builds the harness; mod may change the service and backend configuration.
@@ -56,7 +58,8 @@ func (h *Harness) Start() {
 	if err != nil {
 		h.T.Fatal(err)
 	}
-	svc, err := service.New(h.cfg, b, service.Stages{Ranker: FIFO{}, Predictor: h.Pred, Placer: FirstFit{}, Learner: h.Pred}, st)
+	svc, err := service.New(h.cfg, b, service.Stages{Ranker: FIFO{}, Predictor: h.Pred, Placer: FirstFit{}, Learner: h.Pred,
+		Tuner: h.Tuner}, st)
 	if err != nil {
 		h.T.Fatal(err)
 	}

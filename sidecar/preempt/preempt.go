@@ -1,0 +1,382 @@
+// Package preempt is the pipeline's optional preemption stage (sched.Preemptor): with every
+// active job ranked together, it decides which running jobs to stop so that better-ranked
+// waiting jobs can start, and which running jobs to move to much faster GPUs. Only jobs the
+// snapshot lists as Preemptible (annotation hetgpu.preemptible: the job checkpoints) are ever
+// stopped; a stopped job waits again with its attained service and is placed by the placement
+// MILP like any other.
+//
+// The plan is a virtual packing of the whole cluster in rank order (Tiresias' and Gavel's
+// round structure, with hetgpu's ranker and predictor):
+//
+//  1. GPUs held by jobs that may not be stopped (not preemptible, or started less than
+//     MinRun ago) are taken first.
+//  2. Jobs are visited best first. A running job keeps its GPUs when nobody better took them
+//     and no GPU type the job could move to is at least Hysteresis times faster for it
+//     (predicted throughput). Otherwise the job gets the fastest GPU type with room: one node
+//     (best fit, preferring GPUs that are free now, so that fewer jobs are stopped) or, up to
+//     its distribution degree, several.
+//  3. Running jobs that did not keep their GPUs are preempted.
+//
+// Long-job guard: a job whose estimated remaining time is at least the time the whole backlog
+// needs to drain (sum over active jobs of GPUs x remaining time, divided by the cluster's GPUs)
+// goes first. Smallest-work-first rankers otherwise leave the longest job for last, where it
+// runs alone on an idle cluster: a long makespan and idle power for hours. Starting it early
+// costs the short jobs little and saves that energy.
+package preempt
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/sidecar/constraint"
+	"github.com/hetgpu/hetgpu/sidecar/sched"
+)
+
+// Config tunes the planner. The zero value is not useful: start from Default.
+type Config struct {
+	// Hysteresis is how much faster (predicted) another GPU type must be before a running job
+	// is moved there (> 1; math.Inf(1) never migrates).
+	Hysteresis float64
+	// MinRun protects a job that started less than this ago from being stopped, so that a
+	// restart's checkpoint cost is repaid before the next one.
+	MinRun time.Duration
+	// LongJobGuard enables the long-job guard (see the package comment).
+	LongJobGuard bool
+	// CrossNodeEfficiency multiplies the predicted throughput of a job spread over nodes (as
+	// the placer's).
+	CrossNodeEfficiency float64
+}
+
+// Default is hetgpu's configuration.
+func Default() Config {
+	return Config{Hysteresis: 1.3, MinRun: 30 * time.Minute, LongJobGuard: true, CrossNodeEfficiency: 0.75}
+}
+
+// Validate names the first unusable field.
+func (c Config) Validate() error {
+	switch {
+	case !(c.Hysteresis >= 1):
+		return fmt.Errorf("preemption config: hysteresis = %v, expected a factor >= 1", c.Hysteresis)
+	case c.MinRun < 0:
+		return fmt.Errorf("preemption config: min_run = %v, expected >= 0", c.MinRun)
+	case !(c.CrossNodeEfficiency > 0 && c.CrossNodeEfficiency <= 1):
+		return fmt.Errorf("preemption config: cross_node_efficiency = %v, expected a factor in (0, 1]", c.CrossNodeEfficiency)
+	}
+	return nil
+}
+
+// Planner implements sched.Preemptor.
+type Planner struct{ cfg Config }
+
+var _ sched.Preemptor = (*Planner)(nil)
+
+// New validates cfg and returns a planner.
+func New(cfg Config) (*Planner, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Planner{cfg: cfg}, nil
+}
+
+// unit is one device group on one schedulable node: the granularity GPUs are counted at.
+type unit struct {
+	node    *cluster.Node
+	nodeID  string
+	group   *cluster.DeviceGroup
+	gpuType string
+	// virt is what the virtual packing has left; now is what is free at this moment and not
+	// yet claimed by the plan.
+	virt, now int
+}
+
+// spot is a job's share of one unit.
+type spot struct{ unit, gpus int }
+
+type state struct {
+	units []unit
+	// byNodeType finds a unit by node ID and GPU type.
+	byNodeType map[[2]string]int
+	types      []string
+}
+
+// Plan implements sched.Preemptor.
+func (p *Planner) Plan(ctx context.Context, snap *cluster.Snapshot, ranked []sched.Ranked, pred sched.Predictor) (sched.Plan, error) {
+	st := newState(snap)
+	total := st.gpus()
+	pending := make(map[string]bool, len(snap.Pending))
+	for i := range snap.Pending {
+		pending[snap.Pending[i].Key()] = true
+	}
+	running := map[string]bool{}
+	for i := range snap.Preemptible {
+		running[snap.Preemptible[i].Key()] = true
+	}
+	held := map[string][]spot{} // running preemptible job -> its GPUs
+	started := map[string]time.Time{}
+	for _, a := range snap.Running {
+		k := a.Namespace + "/" + a.JobID + "/" + a.Group
+		u, ok := st.byNodeType[[2]string{a.NodeID, a.GPUType}]
+		if !ok {
+			continue // a node that takes no new work: nothing to plan there
+		}
+		n := len(a.DeviceIDs)
+		st.units[u].now -= n
+		if !running[k] || (p.cfg.MinRun > 0 && snap.Now.Sub(a.StartTime) < p.cfg.MinRun) {
+			st.units[u].virt -= n // fixed
+			delete(running, k)
+			continue
+		}
+		held[k] = append(held[k], spot{u, n})
+		if t, ok := started[k]; !ok || a.StartTime.Before(t) {
+			started[k] = a.StartTime
+		}
+	}
+	for k := range running {
+		if _, ok := held[k]; !ok {
+			delete(running, k) // its allocations are on nodes that take no work
+		}
+	}
+
+	order := p.order(ranked, total)
+	plan := sched.Plan{Order: make([]sched.Ranked, 0, len(order))}
+	moves := map[string]string{}
+	for _, r := range order {
+		if err := ctx.Err(); err != nil {
+			return sched.Plan{}, err
+		}
+		j := r.Job
+		k := j.Key()
+		cur, isRunning := held[k]
+		isRunning = isRunning && running[k]
+		if !isRunning && !pending[k] {
+			continue // runs on GPUs the plan may not take
+		}
+		keepOK := isRunning
+		for _, s := range cur {
+			if st.units[s.unit].virt < s.gpus {
+				keepOK = false
+			}
+		}
+		feas := st.feasible(j)
+		best, bestRate := []spot(nil), 0.0
+		for _, t := range st.types {
+			sp, ok := st.fit(j, t, feas)
+			if !ok {
+				continue
+			}
+			rate := p.rate(j, t, len(sp), pred)
+			if rate > bestRate {
+				best, bestRate = sp, rate
+			}
+		}
+		switch {
+		case keepOK && (best == nil || bestRate < p.cfg.Hysteresis*p.rate(j, st.units[cur[0].unit].gpuType, len(cur), pred)):
+			st.claim(cur, false)
+			continue // keeps running: not in the placement order
+		case best != nil:
+			st.claim(best, true)
+			if isRunning {
+				moves[k] = st.units[best[0].unit].gpuType
+			}
+		}
+		if isRunning {
+			reason := "a better-ranked job needs its GPUs"
+			if t, ok := moves[k]; ok {
+				reason = fmt.Sprintf("moving to %s, predicted %.1fx faster", t, bestRate/p.rate(j, st.units[cur[0].unit].gpuType, len(cur), pred))
+			}
+			plan.Preempt = append(plan.Preempt, cluster.Preemption{Namespace: j.Namespace, JobID: j.ID, Group: j.Group, Reason: reason})
+		}
+		plan.Order = append(plan.Order, r)
+	}
+	return plan, nil
+}
+
+// order is the ranker's order with the long-job guard applied: jobs whose estimated
+// remaining time is at least the backlog's drain time move to the front, in rank order.
+func (p *Planner) order(ranked []sched.Ranked, gpus int) []sched.Ranked {
+	out := slices.Clone(ranked)
+	if !p.cfg.LongJobGuard || len(out) < 2 || gpus == 0 {
+		return out
+	}
+	var work float64
+	for _, r := range out {
+		work += r.Job.Hetgpu.EstRuntime.Seconds() * float64(r.Job.GPUs)
+	}
+	drain := work / float64(gpus)
+	long := func(r sched.Ranked) bool {
+		rem := r.Job.Hetgpu.EstRuntime.Seconds()
+		return rem > 0 && rem >= drain
+	}
+	slices.SortStableFunc(out, func(a, b sched.Ranked) int {
+		la, lb := long(a), long(b)
+		switch {
+		case la && !lb:
+			return -1
+		case lb && !la:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// gpus counts the healthy GPUs the plan can use.
+func (st *state) gpus() int {
+	n := 0
+	for _, u := range st.units {
+		n += u.virt
+	}
+	return n
+}
+
+// rate is the job's predicted throughput on n nodes of a GPU type.
+func (p *Planner) rate(j *cluster.Job, gpuType string, nodes int, pred sched.Predictor) float64 {
+	if pred == nil {
+		return 1
+	}
+	v := pred.Predict(j, gpuType, j.GPUs).Throughput
+	if nodes > 1 {
+		v *= p.cfg.CrossNodeEfficiency
+	}
+	if math.IsNaN(v) || v < 0 {
+		return 0
+	}
+	return v
+}
+
+func newState(snap *cluster.Snapshot) *state {
+	st := &state{byNodeType: map[[2]string]int{}}
+	seen := map[string]bool{}
+	for ni := range snap.Nodes {
+		n := &snap.Nodes[ni]
+		if n.Status != "ready" || !n.Eligible || n.Draining {
+			continue
+		}
+		for gi := range n.Devices {
+			g := &n.Devices[gi]
+			healthy := 0
+			for _, in := range g.Instances {
+				if in.Healthy {
+					healthy++
+				}
+			}
+			if healthy == 0 || g.GPUType == "" {
+				continue
+			}
+			key := [2]string{n.ID, g.GPUType}
+			if _, dup := st.byNodeType[key]; dup {
+				continue
+			}
+			st.byNodeType[key] = len(st.units)
+			st.units = append(st.units, unit{node: n, nodeID: n.ID, group: g, gpuType: g.GPUType, virt: healthy, now: healthy})
+			if !seen[g.GPUType] {
+				seen[g.GPUType] = true
+				st.types = append(st.types, g.GPUType)
+			}
+		}
+	}
+	slices.Sort(st.types)
+	return st
+}
+
+// feasible marks the units a job's device request and constraints allow. A constraint the
+// planner cannot compile makes every unit infeasible: the placer reports it, and the plan
+// never stops a job for one it cannot judge.
+func (st *state) feasible(j *cluster.Job) []bool {
+	ok := make([]bool, len(st.units))
+	var nodeCs []*constraint.Node
+	for _, c := range j.Constraints {
+		nc, err := constraint.CompileNode(c)
+		if err != nil {
+			return ok
+		}
+		nodeCs = append(nodeCs, nc)
+	}
+	var devCs []*constraint.Device
+	for _, c := range j.DeviceConstraints {
+		dc, err := constraint.CompileDevice(c)
+		if err != nil {
+			return ok
+		}
+		devCs = append(devCs, dc)
+	}
+	for i := range st.units {
+		u := &st.units[i]
+		if !constraint.MatchesRequest(j.DeviceName, u.group) {
+			continue
+		}
+		good := true
+		for _, nc := range nodeCs {
+			if !nc.Check(u.node) {
+				good = false
+				break
+			}
+		}
+		for _, dc := range devCs {
+			if !dc.Check(u.group) {
+				good = false
+				break
+			}
+		}
+		ok[i] = good
+	}
+	return ok
+}
+
+// fit finds room for a job on a GPU type: the best-fitting single unit (free now preferred),
+// else the emptiest units up to the job's distribution degree.
+func (st *state) fit(j *cluster.Job, gpuType string, feas []bool) ([]spot, bool) {
+	best, bestScore := -1, math.MaxInt
+	for i := range st.units {
+		u := &st.units[i]
+		if !feas[i] || u.gpuType != gpuType || u.virt < j.GPUs {
+			continue
+		}
+		score := u.virt - j.GPUs
+		if u.now < j.GPUs {
+			score += 1 << 20 // someone would have to stop
+		}
+		if score < bestScore {
+			best, bestScore = i, score
+		}
+	}
+	if best >= 0 {
+		return []spot{{best, j.GPUs}}, true
+	}
+	if j.MaxNodes() <= 1 || j.GPUsPerNode > 0 {
+		return nil, false
+	}
+	var idx []int
+	for i := range st.units {
+		if feas[i] && st.units[i].gpuType == gpuType && st.units[i].virt > 0 {
+			idx = append(idx, i)
+		}
+	}
+	slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(st.units[b].virt, st.units[a].virt) })
+	var out []spot
+	need := j.GPUs
+	for _, i := range idx {
+		if len(out) == j.MaxNodes() || need == 0 {
+			break
+		}
+		take := min(need, st.units[i].virt)
+		out = append(out, spot{i, take})
+		need -= take
+	}
+	return out, need == 0
+}
+
+// claim takes GPUs in the virtual packing; fresh claims also use up GPUs free now.
+func (st *state) claim(sp []spot, fresh bool) {
+	for _, s := range sp {
+		st.units[s.unit].virt -= s.gpus
+		if fresh {
+			st.units[s.unit].now -= s.gpus
+		}
+	}
+}

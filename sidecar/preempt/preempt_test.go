@@ -1,0 +1,282 @@
+package preempt
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/sidecar/sched"
+)
+
+// speeds is a predictor with a fixed throughput per GPU type (per GPU, times the count).
+type speeds map[string]float64
+
+func (s speeds) Predict(j *cluster.Job, gpuType string, gpus int) sched.Estimate {
+	return sched.Estimate{Throughput: s[gpuType] * float64(gpus)}
+}
+
+var now = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+
+func node(id, gpuType string, n int) cluster.Node {
+	g := cluster.DeviceGroup{Vendor: "nvidia", Type: "gpu", Name: strings.ToUpper(gpuType), GPUType: gpuType}
+	for i := 0; i < n; i++ {
+		g.Instances = append(g.Instances, cluster.Instance{ID: fmt.Sprintf("%s-%d", id, i), Healthy: true})
+	}
+	return cluster.Node{ID: id, Status: "ready", Eligible: true, Attributes: map[string]string{"unique.hostname": id},
+		Devices: []cluster.DeviceGroup{g}}
+}
+
+func job(id string, gpus int, est time.Duration) cluster.Job {
+	return cluster.Job{Namespace: "default", ID: id, Group: "train", GPUs: gpus, DeviceName: "nvidia/gpu",
+		Hetgpu: cluster.Annotations{Enabled: true, EstRuntime: est, Preemptible: true}}
+}
+
+// running puts a job on node's first free instances from start.
+func running(snap *cluster.Snapshot, j cluster.Job, nodeID, gpuType string, started time.Time) {
+	used := 0
+	for _, a := range snap.Running {
+		if a.NodeID == nodeID {
+			used += len(a.DeviceIDs)
+		}
+	}
+	var ids []string
+	for i := 0; i < j.GPUs; i++ {
+		ids = append(ids, fmt.Sprintf("%s-%d", nodeID, used+i))
+	}
+	snap.Running = append(snap.Running, cluster.Alloc{ID: j.ID + "-0", Namespace: j.Namespace, JobID: j.ID, Group: j.Group,
+		NodeID: nodeID, DeviceIDs: ids, GPUType: gpuType, StartTime: started})
+	if j.Hetgpu.Preemptible {
+		snap.Preemptible = append(snap.Preemptible, j)
+	}
+}
+
+// rankAll ranks pending and preemptible jobs by the listed IDs, best first.
+func rankAll(snap *cluster.Snapshot, ids ...string) []sched.Ranked {
+	var out []sched.Ranked
+	for _, id := range ids {
+		for _, js := range [][]cluster.Job{snap.Pending, snap.Preemptible} {
+			for i := range js {
+				if js[i].ID == id {
+					out = append(out, sched.Ranked{Job: &js[i], Score: -float64(len(out))})
+				}
+			}
+		}
+	}
+	return out
+}
+
+func ids(p sched.Plan) (preempted, order []string) {
+	for _, x := range p.Preempt {
+		preempted = append(preempted, x.JobID)
+	}
+	for _, r := range p.Order {
+		order = append(order, r.Job.ID)
+	}
+	return preempted, order
+}
+
+func TestPlan(t *testing.T) {
+	long := 100 * time.Hour
+	cases := []struct {
+		name    string
+		cfg     func(*Config)
+		build   func() *cluster.Snapshot
+		rank    []string
+		preempt []string
+		order   []string
+	}{
+		{
+			name: "room for everyone: nobody stops",
+			build: func() *cluster.Snapshot {
+				s := &cluster.Snapshot{Now: now, Nodes: []cluster.Node{node("n1", "v100", 4)}}
+				running(s, job("old", 2, time.Hour), "n1", "v100", now.Add(-2*time.Hour))
+				s.Pending = []cluster.Job{job("new", 2, time.Hour)}
+				return s
+			},
+			rank:  []string{"new", "old"},
+			order: []string{"new"},
+		},
+		{
+			name: "a better-ranked job takes a worse-ranked job's GPUs",
+			build: func() *cluster.Snapshot {
+				s := &cluster.Snapshot{Now: now, Nodes: []cluster.Node{node("n1", "v100", 4)}}
+				running(s, job("old", 4, time.Hour), "n1", "v100", now.Add(-2*time.Hour))
+				s.Pending = []cluster.Job{job("new", 2, time.Hour)}
+				return s
+			},
+			rank:    []string{"new", "old"},
+			preempt: []string{"old"},
+			order:   []string{"new", "old"},
+		},
+		{
+			name: "a worse-ranked newcomer waits",
+			build: func() *cluster.Snapshot {
+				s := &cluster.Snapshot{Now: now, Nodes: []cluster.Node{node("n1", "v100", 4)}}
+				running(s, job("old", 4, time.Hour), "n1", "v100", now.Add(-2*time.Hour))
+				s.Pending = []cluster.Job{job("new", 2, time.Hour)}
+				return s
+			},
+			rank:  []string{"old", "new"},
+			order: []string{"new"},
+		},
+		{
+			name: "min_run protects a job that just started",
+			cfg:  func(c *Config) { c.MinRun = time.Hour },
+			build: func() *cluster.Snapshot {
+				s := &cluster.Snapshot{Now: now, Nodes: []cluster.Node{node("n1", "v100", 4)}}
+				running(s, job("old", 4, time.Hour), "n1", "v100", now.Add(-10*time.Minute))
+				s.Pending = []cluster.Job{job("new", 2, time.Hour)}
+				return s
+			},
+			rank:  []string{"new", "old"},
+			order: []string{"new"},
+		},
+		{
+			name: "a job that is not preemptible is never stopped",
+			build: func() *cluster.Snapshot {
+				s := &cluster.Snapshot{Now: now, Nodes: []cluster.Node{node("n1", "v100", 4)}}
+				j := job("old", 4, time.Hour)
+				j.Hetgpu.Preemptible = false
+				running(s, j, "n1", "v100", now.Add(-2*time.Hour))
+				s.Pending = []cluster.Job{job("new", 2, time.Hour)}
+				return s
+			},
+			rank:  []string{"new"},
+			order: []string{"new"},
+		},
+		{
+			name: "a running job moves to a type 3x faster that is free",
+			build: func() *cluster.Snapshot {
+				s := &cluster.Snapshot{Now: now, Nodes: []cluster.Node{node("k1", "k80", 4), node("v1", "v100", 4)}}
+				running(s, job("slow", 4, time.Hour), "k1", "k80", now.Add(-2*time.Hour))
+				s.Pending = []cluster.Job{job("tiny", 1, time.Hour)}
+				return s
+			},
+			rank:    []string{"slow", "tiny"},
+			preempt: []string{"slow"},
+			order:   []string{"slow", "tiny"},
+		},
+		{
+			name: "no move below the hysteresis",
+			cfg:  func(c *Config) { c.Hysteresis = 5 },
+			build: func() *cluster.Snapshot {
+				s := &cluster.Snapshot{Now: now, Nodes: []cluster.Node{node("k1", "k80", 4), node("v1", "v100", 4)}}
+				running(s, job("slow", 4, time.Hour), "k1", "k80", now.Add(-2*time.Hour))
+				s.Pending = []cluster.Job{job("tiny", 1, time.Hour)}
+				return s
+			},
+			rank:  []string{"slow", "tiny"},
+			order: []string{"tiny"},
+		},
+		{
+			name: "a free GPU is preferred to stopping someone",
+			build: func() *cluster.Snapshot {
+				s := &cluster.Snapshot{Now: now, Nodes: []cluster.Node{node("n1", "v100", 2), node("n2", "v100", 2)}}
+				running(s, job("old", 1, time.Hour), "n1", "v100", now.Add(-2*time.Hour))
+				s.Pending = []cluster.Job{job("new", 1, time.Hour)}
+				return s
+			},
+			rank:  []string{"new", "old"},
+			order: []string{"new"},
+		},
+		{
+			name: "long-job guard: the job longer than the backlog goes first",
+			build: func() *cluster.Snapshot {
+				s := &cluster.Snapshot{Now: now, Nodes: []cluster.Node{node("n1", "v100", 2)}}
+				s.Pending = []cluster.Job{job("a", 1, time.Hour), job("b", 1, time.Hour), job("huge", 1, long)}
+				return s
+			},
+			rank:  []string{"a", "b", "huge"},
+			order: []string{"huge", "a", "b"},
+		},
+		{
+			name: "long-job guard off: rank order",
+			cfg:  func(c *Config) { c.LongJobGuard = false },
+			build: func() *cluster.Snapshot {
+				s := &cluster.Snapshot{Now: now, Nodes: []cluster.Node{node("n1", "v100", 2)}}
+				s.Pending = []cluster.Job{job("a", 1, time.Hour), job("b", 1, time.Hour), job("huge", 1, long)}
+				return s
+			},
+			rank:  []string{"a", "b", "huge"},
+			order: []string{"a", "b", "huge"},
+		},
+		{
+			name: "a newcomer its constraints keep off the busy node stops nobody",
+			build: func() *cluster.Snapshot {
+				s := &cluster.Snapshot{Now: now, Nodes: []cluster.Node{node("n1", "v100", 4)}}
+				running(s, job("old", 4, time.Hour), "n1", "v100", now.Add(-2*time.Hour))
+				j := job("picky", 1, time.Hour)
+				j.Constraints = []cluster.Constraint{{LTarget: "${attr.unique.hostname}", Operand: "=", RTarget: "n9"}}
+				s.Pending = []cluster.Job{j}
+				return s
+			},
+			rank:  []string{"picky", "old"},
+			order: []string{"picky"},
+		},
+		{
+			name: "an unhealthy or ineligible node is not planned on",
+			build: func() *cluster.Snapshot {
+				bad := node("n2", "v100", 4)
+				bad.Eligible = false
+				s := &cluster.Snapshot{Now: now, Nodes: []cluster.Node{node("n1", "v100", 4), bad}}
+				running(s, job("old", 4, time.Hour), "n1", "v100", now.Add(-2*time.Hour))
+				s.Pending = []cluster.Job{job("new", 4, time.Hour)}
+				return s
+			},
+			rank:    []string{"new", "old"},
+			preempt: []string{"old"},
+			order:   []string{"new", "old"},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := Default()
+			cfg.MinRun = 0
+			if tc.cfg != nil {
+				tc.cfg(&cfg)
+			}
+			p, err := New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			snap := tc.build()
+			plan, err := p.Plan(context.Background(), snap, rankAll(snap, tc.rank...), speeds{"k80": 1, "v100": 3})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pre, order := ids(plan)
+			if !slices.Equal(pre, tc.preempt) || !slices.Equal(order, tc.order) {
+				t.Fatalf("preempted %v, order %v; want %v, %v", pre, order, tc.preempt, tc.order)
+			}
+			for _, x := range plan.Preempt {
+				if x.Reason == "" {
+					t.Errorf("preemption of %s has no reason", x.JobID)
+				}
+			}
+		})
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, tc := range []struct {
+		mut  func(*Config)
+		want string
+	}{
+		{func(c *Config) { c.Hysteresis = 0.5 }, "hysteresis = 0.5"},
+		{func(c *Config) { c.MinRun = -time.Second }, "min_run = -1s"},
+		{func(c *Config) { c.CrossNodeEfficiency = 0 }, "cross_node_efficiency = 0"},
+	} {
+		c := Default()
+		tc.mut(&c)
+		if _, err := New(c); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("error %v, want it to name %q", err, tc.want)
+		}
+	}
+	if _, err := New(Default()); err != nil {
+		t.Fatal(err)
+	}
+}
