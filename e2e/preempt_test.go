@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -24,28 +23,7 @@ func TestSidecarPreempts(t *testing.T) {
 	c := startCluster(t, nomadBin, bins, []clusterClient{{Name: "v100", Fake: []string{"2x V100"}}},
 		fmt.Sprintf("    sidecar_addr = %q", sidecarURL))
 
-	scDir := t.TempDir()
-	cfg := fmt.Sprintf(`
-listen    = "127.0.0.1:%d"
-state_dir = %q
-reconcile = "1s"
-debounce  = "200ms"
-log_level = "info"
-nomad {
-  address = %q
-}
-preemption {
-  min_run = "0s"
-}
-`, port, filepath.Join(scDir, "state"), c.HTTP)
-	cfgPath := filepath.Join(scDir, "sidecar.hcl")
-	must(t, os.WriteFile(cfgPath, []byte(cfg), 0o644))
-	env := []string{"NOMAD_ADDR=", "NOMAD_TOKEN=", "NOMAD_NAMESPACE=", "HETGPU_TOKEN="}
-	sidecar := startProc(t, "sidecar", scDir, env, bins.Hetgpu, "sidecar", "-config", cfgPath)
-	waitFor(t, 30*time.Second, "the sidecar API", func() bool {
-		var h map[string]any
-		return scGet(sidecarURL+"/v1/health", &h) == nil && h["backend"] == "nomad"
-	})
+	sidecar := startSidecar(t, c, bins, port, "reconcile = \"1s\"\npreemption {\n  min_run = \"0s\"\n}")
 
 	submit := func(id, runtime string, steps int) {
 		src, err := os.ReadFile("../jobspecs/resnet50-train.nomad.hcl")

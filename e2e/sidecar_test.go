@@ -62,25 +62,7 @@ func TestSidecarPinsJobspecs(t *testing.T) {
 	}
 
 	// 2. Start the sidecar.
-	scDir := t.TempDir()
-	cfg := fmt.Sprintf(`
-listen    = "127.0.0.1:%d"
-state_dir = %q
-reconcile = "2s"
-debounce  = "200ms"
-log_level = "info"
-nomad {
-  address = %q
-}
-`, port, filepath.Join(scDir, "state"), c.HTTP)
-	cfgPath := filepath.Join(scDir, "sidecar.hcl")
-	must(t, os.WriteFile(cfgPath, []byte(cfg), 0o644))
-	env := []string{"NOMAD_ADDR=", "NOMAD_TOKEN=", "NOMAD_NAMESPACE=", "HETGPU_TOKEN="}
-	sidecar := startProc(t, "sidecar", scDir, env, bins.Hetgpu, "sidecar", "-config", cfgPath)
-	waitFor(t, 30*time.Second, "the sidecar API", func() bool {
-		var h map[string]any
-		return scGet(sidecarURL+"/v1/health", &h) == nil && h["backend"] == "nomad"
-	})
+	sidecar := startSidecar(t, c, bins, port, `reconcile = "2s"`)
 
 	// 3. Each held group is pinned and runs exactly there.
 	for id := range held {
@@ -139,6 +121,32 @@ nomad {
 	if sidecar.Exited() {
 		t.Error("the sidecar exited on its own")
 	}
+}
+
+// startSidecar runs `hetgpu sidecar` against the cluster on port with the given extra
+// configuration and waits for its API.
+func startSidecar(t *testing.T, c *cluster, bins binaries, port int, extra string) *proc {
+	t.Helper()
+	scDir := t.TempDir()
+	cfg := fmt.Sprintf(`
+listen    = "127.0.0.1:%d"
+state_dir = %q
+debounce  = "200ms"
+log_level = "info"
+nomad {
+  address = %q
+}
+%s
+`, port, filepath.Join(scDir, "state"), c.HTTP, extra)
+	cfgPath := filepath.Join(scDir, "sidecar.hcl")
+	must(t, os.WriteFile(cfgPath, []byte(cfg), 0o644))
+	env := []string{"NOMAD_ADDR=", "NOMAD_TOKEN=", "NOMAD_NAMESPACE=", "HETGPU_TOKEN="}
+	sidecar := startProc(t, "sidecar", scDir, env, bins.Hetgpu, "sidecar", "-config", cfgPath)
+	waitFor(t, 30*time.Second, "the sidecar API", func() bool {
+		var h map[string]any
+		return scGet(fmt.Sprintf("http://127.0.0.1:%d/v1/health", port), &h) == nil && h["backend"] == "nomad"
+	})
+	return sidecar
 }
 
 type scDecisions struct {

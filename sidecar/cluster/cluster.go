@@ -91,6 +91,17 @@ type DeviceGroup struct {
 // ID is Nomad's "vendor/type/name" tuple string.
 func (g *DeviceGroup) ID() string { return g.Vendor + "/" + g.Type + "/" + g.Name }
 
+// Healthy counts the group's healthy instances.
+func (g *DeviceGroup) Healthy() int {
+	n := 0
+	for _, in := range g.Instances {
+		if in.Healthy {
+			n++
+		}
+	}
+	return n
+}
+
 // Instance is one GPU (or MIG slice).
 type Instance struct {
 	ID                string

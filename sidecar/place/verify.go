@@ -43,11 +43,7 @@ func Verify(snap *cluster.Snapshot, decisions []cluster.Decision, cfg Config) er
 	healthy := 0
 	for i := range snap.Nodes {
 		for _, g := range snap.Nodes[i].Devices {
-			for _, in := range g.Instances {
-				if in.Healthy {
-					healthy++
-				}
-			}
+			healthy += g.Healthy()
 		}
 	}
 	jobNodes := map[string]map[string]bool{} // ns/job -> nodes with running allocs

@@ -67,6 +67,27 @@ func job(id, jt string, gpus int, arrival, seconds float64, onV100 *throughput.T
 	return trace.Job{ID: id, JobType: jt, Model: m, BatchSize: b, GPUs: gpus, ArrivalS: arrival, TotalSteps: seconds * thr}
 }
 
+// vkSpec is one V100 node and one K80 node, one GPU each.
+func vkSpec(t *testing.T) *sim.Spec {
+	t.Helper()
+	s, err := sim.ParseSpec([]byte(`name = "vk"
+node_class "v" {
+  gpu = "Tesla V100-SXM2-16GB"
+  gpus_per_node = 1
+  count = 1
+}
+node_class "k" {
+  gpu = "Tesla K80"
+  gpus_per_node = 1
+  count = 1
+}
+`), "vk.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func v100s(t *testing.T, perNode, nodes int) *sim.Spec {
 	s, err := sim.ParseSpec([]byte(`name = "v"
 node_class "v" {
@@ -122,21 +143,7 @@ func TestTiresiasPreemptsForNewcomer(t *testing.T) {
 // the larger V100/K80 speed-up gets the V100 more of the time.
 func TestGavelHeterogeneityAware(t *testing.T) {
 	tb := tab(t)
-	s, err := sim.ParseSpec([]byte(`name = "vk"
-node_class "v" {
-  gpu = "Tesla V100-SXM2-16GB"
-  gpus_per_node = 1
-  count = 1
-}
-node_class "k" {
-  gpu = "Tesla K80"
-  gpus_per_node = 1
-  count = 1
-}
-`), "vk.hcl")
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := vkSpec(t)
 	ratio := func(jt string) float64 {
 		v, _ := tb.Measured(jt, "v100", 1)
 		k, _ := tb.Measured(jt, "k80", 1)
@@ -295,21 +302,7 @@ func TestHetgpuPreempts(t *testing.T) {
 
 	// Migration: "late" starts on the K80 while "first" holds the V100, and moves to the V100
 	// (about 6x faster for this model) when "first" completes.
-	vk, err := sim.ParseSpec([]byte(`name = "vk"
-node_class "v" {
-  gpu = "Tesla V100-SXM2-16GB"
-  gpus_per_node = 1
-  count = 1
-}
-node_class "k" {
-  gpu = "Tesla K80"
-  gpus_per_node = 1
-  count = 1
-}
-`), "vk.hcl")
-	if err != nil {
-		t.Fatal(err)
-	}
+	vk := vkSpec(t)
 	p3, _ := HetgpuPipeline(Options{}, heuristic)
 	p3.(*rlsim.Pipeline).Estimates = rlsim.Estimates{Sigma: -1}
 	r3 := simulate(t, vk, []trace.Job{job("first", jt, 1, 0, 3600, tb), job("late", jt, 1, 10, 10*3600, tb)}, p3)

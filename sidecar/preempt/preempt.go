@@ -254,17 +254,12 @@ func newState(snap *cluster.Snapshot) *state {
 	seen := map[string]bool{}
 	for ni := range snap.Nodes {
 		n := &snap.Nodes[ni]
-		if n.Status != "ready" || !n.Eligible || n.Draining {
+		if !n.Ready() {
 			continue
 		}
 		for gi := range n.Devices {
 			g := &n.Devices[gi]
-			healthy := 0
-			for _, in := range g.Instances {
-				if in.Healthy {
-					healthy++
-				}
-			}
+			healthy := g.Healthy()
 			if healthy == 0 || g.GPUType == "" {
 				continue
 			}

@@ -115,11 +115,7 @@ func (s *Slurm) Rank(ctx context.Context, snap *cluster.Snapshot, _ sched.Predic
 			continue
 		}
 		for _, g := range snap.Nodes[i].Devices {
-			for _, in := range g.Instances {
-				if in.Healthy {
-					total++
-				}
-			}
+			total += g.Healthy()
 		}
 	}
 	s.mu.Lock()

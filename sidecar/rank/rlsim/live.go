@@ -138,16 +138,11 @@ func SpecFromSnapshot(name string, snap *cluster.Snapshot) (*sim.Spec, error) {
 	var order []class
 	for i := range snap.Nodes {
 		n := &snap.Nodes[i]
-		if n.Status != "ready" || !n.Eligible || n.Draining {
+		if !n.Ready() {
 			continue
 		}
 		for _, g := range n.Devices {
-			healthy := 0
-			for _, in := range g.Instances {
-				if in.Healthy {
-					healthy++
-				}
-			}
+			healthy := g.Healthy()
 			if healthy == 0 || g.GPUType == "" {
 				continue
 			}
