@@ -116,29 +116,37 @@ func (p *Planner) Plan(ctx context.Context, snap *cluster.Snapshot, ranked []sch
 	for i := range snap.Preemptible {
 		running[snap.Preemptible[i].Key()] = true
 	}
+	// A job with any allocation younger than MinRun may not be stopped at all.
+	if p.cfg.MinRun > 0 {
+		for _, a := range snap.Running {
+			if snap.Now.Sub(a.StartTime) < p.cfg.MinRun {
+				delete(running, a.Namespace+"/"+a.JobID+"/"+a.Group)
+			}
+		}
+	}
 	held := map[string][]spot{} // running preemptible job -> its GPUs
-	started := map[string]time.Time{}
 	for _, a := range snap.Running {
 		k := a.Namespace + "/" + a.JobID + "/" + a.Group
 		u, ok := st.byNodeType[[2]string{a.NodeID, a.GPUType}]
 		if !ok {
-			continue // a node that takes no new work: nothing to plan there
-		}
-		n := len(a.DeviceIDs)
-		st.units[u].now -= n
-		if !running[k] || (p.cfg.MinRun > 0 && snap.Now.Sub(a.StartTime) < p.cfg.MinRun) {
-			st.units[u].virt -= n // fixed
+			// A node that takes no new work: nothing to plan there, and a job partly on it
+			// stays where it is.
 			delete(running, k)
 			continue
 		}
+		n := len(a.DeviceIDs)
+		st.units[u].now -= n
 		held[k] = append(held[k], spot{u, n})
-		if t, ok := started[k]; !ok || a.StartTime.Before(t) {
-			started[k] = a.StartTime
+	}
+	for k, spots := range held {
+		if !running[k] {
+			st.claim(spots, false) // fixed
+			delete(held, k)
 		}
 	}
 	for k := range running {
 		if _, ok := held[k]; !ok {
-			delete(running, k) // its allocations are on nodes that take no work
+			delete(running, k)
 		}
 	}
 

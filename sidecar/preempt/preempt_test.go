@@ -136,6 +136,23 @@ func TestPlan(t *testing.T) {
 			order: []string{"new"},
 		},
 		{
+			name: "min_run on one allocation keeps the whole job and its GPUs",
+			cfg:  func(c *Config) { c.MinRun = time.Hour },
+			build: func() *cluster.Snapshot {
+				s := &cluster.Snapshot{Now: now, Nodes: []cluster.Node{node("n1", "v100", 4), node("n2", "v100", 2)}}
+				running(s, job("old", 2, time.Hour), "n1", "v100", now.Add(-2*time.Hour))
+				// A second allocation of "old", started recently on n2.
+				s.Running = append(s.Running, cluster.Alloc{ID: "old-1", Namespace: "default", JobID: "old", Group: "train",
+					NodeID: "n2", DeviceIDs: []string{"n2-0", "n2-1"}, GPUType: "v100", StartTime: now.Add(-5 * time.Minute)})
+				running(s, job("mid", 2, time.Hour), "n1", "v100", now.Add(-2*time.Hour))
+				s.Pending = []cluster.Job{job("new", 2, time.Hour)}
+				return s
+			},
+			rank:    []string{"new", "old", "mid"},
+			preempt: []string{"mid"},
+			order:   []string{"new", "mid"},
+		},
+		{
 			name: "a job that is not preemptible is never stopped",
 			build: func() *cluster.Snapshot {
 				s := &cluster.Snapshot{Now: now, Nodes: []cluster.Node{node("n1", "v100", 4)}}
