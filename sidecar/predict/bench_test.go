@@ -112,7 +112,7 @@ func BenchmarkObserve(b *testing.B) {
 		if err := p.Observe(ctx, obs(i)); err != nil {
 			b.Fatal(err)
 		}
-		// The rebuild happens at the first prediction after runs arrive: measure both.
+		// A run and the prediction after it, as in a decision round.
 		p.Predict(j, "v100", 1)
 		i++
 	}

@@ -86,10 +86,6 @@ type Predictor struct {
 	mu    sync.Mutex // serialises Observe
 	cat   *Catalog
 	state atomic.Pointer[state]
-	// stale is set when the catalog changed after state was built: the next prediction
-	// rebuilds it, once for however many runs arrived (a simulated round can finish or
-	// preempt dozens of jobs; a rebuild costs tens of milliseconds).
-	stale atomic.Bool
 	pool  sync.Pool
 }
 
@@ -185,21 +181,8 @@ func (p *Predictor) AddRecord(rec Record) error {
 	if err := p.cat.Add(rec); err != nil {
 		return err
 	}
-	p.stale.Store(true)
+	p.state.Store(p.build(p.cat.Records()))
 	return nil
-}
-
-// current returns the prepared state, rebuilding it first when runs arrived since.
-func (p *Predictor) current() *state {
-	if p.stale.Load() {
-		p.mu.Lock()
-		if p.stale.Load() {
-			p.state.Store(p.build(p.cat.Records()))
-			p.stale.Store(false)
-		}
-		p.mu.Unlock()
-	}
-	return p.state.Load()
 }
 
 // addRecords adds several observed records and rebuilds the state once (evaluation).
@@ -212,7 +195,6 @@ func (p *Predictor) addRecords(recs []Record) error {
 		}
 	}
 	p.state.Store(p.build(p.cat.Records()))
-	p.stale.Store(false)
 	return nil
 }
 
@@ -443,7 +425,7 @@ func (p *Predictor) predict(k cacheKey, gpuType string, gpus int) sched.Estimate
 		}
 	}
 	gpus = max(gpus, 1)
-	st := p.current()
+	st := p.state.Load()
 	r := st.resolve(k)
 	ps := p.pool.Get().(*predScratch)
 	e := p.estimate(st, &r.wl, r.id, g, gpus, ps)
