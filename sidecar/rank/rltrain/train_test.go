@@ -20,9 +20,12 @@ func tinyOptions() TrainOptions {
 }
 
 // withoutPreemption is the hetgpu pipeline without its preemption stage. Known gap: training
-// on the preemptive pipeline gave a different policy for the same seed in about 1 run of 12
-// (the simulations themselves repeat exactly; the cause was not found), so these tests pin
-// down the trainer's determinism on the pipeline that does repeat.
+// on the preemptive pipeline with 2 rollout workers gave a different policy for the same seed
+// in about 1 run of 12 (losses differ in the last bits from the first imitation epoch, with the
+// same steps); with 1 worker 13 runs were identical, and the simulations themselves repeat
+// exactly. Some state the preemption path shares between concurrent rollouts is the suspect
+// (the race detector reports nothing). These tests pin down the trainer's determinism on the
+// pipeline that does repeat.
 func withoutPreemption(o policies.Options, r sched.Ranker) (sim.Policy, error) {
 	p, err := policies.HetgpuPipeline(o, r)
 	if err != nil {
