@@ -174,6 +174,22 @@ func (p *Predictor) Observe(ctx context.Context, obs cluster.Observation) error 
 	return p.AddRecord(rec)
 }
 
+// ObserveAll records several measured runs and rebuilds once (sched.BatchLearner).
+func (p *Predictor) ObserveAll(ctx context.Context, obs []cluster.Observation) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	recs := make([]Record, 0, len(obs))
+	for i := range obs {
+		rec, err := RecordFromObservation(&obs[i])
+		if err != nil {
+			return err
+		}
+		recs = append(recs, rec)
+	}
+	return p.addRecords(recs)
+}
+
 // AddRecord adds an observed record (as Observe does, without the conversion).
 func (p *Predictor) AddRecord(rec Record) error {
 	p.mu.Lock()

@@ -6,6 +6,7 @@ package sched
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -32,6 +33,27 @@ type Predictor interface {
 // Learner takes measured runs and updates what it knows (catalog, P2, policy).
 type Learner interface {
 	Observe(ctx context.Context, obs cluster.Observation) error
+}
+
+// BatchLearner is a Learner that takes several runs at once and updates once (a round that
+// preempts many jobs ends many runs at the same instant).
+type BatchLearner interface {
+	Learner
+	ObserveAll(ctx context.Context, obs []cluster.Observation) error
+}
+
+// ObserveAll gives l the runs in one call when it is a BatchLearner, else one by one.
+func ObserveAll(ctx context.Context, l Learner, obs []cluster.Observation) error {
+	if b, ok := l.(BatchLearner); ok {
+		return b.ObserveAll(ctx, obs)
+	}
+	var errs []error
+	for _, o := range obs {
+		if err := l.Observe(ctx, o); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Ranked is a pending job with the prioritiser's score; higher scores go first.

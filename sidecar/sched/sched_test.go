@@ -140,3 +140,29 @@ func TestDecideNeverPreempts(t *testing.T) {
 		t.Fatalf("shadow decide preempted %v, placed %v", fc.preempted, pl.got)
 	}
 }
+
+type oneByOne struct{ calls int }
+
+func (l *oneByOne) Observe(context.Context, cluster.Observation) error { l.calls++; return nil }
+
+type batched struct {
+	oneByOne
+	batches []int
+}
+
+func (l *batched) ObserveAll(_ context.Context, obs []cluster.Observation) error {
+	l.batches = append(l.batches, len(obs))
+	return nil
+}
+
+func TestObserveAll(t *testing.T) {
+	obs := make([]cluster.Observation, 3)
+	a := &oneByOne{}
+	if err := ObserveAll(context.Background(), a, obs); err != nil || a.calls != 3 {
+		t.Fatalf("plain learner: %d calls, %v", a.calls, err)
+	}
+	b := &batched{}
+	if err := ObserveAll(context.Background(), b, obs); err != nil || b.calls != 0 || !slices.Equal(b.batches, []int{3}) {
+		t.Fatalf("batch learner: %d single calls, batches %v, %v", b.calls, b.batches, err)
+	}
+}

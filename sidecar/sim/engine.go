@@ -229,6 +229,8 @@ type Engine struct {
 	latencies []time.Duration
 	series    []Sample
 	observers []sched.Learner
+	// batch, while set, collects observations to deliver together (preemptions of a round).
+	batch *[]cluster.Observation
 }
 
 // New builds an engine with no jobs.
@@ -762,9 +764,25 @@ func (e *Engine) emitObservation(j *JobState) {
 		Nodes: j.Nodes, Throughput: steps / dur, EnergyJ: j.energyJ - j.segEnergy,
 		AvgPowerW: (j.energyJ - j.segEnergy) / dur, RuntimeS: dur, CoRunner: j.coRunner,
 		Time: e.cfg.Epoch.Add(time.Duration(e.now * float64(time.Second)))}
+	if e.batch != nil {
+		*e.batch = append(*e.batch, obs)
+		return
+	}
 	for _, o := range e.observers {
 		if err := o.Observe(context.Background(), obs); err != nil {
 			e.log.Warn("observer rejected an observation", "job", j.Key, "error", err)
+		}
+	}
+}
+
+// deliver gives the observers the runs collected while e.batch was set, in one call each.
+func (e *Engine) deliver(obs []cluster.Observation) {
+	if len(obs) == 0 {
+		return
+	}
+	for _, o := range e.observers {
+		if err := sched.ObserveAll(context.Background(), o, obs); err != nil {
+			e.log.Warn("observer rejected observations", "runs", len(obs), "error", err)
 		}
 	}
 }

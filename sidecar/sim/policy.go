@@ -57,6 +57,14 @@ func (p *PipelinePolicy) Observe(ctx context.Context, obs cluster.Observation) e
 	return p.Learner.Observe(ctx, obs)
 }
 
+// ObserveAll implements sched.BatchLearner.
+func (p *PipelinePolicy) ObserveAll(ctx context.Context, obs []cluster.Observation) error {
+	if p.Learner == nil {
+		return nil
+	}
+	return sched.ObserveAll(ctx, p.Learner, obs)
+}
+
 // State is the engine as a policy sees it during a round. It implements cluster.Cluster, so the
 // production pipeline can use it as its backend.
 type State struct{ e *Engine }
@@ -454,6 +462,14 @@ func (e *Engine) Preempt(ctx context.Context, ps []cluster.Preemption) ([]cluste
 }
 
 func (e *Engine) preemptAll(ps []cluster.Preemption) []cluster.PinResult {
+	// The runs these preemptions end reach the learners in one call: a predictor then
+	// rebuilds once, not once per job.
+	var batch []cluster.Observation
+	e.batch = &batch
+	defer func() {
+		e.batch = nil
+		e.deliver(batch)
+	}()
 	out := make([]cluster.PinResult, 0, len(ps))
 	for _, p := range ps {
 		res := cluster.PinResult{JobKey: p.JobKey()}

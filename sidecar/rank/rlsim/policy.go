@@ -130,6 +130,14 @@ func (p *Pipeline) Observe(ctx context.Context, obs cluster.Observation) error {
 	return p.Learner.Observe(ctx, obs)
 }
 
+// ObserveAll implements sched.BatchLearner.
+func (p *Pipeline) ObserveAll(ctx context.Context, obs []cluster.Observation) error {
+	if p.Learner == nil {
+		return nil
+	}
+	return sched.ObserveAll(ctx, p.Learner, obs)
+}
+
 // RankedFirstFit starts jobs in the ranker's order wherever Nomad's bin-packing would put them
 // (sim.State.BestFit, heterogeneity-unaware), every job that fits (greedy backfilling, as the
 // simulator's sjf baseline). It turns a queue-priority function (Slurm multifactor, F1) into a
