@@ -137,24 +137,10 @@ type domCount struct{ dom, n int }
 
 // usable lists the domains of unit u the job may take GPUs from in state st, most free first.
 func (m *model) usable(ji *jobInfo, u int, st *state) (int, []domCount) {
-	un := &m.units[u]
 	total := 0
 	var out []domCount
-	for _, d := range un.doms {
-		if iso := m.doms[d].iso; iso >= 0 && st.isoNS[iso] != -1 && st.isoNS[iso] != ji.ns {
-			continue
-		}
-		n := st.domFree[d]
-		if ji.cj.PinsInstances() {
-			allowed := 0
-			for _, ii := range m.doms[d].insts {
-				if st.instUsed[ii] == 0 && ji.cj.InstanceAllowed(un.g, m.insts[ii].in.ID) {
-					allowed++
-				}
-			}
-			n = min(n, allowed)
-		}
-		if n > 0 {
+	for _, d := range m.units[u].doms {
+		if n := m.domUsable(ji, u, d, st); n > 0 {
 			out = append(out, domCount{d, n})
 			total += n
 		}
@@ -165,27 +151,31 @@ func (m *model) usable(ji *jobInfo, u int, st *state) (int, []domCount) {
 
 // usableFree is the total of usable without building the list.
 func (m *model) usableFree(ji *jobInfo, u int, st *state) int {
-	un := &m.units[u]
 	total := 0
-	for _, d := range un.doms {
-		if iso := m.doms[d].iso; iso >= 0 && st.isoNS[iso] != -1 && st.isoNS[iso] != ji.ns {
-			continue
-		}
-		n := st.domFree[d]
-		if n > 0 && ji.cj.PinsInstances() {
-			allowed := 0
-			for _, ii := range m.doms[d].insts {
-				if st.instUsed[ii] == 0 && ji.cj.InstanceAllowed(un.g, m.insts[ii].in.ID) {
-					allowed++
-				}
-			}
-			n = min(n, allowed)
-		}
-		if n > 0 {
-			total += n
-		}
+	for _, d := range m.units[u].doms {
+		total += m.domUsable(ji, u, d, st)
 	}
 	return total
+}
+
+// domUsable is how many GPUs of domain d of unit u the job may take in st: none behind
+// another namespace's isolation, and no more than the instances its device.ids allow.
+func (m *model) domUsable(ji *jobInfo, u, d int, st *state) int {
+	if iso := m.doms[d].iso; iso >= 0 && st.isoNS[iso] != -1 && st.isoNS[iso] != ji.ns {
+		return 0
+	}
+	n := st.domFree[d]
+	if n > 0 && ji.cj.PinsInstances() {
+		g := m.units[u].g
+		allowed := 0
+		for _, ii := range m.doms[d].insts {
+			if st.instUsed[ii] == 0 && ji.cj.InstanceAllowed(g, m.insts[ii].in.ID) {
+				allowed++
+			}
+		}
+		n = min(n, allowed)
+	}
+	return n
 }
 
 // unitFree is the free GPUs of a unit in st.
