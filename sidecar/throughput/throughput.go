@@ -298,23 +298,32 @@ func (t *Table) calibrate() {
 			if _, done := t.calib[g]; done {
 				continue
 			}
+			// Sorted walks (jobs, counts, types), not map order: a float sum in random order
+			// differs in its last bits from run to run, and so would every simulation.
 			var sum float64
 			var cnt int
-			for k, v := range t.iso {
-				if k.gpu != g || v <= 0 {
-					continue
-				}
-				for ref, c := range t.calib {
-					w, ok := t.iso[key{k.job, ref, k.n}]
-					if !ok || w <= 0 {
+			for _, job := range t.jobs {
+				for _, n := range t.counts[[2]string{job, g}] {
+					v := t.iso[key{job, g, n}]
+					if v <= 0 {
 						continue
 					}
-					ds := t.datasheetRatio(ref, g)
-					if ds <= 0 {
-						continue
+					for _, ref := range t.gpus {
+						c, ok := t.calib[ref]
+						if !ok {
+							continue
+						}
+						w, ok := t.iso[key{job, ref, n}]
+						if !ok || w <= 0 {
+							continue
+						}
+						ds := t.datasheetRatio(ref, g)
+						if ds <= 0 {
+							continue
+						}
+						sum += math.Log(v / w / ds * c)
+						cnt++
 					}
-					sum += math.Log(v / w / ds * c)
-					cnt++
 				}
 			}
 			if cnt > 0 {
@@ -333,8 +342,8 @@ func (t *Table) calibration(g string) float64 {
 	}
 	var sum float64
 	var cnt int
-	for tg, c := range t.calib {
-		if tg != "k80" && tg != "p100" && tg != "v100" {
+	for _, tg := range t.gpus { // sorted, for the same reason as in calibrate
+		if c, ok := t.calib[tg]; ok && tg != "k80" && tg != "p100" && tg != "v100" {
 			sum += math.Log(c)
 			cnt++
 		}

@@ -207,3 +207,32 @@ func BenchmarkThroughputFallback(b *testing.B) {
 		tab.Throughput("ResNet-50 (batch size 64)", "h100", 4)
 	}
 }
+
+// TestBundledIsBitReproducible: every load of the table gives the same fallback throughputs
+// to the last bit. The calibration once summed logs in map order, so loads differed in the
+// last bits and simulations (and training runs) with them, about one in twenty.
+func TestBundledIsBitReproducible(t *testing.T) {
+	ref := bundled(t)
+	types := append(ref.GPUTypes(), "h100", "a10", "l4")
+	for i := 0; i < 30; i++ {
+		tab := bundled(t)
+		for _, from := range types {
+			for _, to := range types {
+				if a, b := tab.SpeedRatio(from, to), ref.SpeedRatio(from, to); a != b {
+					t.Fatalf("load %d: SpeedRatio(%s, %s) = %v, first load %v", i, from, to, a, b)
+				}
+			}
+		}
+		for _, job := range ref.JobTypes() {
+			for _, g := range types {
+				for _, n := range []int{1, 2, 3, 8} {
+					a, _, _ := tab.Throughput(job, g, n)
+					b, _, _ := ref.Throughput(job, g, n)
+					if a != b {
+						t.Fatalf("load %d: Throughput(%s, %s, %d) = %v, first load %v", i, job, g, n, a, b)
+					}
+				}
+			}
+		}
+	}
+}

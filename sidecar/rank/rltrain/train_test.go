@@ -9,30 +9,11 @@ import (
 
 	"github.com/hetgpu/hetgpu/sidecar/policies"
 	"github.com/hetgpu/hetgpu/sidecar/rank"
-	"github.com/hetgpu/hetgpu/sidecar/rank/rlsim"
-	"github.com/hetgpu/hetgpu/sidecar/sched"
-	"github.com/hetgpu/hetgpu/sidecar/sim"
 )
 
 func tinyOptions() TrainOptions {
 	return TrainOptions{Cluster: "modern-mix", Trace: "bundled:train-0", Epochs: 2, Seed: 7, EpisodeJobs: 12, Stride: 200,
-		Rollouts: 2, EvalEvery: 2, EvalEpisodes: 1, MinBSLD: -1, Workers: 2, Pipeline: withoutPreemption}
-}
-
-// withoutPreemption is the hetgpu pipeline without its preemption stage. Known gap: training
-// on the preemptive pipeline with 2 rollout workers gave a different policy for the same seed
-// in about 1 run of 12 (losses differ in the last bits from the first imitation epoch, with the
-// same steps); with 1 worker 13 runs were identical, and the simulations themselves repeat
-// exactly. Some state the preemption path shares between concurrent rollouts is the suspect
-// (the race detector reports nothing). These tests pin down the trainer's determinism on the
-// pipeline that does repeat.
-func withoutPreemption(o policies.Options, r sched.Ranker) (sim.Policy, error) {
-	p, err := policies.HetgpuPipeline(o, r)
-	if err != nil {
-		return nil, err
-	}
-	p.(*rlsim.Pipeline).Preemptor = nil
-	return p, nil
+		Rollouts: 2, EvalEvery: 2, EvalEpisodes: 1, MinBSLD: -1, Workers: 2, Pipeline: policies.HetgpuPipeline}
 }
 
 // TestTrainIsReproducible: the same options give the same policy, and resuming from the first
