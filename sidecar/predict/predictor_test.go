@@ -315,3 +315,66 @@ func TestJobTypeFeatures(t *testing.T) {
 		t.Error("JobTypeFeatures accepted a malformed job type")
 	}
 }
+
+// TestRebuildReusesUnchangedTransfers: a rebuild keeps the transfers of workloads whose
+// evidence did not change, and the result equals a rebuild from nothing, bit for bit, after
+// runs on new slots (reused), repeated runs (new run noise: all recomputed) and a new
+// workload (new kernel weights: all recomputed).
+func TestRebuildReusesUnchangedTransfers(t *testing.T) {
+	p := smallPredictor(t, Options{})
+	ctx := context.Background()
+	runs := []cluster.Observation{
+		obs("ResNet-18", 64, "h100", 1, 40, 500, 1),  // new slot of a seeded workload
+		obs("ResNet-18", 64, "a100", 2, 60, 700, 2),  // another
+		obs("ResNet-18", 64, "h100", 1, 42, 510, 3),  // repeated: run noise changes
+		obs("ResNet-34", 64, "k80", 1, 3, 150, 4),    // a workload new to the catalog
+		obs("ResNet-34", 64, "v100", 4, 30, 1000, 5), // its second slot
+		obs("ResNet-34", 64, "v100", 4, 30, 1000, 6),
+	}
+	var queries []*cluster.Job
+	for _, r := range p.Catalog() {
+		queries = append(queries, job(r.ModelName, r.BatchSize))
+	}
+	for _, r := range SeedRecords(smallTable(t)) {
+		queries = append(queries, job(r.ModelName, r.BatchSize))
+	}
+	queries = append(queries, job("ResNet-34", 64), job("ResNet-34", 128))
+	types := []string{"k80", "p100", "v100", "t4", "a100", "h100"}
+	reused := 0
+	for i, o := range runs {
+		before := p.current()
+		if err := p.Observe(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+		after := p.current()
+		for id, tr := range after.tr {
+			if old := before.tr[id]; len(old) > 0 && len(tr) > 0 && &old[0] == &tr[0] {
+				reused++
+			}
+		}
+		// A build with no previous state to reuse.
+		p.mu.Lock()
+		prev := p.state.Swap(nil)
+		full := p.build(p.cat.Records())
+		p.state.Store(prev)
+		p.mu.Unlock()
+		for _, j := range queries {
+			for _, g := range types {
+				for _, n := range []int{1, 2, 4} {
+					r := j.Hetgpu
+					k := cacheKey{f: Features{Name: r.ModelName, BatchSize: r.BatchSize}}
+					ps := new(predScratch)
+					a := p.estimate(after, &after.resolve(k).wl, after.resolve(k).id, g, n, ps)
+					b := p.estimate(full, &full.resolve(k).wl, full.resolve(k).id, g, n, ps)
+					if a != b {
+						t.Fatalf("after run %d: %s on %s x%d: incremental %+v, full %+v", i+1, r.ModelName, g, n, a, b)
+					}
+				}
+			}
+		}
+	}
+	if reused == 0 {
+		t.Error("no rebuild reused a transfer")
+	}
+	t.Logf("%d transfers reused over %d runs", reused, len(runs))
+}
