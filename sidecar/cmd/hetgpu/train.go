@@ -39,6 +39,7 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	score := fs.String("score", string(rank.ScoreBSLD), "reward score: bsld, jct, wait, util, energy-mix")
 	baseline := fs.String("baseline", rltrain.DefaultBaseline, "reward baseline: heuristic (hetgpu with the fallback ranker) or a simulator policy")
 	evalEvery := fs.Int("eval-every", rltrain.DefaultEvalEvery, "score the greedy policy every N epochs (0: never)")
+	evalEpisodes := fs.Int("eval-episodes", rltrain.DefaultEvalEps, "episodes (evenly spaced) the greedy policy is scored on; the best-scoring epoch is kept")
 	minBSLD := fs.Float64("min-bsld", rltrain.DefaultMinBSLD, "train only on episodes whose baseline mean bounded slowdown reaches this (<0: all)")
 	workers := fs.Int("workers", 0, "parallel rollouts (0: one per CPU; results do not depend on it)")
 	logLevel := fs.String("log-level", "warn", "log level on stderr")
@@ -60,6 +61,9 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *epochs <= 0 {
 		return fmt.Errorf("%w: hetgpu train --epochs = %d, expected > 0", errUsage, *epochs)
 	}
+	if *evalEpisodes <= 0 {
+		return fmt.Errorf("%w: hetgpu train --eval-episodes = %d, expected > 0", errUsage, *evalEpisodes)
+	}
 	kind, err := rank.ParseScore(*score)
 	if err != nil {
 		return fmt.Errorf("%w: hetgpu train --score: %v", errUsage, err)
@@ -74,7 +78,7 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	o := rltrain.TrainOptions{Cluster: *cluster, Trace: *traceRef, Epochs: *epochs, Seed: *seed,
 		EpisodeJobs: *episodeJobs, Stride: *stride, Rollouts: *rollouts, Score: kind, Baseline: *baseline,
-		EvalEvery: *evalEvery, MinBSLD: *minBSLD, Workers: *workers, Pipeline: policies.HetgpuPipeline, Logger: logger,
+		EvalEvery: *evalEvery, EvalEpisodes: *evalEpisodes, MinBSLD: *minBSLD, Workers: *workers, Pipeline: policies.HetgpuPipeline, Logger: logger,
 		Checkpoint: func(c *rank.Checkpoint) error { return c.Save(*out) }}
 	if *resume != "" {
 		if o.Resume, err = rank.LoadCheckpoint(*resume); err != nil {

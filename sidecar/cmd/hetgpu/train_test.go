@@ -18,6 +18,7 @@ func TestTrainUsageErrors(t *testing.T) {
 	}{
 		{[]string{"train", "--epochs", "3"}, "--out FILE is required"},
 		{[]string{"train", "--out", "x.json", "--epochs", "0"}, "--epochs = 0"},
+		{[]string{"train", "--out", "x.json", "--eval-episodes", "0"}, "--eval-episodes = 0"},
 		{[]string{"train", "--out", "x.json", "--score", "speed"}, `score "speed"`},
 		{[]string{"train", "--out", "x.json", "extra"}, "unexpected argument"},
 		{[]string{"train", "eval", "--clusters", ""}, "must not be empty"},
