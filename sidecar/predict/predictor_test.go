@@ -318,8 +318,8 @@ func TestJobTypeFeatures(t *testing.T) {
 
 // TestRebuildReusesUnchangedTransfers: a rebuild keeps the transfers of workloads whose
 // evidence did not change, and the result equals a rebuild from nothing, bit for bit, after
-// runs on new slots (reused), repeated runs (new run noise: all recomputed) and a new
-// workload (new kernel weights: all recomputed).
+// runs on new slots (reused), repeated runs (new run noise: all recomputed), a new workload
+// (new kernel weights) and a slot becoming trusted (a new grid: all recomputed).
 func TestRebuildReusesUnchangedTransfers(t *testing.T) {
 	p := smallPredictor(t, Options{})
 	ctx := context.Background()
@@ -330,6 +330,7 @@ func TestRebuildReusesUnchangedTransfers(t *testing.T) {
 		obs("ResNet-34", 64, "k80", 1, 3, 150, 4),    // a workload new to the catalog
 		obs("ResNet-34", 64, "v100", 4, 30, 1000, 5), // its second slot
 		obs("ResNet-34", 64, "v100", 4, 30, 1000, 6),
+		obs("ResNet-18", 64, "h100", 1, 41, 505, 7), // third run: the slot is trusted, the grid changes
 	}
 	var queries []*cluster.Job
 	for _, r := range p.Catalog() {
