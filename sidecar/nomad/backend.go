@@ -281,42 +281,31 @@ func (b *Backend) Snapshot(ctx context.Context) (*cluster.Snapshot, error) {
 		jobKeys = append(jobKeys, k)
 	}
 	sort.Strings(jobKeys)
-	for _, k := range jobKeys {
-		jr := b.jobs[k]
+	b.eachGroup(jobKeys, func(jr *jobRec, tg *api.TaskGroup) {
 		job := jr.job
-		if jobStopped(job) {
-			continue
+		shadowOnly := false
+		if !groupHeld(job, tg) {
+			if !b.cfg.Shadow {
+				return
+			}
+			if _, _, pinned := PinOf(tg); pinned {
+				return
+			}
+			if a, err := annot.Parse(job.Meta, tg.Meta, *tg.Name); err != nil || !a.Enabled {
+				return
+			}
+			shadowOnly = true
 		}
-		for _, tg := range job.TaskGroups {
-			if tg.Name == nil {
-				continue
-			}
-			held := groupHeld(job, tg)
-			shadowOnly := false
-			if !held {
-				if !b.cfg.Shadow {
-					continue
-				}
-				if _, _, pinned := PinOf(tg); pinned {
-					continue
-				}
-				a, err := annot.Parse(job.Meta, tg.Meta, *tg.Name)
-				if err != nil || !a.Enabled {
-					continue
-				}
-				shadowOnly = true
-			}
-			pj, err := pendingJob(job, tg, jr.firstSubmit)
-			if err != nil {
-				continue // reported by Maintain as invalid
-			}
-			snap.Pending = append(snap.Pending, pj)
-			b.pending[pj.Key()] = pj
-			if shadowOnly {
-				pendingKeys[pj.Key()] = true
-			}
+		pj, err := pendingJob(job, tg, jr.firstSubmit)
+		if err != nil {
+			return // reported by Maintain as invalid
 		}
-	}
+		snap.Pending = append(snap.Pending, pj)
+		b.pending[pj.Key()] = pj
+		if shadowOnly {
+			pendingKeys[pj.Key()] = true
+		}
+	})
 	sort.SliceStable(snap.Pending, func(i, j int) bool { return snap.Pending[i].SubmitTime.Before(snap.Pending[j].SubmitTime) })
 	// Running: every live allocation holding GPUs, whoever owns it.
 	held := map[string]bool{}
@@ -355,41 +344,52 @@ func (b *Backend) Snapshot(ctx context.Context) (*cluster.Snapshot, error) {
 	snap.Preemptible = b.preemptible(jobKeys, snap.Running, snap.Now)
 	// Pins issued but not placed yet hold their GPUs, or the next round would hand them out
 	// twice.
+	b.eachGroup(jobKeys, func(jr *jobRec, tg *api.TaskGroup) {
+		job := jr.job
+		if groupHeld(job, tg) {
+			return
+		}
+		_, devs, ok := PinOf(tg)
+		if !ok || !b.groupActive(job, tg) {
+			return
+		}
+		byNode := map[string][]string{}
+		for _, d := range devs {
+			if n, ok := instNode[d]; ok && !held[d] {
+				byNode[n] = append(byNode[n], d)
+			}
+		}
+		nodes := make([]string, 0, len(byNode))
+		for n := range byNode {
+			nodes = append(nodes, n)
+		}
+		sort.Strings(nodes)
+		for _, n := range nodes {
+			ids := byNode[n]
+			snap.Running = append(snap.Running, cluster.Alloc{
+				ID:        "pin:" + groupKey(deref(job.Namespace, "default"), deref(job.ID, ""), *tg.Name) + "@" + n,
+				Namespace: deref(job.Namespace, "default"), JobID: deref(job.ID, ""), Group: *tg.Name, NodeID: n,
+				DeviceIDs: ids, GPUType: gpuspec.Canonical(devName[ids[0]]), StartTime: snap.Now,
+			})
+		}
+	})
+	return snap, nil
+}
+
+// eachGroup calls f for every named task group of every job that is not stopped, jobs in
+// the order of jobKeys. Callers hold b.mu.
+func (b *Backend) eachGroup(jobKeys []string, f func(*jobRec, *api.TaskGroup)) {
 	for _, k := range jobKeys {
-		job := b.jobs[k].job
-		if jobStopped(job) {
+		jr := b.jobs[k]
+		if jobStopped(jr.job) {
 			continue
 		}
-		for _, tg := range job.TaskGroups {
-			if tg.Name == nil || groupHeld(job, tg) {
-				continue
-			}
-			_, devs, ok := PinOf(tg)
-			if !ok || !b.groupActive(job, tg) {
-				continue
-			}
-			byNode := map[string][]string{}
-			for _, d := range devs {
-				if n, ok := instNode[d]; ok && !held[d] {
-					byNode[n] = append(byNode[n], d)
-				}
-			}
-			nodes := make([]string, 0, len(byNode))
-			for n := range byNode {
-				nodes = append(nodes, n)
-			}
-			sort.Strings(nodes)
-			for _, n := range nodes {
-				ids := byNode[n]
-				snap.Running = append(snap.Running, cluster.Alloc{
-					ID:        "pin:" + groupKey(deref(job.Namespace, "default"), deref(job.ID, ""), *tg.Name) + "@" + n,
-					Namespace: deref(job.Namespace, "default"), JobID: deref(job.ID, ""), Group: *tg.Name, NodeID: n,
-					DeviceIDs: ids, GPUType: gpuspec.Canonical(devName[ids[0]]), StartTime: snap.Now,
-				})
+		for _, tg := range jr.job.TaskGroups {
+			if tg.Name != nil {
+				f(jr, tg)
 			}
 		}
 	}
-	return snap, nil
 }
 
 // preemptible lists the running pinned groups annotated hetgpu.preemptible, as the jobs they
@@ -406,45 +406,36 @@ func (b *Backend) preemptible(jobKeys []string, running []cluster.Alloc, now tim
 		}
 	}
 	var out []cluster.Job
-	for _, k := range jobKeys {
-		jr := b.jobs[k]
+	b.eachGroup(jobKeys, func(jr *jobRec, tg *api.TaskGroup) {
 		job := jr.job
-		if jobStopped(job) {
-			continue
+		if groupHeld(job, tg) {
+			return
 		}
-		for _, tg := range job.TaskGroups {
-			if tg.Name == nil || groupHeld(job, tg) {
-				continue
-			}
-			start, live := since[groupKey(deref(job.Namespace, "default"), deref(job.ID, ""), *tg.Name)]
-			if !live {
-				continue
-			}
-			if a, err := annot.Parse(job.Meta, tg.Meta, *tg.Name); err != nil || !a.Preemptible {
-				continue
-			}
-			cp, err := copyJob(job)
-			if err != nil {
-				continue
-			}
-			if err := ReholdJob(cp, *tg.Name, "", UI{}); err != nil {
-				continue
-			}
-			pj, err := pendingJob(cp, findGroup(cp, *tg.Name), jr.firstSubmit)
-			if err != nil {
-				continue
-			}
-			ran := now.Sub(start)
-			if ran < 0 {
-				ran = 0
-			}
-			if pj.Hetgpu.EstRuntime > 0 {
-				pj.Hetgpu.EstRuntime = max(pj.Hetgpu.EstRuntime-ran, time.Minute)
-			}
-			pj.AttainedGPUSeconds = ran.Seconds() * float64(pj.GPUs)
-			out = append(out, pj)
+		start, live := since[groupKey(deref(job.Namespace, "default"), deref(job.ID, ""), *tg.Name)]
+		if !live {
+			return
 		}
-	}
+		if a, err := annot.Parse(job.Meta, tg.Meta, *tg.Name); err != nil || !a.Preemptible {
+			return
+		}
+		cp, err := copyJob(job)
+		if err != nil {
+			return
+		}
+		if err := ReholdJob(cp, *tg.Name, "", UI{}); err != nil {
+			return
+		}
+		pj, err := pendingJob(cp, findGroup(cp, *tg.Name), jr.firstSubmit)
+		if err != nil {
+			return
+		}
+		ran := max(now.Sub(start), 0)
+		if pj.Hetgpu.EstRuntime > 0 {
+			pj.Hetgpu.EstRuntime = max(pj.Hetgpu.EstRuntime-ran, time.Minute)
+		}
+		pj.AttainedGPUSeconds = ran.Seconds() * float64(pj.GPUs)
+		out = append(out, pj)
+	})
 	return out
 }
 
