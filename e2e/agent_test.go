@@ -163,8 +163,10 @@ type agentConfig struct {
 	LogLevel  string
 	// Ports; RPC and Serf may be 0 (a client-only agent has no server ports to fix).
 	HTTP, RPC, Serf int
-	// Server runs a single-node server that bootstraps itself.
-	Server bool
+	// Server runs a single-node server that bootstraps itself; ServerExtra is added inside
+	// its server block (heartbeat_grace ...).
+	Server      bool
+	ServerExtra string
 	// Client runs a client; Servers are its servers' RPC addresses (none with -dev).
 	Client  bool
 	Servers []string
@@ -198,7 +200,7 @@ func (c agentConfig) render() string {
 	}
 	b.WriteString("}\n")
 	if c.Server {
-		b.WriteString("server {\n  enabled          = true\n  bootstrap_expect = 1\n}\n")
+		b.WriteString("server {\n  enabled          = true\n  bootstrap_expect = 1\n" + c.ServerExtra + "}\n")
 	} else {
 		b.WriteString("server {\n  enabled = false\n}\n")
 	}
@@ -490,13 +492,19 @@ type cluster struct {
 // waits until every client is ready with its GPUs and a healthy driver.
 func startCluster(t *testing.T, nomadBin string, bins binaries, clients []clusterClient, driverExtra string) *cluster {
 	t.Helper()
+	return startClusterWith(t, nomadBin, bins, clients, driverExtra, "")
+}
+
+// startClusterWith is startCluster with serverExtra inside the server block.
+func startClusterWith(t *testing.T, nomadBin string, bins binaries, clients []clusterClient, driverExtra, serverExtra string) *cluster {
+	t.Helper()
 	skipUnlessLinux(t)
 	dir := agentDir(t, "hetgpu-cluster-e2e-")
 	srvDir := filepath.Join(dir, "server")
 	rpcPort := freePort(t)
 	c := &cluster{agent: startAgent(t, nomadBin, srvDir, "nomad-server", agentConfig{
 		Name: "hetgpu-e2e-server", DataDir: filepath.Join(srvDir, "data"), LogLevel: "INFO",
-		HTTP: freePort(t), RPC: rpcPort, Serf: freePort(t), Server: true,
+		HTTP: freePort(t), RPC: rpcPort, Serf: freePort(t), Server: true, ServerExtra: serverExtra,
 	})}
 	waitFor(t, 60*time.Second, "the Nomad server to elect itself leader", func() bool {
 		l, err := c.API.Status().Leader()

@@ -93,9 +93,11 @@ type allocRec struct {
 	JobVersion                          uint64
 	ClientStatus, DesiredStatus         string
 	// GPU devices the allocation holds.
-	Devices     []*api.AllocatedDeviceResource
-	Start, End  time.Time
-	ModifyIndex uint64
+	Devices    []*api.AllocatedDeviceResource
+	Start, End time.Time
+	// Failed is set when a task of the allocation failed.
+	Failed                   bool
+	CreateIndex, ModifyIndex uint64
 }
 
 type energyAcc struct {
@@ -150,6 +152,13 @@ func holdsDevices(a *allocRec) bool {
 	return true
 }
 
+// finishedOK reports an allocation that ran to its end: complete on the client, never told
+// to stop (a re-hold, a preemption, a drain or a job stop also end as "complete"), no task
+// failed. Only such allocations make a finished run.
+func finishedOK(a *allocRec) bool {
+	return a.ClientStatus == api.AllocClientStatusComplete && a.DesiredStatus == api.AllocDesiredStatusRun && !a.Failed
+}
+
 func terminal(a *allocRec) bool {
 	switch a.DesiredStatus {
 	case api.AllocDesiredStatusStop, api.AllocDesiredStatusEvict:
@@ -164,20 +173,21 @@ func terminal(a *allocRec) bool {
 
 func allocFromFull(a *api.Allocation) *allocRec {
 	r := &allocRec{ID: a.ID, Namespace: a.Namespace, JobID: a.JobID, Group: a.TaskGroup, NodeID: a.NodeID,
-		ClientStatus: a.ClientStatus, DesiredStatus: a.DesiredStatus, ModifyIndex: a.ModifyIndex}
+		ClientStatus: a.ClientStatus, DesiredStatus: a.DesiredStatus, CreateIndex: a.CreateIndex, ModifyIndex: a.ModifyIndex}
 	if a.Job != nil && a.Job.Version != nil {
 		r.JobVersion = *a.Job.Version
 	}
 	r.Devices = gpuAllocated(a.AllocatedResources)
-	r.Start, r.End = taskTimes(a.TaskStates)
+	r.Start, r.End, r.Failed = taskTimes(a.TaskStates)
 	return r
 }
 
 func allocFromStub(a *api.AllocationListStub) *allocRec {
 	r := &allocRec{ID: a.ID, Namespace: a.Namespace, JobID: a.JobID, Group: a.TaskGroup, NodeID: a.NodeID,
-		JobVersion: a.JobVersion, ClientStatus: a.ClientStatus, DesiredStatus: a.DesiredStatus, ModifyIndex: a.ModifyIndex}
+		JobVersion: a.JobVersion, ClientStatus: a.ClientStatus, DesiredStatus: a.DesiredStatus,
+		CreateIndex: a.CreateIndex, ModifyIndex: a.ModifyIndex}
 	r.Devices = gpuAllocated(a.AllocatedResources)
-	r.Start, r.End = taskTimes(a.TaskStates)
+	r.Start, r.End, r.Failed = taskTimes(a.TaskStates)
 	return r
 }
 
@@ -205,11 +215,12 @@ func gpuAllocated(ar *api.AllocatedResources) []*api.AllocatedDeviceResource {
 	return out
 }
 
-func taskTimes(ts map[string]*api.TaskState) (start, end time.Time) {
+func taskTimes(ts map[string]*api.TaskState) (start, end time.Time, failed bool) {
 	for _, s := range ts {
 		if s == nil {
 			continue
 		}
+		failed = failed || s.Failed
 		if !s.StartedAt.IsZero() && (start.IsZero() || s.StartedAt.Before(start)) {
 			start = s.StartedAt
 		}
@@ -217,7 +228,7 @@ func taskTimes(ts map[string]*api.TaskState) (start, end time.Time) {
 			end = s.FinishedAt
 		}
 	}
-	return start, end
+	return start, end, failed
 }
 
 func (a *allocRec) deviceIDs() []string {
@@ -547,23 +558,29 @@ func copyJob(job *api.Job) (*api.Job, error) {
 }
 
 // groupActive reports whether a pinned group still has work to place or run: live
-// allocations, or fewer completed allocations than its count. Callers hold b.mu.
+// allocations, or fewer allocations that finished their work than its count. Allocations a
+// re-hold, preemption or drain stopped end "complete" too; they do not count as done, so a
+// group can be moved any number of times. Callers hold b.mu.
 func (b *Backend) groupActive(job *api.Job, tg *api.TaskGroup) bool {
-	ns, id := deref(job.Namespace, "default"), deref(job.ID, "")
-	count := deref(tg.Count, 1)
-	live, done := 0, 0
+	live, done := b.groupAllocs(deref(job.Namespace, "default"), deref(job.ID, ""), *tg.Name)
+	return live > 0 || done < deref(tg.Count, 1)
+}
+
+// groupAllocs counts a group's live allocations and those that finished their work. Callers
+// hold b.mu.
+func (b *Backend) groupAllocs(ns, id, group string) (live, done int) {
 	for _, a := range b.allocs {
-		if a.Namespace != ns || a.JobID != id || a.Group != *tg.Name {
+		if a.Namespace != ns || a.JobID != id || a.Group != group {
 			continue
 		}
 		switch {
 		case !terminal(a):
 			live++
-		case a.ClientStatus == api.AllocClientStatusComplete:
+		case finishedOK(a):
 			done++
 		}
 	}
-	return live > 0 || done < count
+	return live, done
 }
 
 // ErrJobGone is the PinResult error of a job deregistered before its pin.
@@ -675,6 +692,13 @@ func (b *Backend) pinJob(ctx context.Context, ns, id string, ds []cluster.Decisi
 	nv := version + 1
 	newJob.Version = &nv
 	b.storeJob(newJob)
+	// A new pin is a new start: its first fault is acted on at once, however recent the
+	// last re-hold of the group was.
+	b.mu.Lock()
+	for _, d := range ds {
+		delete(b.lastFault, d.JobKey())
+	}
+	b.mu.Unlock()
 	tagName := fmt.Sprintf("hetgpu-pin-%d", resp.JobModifyIndex)
 	desc := "hetgpu pinned " + strings.Join(tagParts, "; ")
 	if len(desc) > 200 {

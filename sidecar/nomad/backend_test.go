@@ -406,23 +406,38 @@ func pinnedFixture(t *testing.T, mod func(*Config)) (*fixture, cluster.Decision)
 	return f, d
 }
 
+// TestFaultsReholdAndDecideAgain: a fault of the pinned node or GPUs leaves the running
+// allocation to Nomad (a drain runs it to the deadline, an unhealthy GPU does not stop it);
+// hetgpu re-holds only once Nomad has something to place anew that the pin forbids.
 func TestFaultsReholdAndDecideAgain(t *testing.T) {
+	v100 := "node-v100-00"
 	tests := []struct {
-		name   string
-		break_ func(s *nomadtest.Server)
+		name string
+		// break_ is the fault; a running allocation survives it when keepsRunning.
+		break_       func(s *nomadtest.Server)
+		keepsRunning bool
+		// end is what Nomad does later to the running allocation (nil: nothing).
+		end    func(s *nomadtest.Server, allocID string)
 		reason string
 	}{
 		{"node down", func(s *nomadtest.Server) {
-			s.UpdateNode("node-v100-00", "NodeStreamEvent", func(n *api.Node) { n.Status = api.NodeStatusDown })
-		}, "pinned node v100 is down"},
+			s.UpdateNode(v100, "NodeStreamEvent", func(n *api.Node) { n.Status = api.NodeStatusDown })
+		}, false, nil, "pinned node v100 is down"},
 		{"node drained", func(s *nomadtest.Server) {
-			s.UpdateNode("node-v100-00", "NodeDrain", func(n *api.Node) { n.DrainStrategy = &api.DrainStrategy{} })
-		}, "pinned node v100 is draining"},
+			s.UpdateNode(v100, "NodeDrain", func(n *api.Node) { n.DrainStrategy = &api.DrainStrategy{} })
+		}, true, func(s *nomadtest.Server, _ string) { s.DrainDeadline(v100) }, "pinned node v100 is draining"},
+		{"node ineligible", func(s *nomadtest.Server) {
+			s.UpdateNode(v100, "NodeEligibility", func(n *api.Node) { n.SchedulingEligibility = api.NodeSchedulingIneligible })
+		}, true, func(s *nomadtest.Server, id string) {
+			s.SetAllocStatus(id, api.AllocClientStatusFailed, time.Time{}, time.Now())
+		}, "pinned node v100 is ineligible"},
 		{"gpu unhealthy", func(s *nomadtest.Server) {
-			s.UpdateNode("node-v100-00", "NodeRegistration", func(n *api.Node) {
+			s.UpdateNode(v100, "NodeRegistration", func(n *api.Node) {
 				n.NodeResources.Devices[0].Instances[1].Healthy = false
 				n.NodeResources.Devices[0].Instances[1].HealthDescription = "XID 79: fallen off the bus"
 			})
+		}, true, func(s *nomadtest.Server, id string) {
+			s.SetAllocStatus(id, api.AllocClientStatusFailed, time.Time{}, time.Now())
 		}, "pinned GPU GPU-v100-1 is unhealthy (XID 79"},
 	}
 	for _, tt := range tests {
@@ -432,8 +447,20 @@ func TestFaultsReholdAndDecideAgain(t *testing.T) {
 			if len(m.Reheld) != 0 {
 				t.Fatalf("healthy pin re-held: %+v", m.Reheld)
 			}
+			alloc := f.srv.Allocs("default", "run")[0]
 			tt.break_(f.srv)
 			f.resync(t)
+			if tt.keepsRunning {
+				m, _ = f.b.Maintain(context.Background())
+				if len(m.Reheld) != 0 {
+					t.Fatalf("re-held while its allocation still runs: %+v", m.Reheld)
+				}
+				if a := f.srv.Allocs("default", "run"); len(a) != 1 || a[0].DesiredStatus != "run" || a[0].ClientStatus != "running" {
+					t.Fatalf("the running allocation was touched: %+v", a)
+				}
+				tt.end(f.srv, alloc.ID)
+				f.resync(t)
+			}
 			m, err := f.b.Maintain(context.Background())
 			if err != nil {
 				t.Fatal(err)
@@ -452,7 +479,74 @@ func TestFaultsReholdAndDecideAgain(t *testing.T) {
 			if p := f.snapshot(t).Pending; len(p) != 1 || p[0].ID != "run" {
 				t.Errorf("re-held job not pending again: %+v", p)
 			}
+			if m, _ := f.b.Maintain(context.Background()); len(m.Finished) != 0 {
+				t.Errorf("a run that never finished was reported finished: %+v", m.Finished)
+			}
 		})
+	}
+}
+
+// TestMovedAnyNumberOfTimes: a job whose node goes down is re-held and pinned elsewhere, and
+// again when that node goes down; the allocations the moves stopped or lost never count as
+// the group having finished.
+func TestMovedAnyNumberOfTimes(t *testing.T) {
+	f := newFixture(t, nil)
+	f.srv.AddNode("node-v100-01", "v100b", "Tesla V100-SXM2-16GB", 8)
+	f.srv.AddNode("node-v100-02", "v100c", "Tesla V100-SXM2-16GB", 8)
+	f.srv.Register(heldJob("run", 2, 1, nil))
+	nodes := []string{"node-v100-00", "node-v100-01", "node-v100-02"}
+	for i, node := range nodes {
+		f.resync(t)
+		snap := f.snapshot(t)
+		if len(snap.Pending) != 1 {
+			t.Fatalf("move %d: pending = %+v", i, snap.Pending)
+		}
+		res, _ := f.b.Pin(context.Background(), []cluster.Decision{decide(snap, snap.Pending[0], node)})
+		if !res[0].Applied {
+			t.Fatalf("move %d: pin = %+v", i, res)
+		}
+		f.resync(t)
+		var live []*api.Allocation
+		for _, a := range f.srv.Allocs("default", "run") {
+			if a.DesiredStatus == "run" && a.ClientStatus == "running" {
+				live = append(live, a)
+			}
+		}
+		if len(live) != 1 || live[0].NodeID != node {
+			t.Fatalf("move %d: live allocations %+v, want one on %s", i, live, node)
+		}
+		if i == len(nodes)-1 {
+			break
+		}
+		f.srv.UpdateNode(node, "NodeStreamEvent", func(n *api.Node) { n.Status = api.NodeStatusDown })
+		f.resync(t)
+		m, _ := f.b.Maintain(context.Background())
+		if len(m.Reheld) != 1 || !m.Reheld[0].Applied {
+			t.Fatalf("move %d: re-held = %+v", i, m.Reheld)
+		}
+		if len(m.Finished) != 0 {
+			t.Fatalf("move %d: finished = %+v", i, m.Finished)
+		}
+	}
+	if got := len(f.srv.Allocs("default", "run")); got != 3 {
+		t.Errorf("%d allocations, want one per node", got)
+	}
+}
+
+// TestStoppedRunNotFinished: allocations stopped by a job stop, a preemption or a failure are
+// not a finished run; one that completes on its own is, once.
+func TestStoppedRunNotFinished(t *testing.T) {
+	f, _ := pinnedFixture(t, nil)
+	alloc := f.srv.Allocs("default", "run")[0]
+	job := f.srv.Job("default", "run")
+	job.Stop = ptr(true)
+	f.srv.Register(job)
+	f.resync(t)
+	if a := f.srv.Allocs("default", "run"); a[0].ID != alloc.ID || a[0].ClientStatus != "complete" || a[0].DesiredStatus != "stop" {
+		t.Fatalf("allocations after the stop: %+v", a)
+	}
+	if m, _ := f.b.Maintain(context.Background()); len(m.Finished) != 0 {
+		t.Errorf("a stopped run was reported finished: %+v", m.Finished)
 	}
 }
 

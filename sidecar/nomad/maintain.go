@@ -114,14 +114,18 @@ func (b *Backend) scan() ([]fault, []invalidJob, []service.Placement) {
 	return faults, invalid, placed
 }
 
-// pinFault says why a pin can no longer be honoured, or "". Callers hold b.mu.
+// pinFault says why a pin can no longer be honoured, or "". hetgpu decides again only for
+// what Nomad has to place anew: while the group has as many live allocations as its count,
+// a draining, down or disconnected node, an unhealthy GPU or an ineligible node is Nomad's to
+// handle (a drain runs batch work to its deadline and migrates service work; a lost node's
+// allocations are marked lost and replaced), and a re-hold then would itself stop the
+// running work, since it rewrites the group's device request (a destructive update). Callers
+// hold b.mu.
 func (b *Backend) pinFault(job *api.Job, tg *api.TaskGroup, nodes, devs []string) string {
 	ns, id := deref(job.Namespace, "default"), deref(job.ID, "")
-	live := 0
-	for _, a := range b.allocs {
-		if a.Namespace == ns && a.JobID == id && a.Group == *tg.Name && !terminal(a) {
-			live++
-		}
+	live, _ := b.groupAllocs(ns, id, *tg.Name)
+	if live >= deref(tg.Count, 1) {
+		return ""
 	}
 	health := map[string]cluster.Instance{}
 	for _, nid := range nodes {
@@ -135,7 +139,7 @@ func (b *Backend) pinFault(job *api.Job, tg *api.TaskGroup, nodes, devs []string
 			return fmt.Sprintf("pinned node %s is %s", n.Name, n.Status)
 		case n.Draining:
 			return fmt.Sprintf("pinned node %s is draining", n.Name)
-		case !n.Eligible && live == 0:
+		case !n.Eligible:
 			return fmt.Sprintf("pinned node %s is ineligible for scheduling", n.Name)
 		}
 		for _, g := range n.Devices {
@@ -159,7 +163,7 @@ func (b *Backend) pinFault(job *api.Job, tg *api.TaskGroup, nodes, devs []string
 	}
 	// Nomad tried the pin and could not place it.
 	if e, ok := b.blocked[jobKey(ns, id)]; ok && e.JobModifyIndex >= deref(job.JobModifyIndex, 0) {
-		if m, ok := e.FailedTGAllocs[*tg.Name]; ok && m != nil && live == 0 {
+		if m, ok := e.FailedTGAllocs[*tg.Name]; ok && m != nil {
 			return "Nomad could not place the pin: " + metricSummary(m)
 		}
 	}
@@ -347,7 +351,9 @@ func (b *Backend) sampleEnergy(ctx context.Context) {
 	}
 }
 
-// finishedRuns reports groups whose allocations all ended, at least one of them complete.
+// finishedRuns reports groups whose allocations all ended, at least one of them having
+// finished its work (finishedOK). Stopped, failed and lost allocations are never a finished
+// run: the task driver reports what they did, marked partial.
 func (b *Backend) finishedRuns() []service.FinishedRun {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -365,7 +371,7 @@ func (b *Backend) finishedRuns() []service.FinishedRun {
 		}
 		if !terminal(a) {
 			r.live++
-		} else if a.ClientStatus == api.AllocClientStatusComplete && len(a.Devices) > 0 && !b.learned[a.ID] {
+		} else if finishedOK(a) && len(a.Devices) > 0 && !b.learned[a.ID] {
 			r.complete = append(r.complete, a)
 		}
 	}

@@ -114,15 +114,82 @@ func (s *Server) AddNode(id, name, gpuName string, gpus int) *api.Node {
 	return n
 }
 
-// UpdateNode changes a node (status, drain, eligibility, device health) and emits the event.
+// UpdateNode changes a node (status, drain, eligibility, device health) and emits the event,
+// then does what Nomad's servers do about it: a drain makes the node ineligible and leaves
+// its allocations running (until DrainDeadline); a node that is down has its live
+// allocations marked lost and replaced, where the constraints allow.
 func (s *Server) UpdateNode(id, typ string, f func(n *api.Node)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := s.nodes[id]
 	f(n)
+	if n.DrainStrategy != nil {
+		n.SchedulingEligibility = api.NodeSchedulingIneligible
+	}
 	s.bump()
 	n.ModifyIndex = s.index
 	s.emit(api.TopicNode, typ, id, map[string]any{"Node": n})
+	if n.Status == api.NodeStatusDown {
+		s.replaceAllocsOn(id, api.AllocClientStatusLost, "alloc is lost since its node is down")
+	}
+}
+
+// DrainDeadline is a drain's deadline passing: the node's remaining allocations are stopped
+// (their tasks killed, so they end "complete") and replaced elsewhere, as Nomad's drainer
+// migrates them.
+func (s *Server) DrainDeadline(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.replaceAllocsOn(id, api.AllocClientStatusComplete, "alloc is being migrated")
+}
+
+// replaceAllocsOn ends the live allocations on a node with clientStatus and schedules their
+// jobs again. Callers hold s.mu.
+func (s *Server) replaceAllocsOn(nodeID, clientStatus, why string) {
+	jobs := map[string]bool{}
+	for _, a := range s.sortedAllocs() {
+		if a.NodeID != nodeID || terminal(a) {
+			continue
+		}
+		s.stopAlloc(a, clientStatus, why)
+		jobs[a.Namespace+"/"+a.JobID] = true
+	}
+	keys := make([]string, 0, len(jobs))
+	for k := range jobs {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if j, ok := s.jobs[k]; ok {
+			s.bump()
+			s.schedule(j, fmt.Sprintf("eval-%d", s.index))
+			s.updateJobStatus(*j.Namespace, *j.ID)
+		}
+	}
+}
+
+// stopAlloc marks an allocation stopped with the client status its tasks end in. Callers
+// hold s.mu.
+func (s *Server) stopAlloc(a *api.Allocation, clientStatus, why string) {
+	a.DesiredStatus, a.DesiredDescription, a.ClientStatus = api.AllocDesiredStatusStop, why, clientStatus
+	for _, ts := range a.TaskStates {
+		ts.State = "dead"
+		if ts.FinishedAt.IsZero() {
+			ts.FinishedAt = time.Now()
+		}
+	}
+	s.bump()
+	a.ModifyIndex = s.index
+	s.emitAlloc(a, "AllocationUpdated")
+}
+
+func (s *Server) sortedAllocs() []*api.Allocation {
+	out := make([]*api.Allocation, 0, len(s.allocs))
+	for _, a := range s.allocs {
+		out = append(out, a)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
 }
 
 // SetPower sets the power draw (W) a GPU instance reports in device stats.
@@ -407,14 +474,11 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		a, ok := s.allocs[id]
 		if ok {
 			// As a client does once the task is killed.
-			a.DesiredStatus, a.ClientStatus = "stop", "complete"
-			for _, ts := range a.TaskStates {
-				ts.State = "dead"
-				ts.FinishedAt = time.Now()
+			// Nomad migrates a stopped allocation: a replacement is placed (or blocked).
+			s.stopAlloc(a, api.AllocClientStatusComplete, "alloc was stopped by the API")
+			if j, ok := s.jobs[a.Namespace+"/"+a.JobID]; ok {
+				s.schedule(j, fmt.Sprintf("eval-stop-%s", id))
 			}
-			s.bump()
-			a.ModifyIndex = s.index
-			s.emitAlloc(a, "AllocationUpdated")
 			s.updateJobStatus(a.Namespace, a.JobID)
 			s.stopped = append(s.stopped, id)
 		}
@@ -658,29 +722,37 @@ func holds(cs []*api.Constraint) bool {
 }
 
 // schedule is a tiny scheduler: held groups get a blocked eval; others get allocations, on the
-// pinned node(s) with the pinned instance IDs when pinned, else first fit. Callers hold s.mu.
+// pinned node(s) with the pinned instance IDs when pinned, else first fit. A job update
+// changes a live allocation in place unless Nomad would replace it (destructive, below) or its
+// node no longer meets the group's constraints (the hold, a node pin elsewhere); replaced
+// allocations are stopped. As in Nomad's reconciler for batch jobs, terminal allocations of
+// an older job version do not count towards the group's count. Callers hold s.mu.
 func (s *Server) schedule(job *api.Job, evalID string) {
 	ns := *job.Namespace
-	// Stop allocations of groups whose placement changed (pins are destructive updates).
+	if job.Stop != nil && *job.Stop {
+		for _, a := range s.sortedAllocs() {
+			if a.Namespace == ns && a.JobID == *job.ID && !terminal(a) {
+				s.stopAlloc(a, api.AllocClientStatusComplete, "alloc is not needed since job was stopped")
+			}
+		}
+		return
+	}
 	failed := map[string]*api.AllocationMetric{}
 	for _, tg := range job.TaskGroups {
 		held := holds(job.Constraints) || holds(tg.Constraints)
 		nodeIDs, devIDs := pinOf(tg)
-		for _, a := range s.allocs {
-			if a.Namespace != ns || a.JobID != *job.ID || a.TaskGroup != *tg.Name || terminal(a) {
+		for _, a := range s.sortedAllocs() {
+			if a.Namespace != ns || a.JobID != *job.ID || a.TaskGroup != *tg.Name || terminal(a) || *a.Job.JobModifyIndex == *job.JobModifyIndex {
 				continue
 			}
-			keep := !held
-			if len(nodeIDs) > 0 && !contains(nodeIDs, a.NodeID) {
-				keep = false
+			if held || (len(nodeIDs) > 0 && !contains(nodeIDs, a.NodeID)) || Destructive(a.Job, job, *tg.Name) {
+				s.stopAlloc(a, api.AllocClientStatusComplete, "alloc is being updated due to job update")
+				continue
 			}
-			if !keep {
-				a.DesiredStatus = api.AllocDesiredStatusStop
-				a.ClientStatus = api.AllocClientStatusComplete
-				s.bump()
-				a.ModifyIndex = s.index
-				s.emitAlloc(a, "AllocationUpdated")
-			}
+			a.Job = clone(job)
+			s.bump()
+			a.ModifyIndex = s.index
+			s.emitAlloc(a, "AllocationUpdated")
 		}
 		if held {
 			failed[*tg.Name] = &api.AllocationMetric{NodesEvaluated: len(s.nodes), ConstraintFiltered: map[string]int{"${meta.hetgpu.queue} = waiting-for-hetgpu": len(s.nodes)}}
@@ -691,13 +763,22 @@ func (s *Server) schedule(job *api.Job, evalID string) {
 		}
 		live := 0
 		for _, a := range s.allocs {
-			if a.Namespace == ns && a.JobID == *job.ID && a.TaskGroup == *tg.Name && (!terminal(a) || a.ClientStatus == api.AllocClientStatusComplete) {
+			if a.Namespace != ns || a.JobID != *job.ID || a.TaskGroup != *tg.Name {
+				continue
+			}
+			doneNow := a.ClientStatus == api.AllocClientStatusComplete && a.DesiredStatus == api.AllocDesiredStatusRun &&
+				*a.Job.Version == *job.Version
+			if !terminal(a) || doneNow {
 				live++
 			}
 		}
 		for i := live; i < *tg.Count; i++ {
 			if !s.place(job, tg, nodeIDs, devIDs) {
-				failed[*tg.Name] = &api.AllocationMetric{NodesEvaluated: len(s.nodes), DimensionExhausted: map[string]int{"devices: no devices match request": 1}}
+				m := &api.AllocationMetric{NodesEvaluated: len(s.nodes), DimensionExhausted: map[string]int{"devices: no devices match request": 1}}
+				if len(nodeIDs) > 0 {
+					m.ConstraintFiltered = map[string]int{fmt.Sprintf("${node.unique.id} = %s", strings.Join(nodeIDs, ",")): len(s.nodes)}
+				}
+				failed[*tg.Name] = m
 				break
 			}
 		}
@@ -721,6 +802,53 @@ func (s *Server) schedule(job *api.Job, evalID string) {
 			}
 		}
 	}
+}
+
+// Destructive reports whether Nomad replaces a group's allocations when job old becomes job
+// new rather than updating them in place: a change to the tasks, their drivers, config,
+// environment, metadata (job, group and task meta combined) or resources, device requests and
+// their constraints included. The ui block, constraints outside device requests, counts and
+// version tags are not destructive by themselves (following scheduler/util.go tasksUpdated;
+// the e2e tests check the cases hetgpu relies on against a real agent).
+func Destructive(old, new *api.Job, group string) bool {
+	a, b := findGroup(old, group), findGroup(new, group)
+	if a == nil || b == nil || len(a.Tasks) != len(b.Tasks) {
+		return true
+	}
+	for i := range a.Tasks {
+		ta, tb := a.Tasks[i], b.Tasks[i]
+		if ta.Name != tb.Name || ta.Driver != tb.Driver || ta.User != tb.User ||
+			!sameJSON(ta.Config, tb.Config) || !sameJSON(ta.Env, tb.Env) || !sameJSON(ta.Resources, tb.Resources) ||
+			!sameJSON(combinedMeta(old, a, ta), combinedMeta(new, b, tb)) {
+			return true
+		}
+	}
+	return false
+}
+
+func findGroup(job *api.Job, name string) *api.TaskGroup {
+	for _, tg := range job.TaskGroups {
+		if tg.Name != nil && *tg.Name == name {
+			return tg
+		}
+	}
+	return nil
+}
+
+func combinedMeta(job *api.Job, tg *api.TaskGroup, t *api.Task) map[string]string {
+	m := map[string]string{}
+	for _, src := range []map[string]string{job.Meta, tg.Meta, t.Meta} {
+		for k, v := range src {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+func sameJSON(a, b any) bool {
+	x, _ := json.Marshal(a)
+	y, _ := json.Marshal(b)
+	return string(x) == string(y)
 }
 
 func contains(s []string, v string) bool {

@@ -1,0 +1,273 @@
+package e2e
+
+// An operator's ordinary day against a real agent: drains, clients that stop or restart, a
+// sidecar that is down while a run ends, jobs stopped by hand. Each test starts its own
+// cluster; the toy workload stands in for training.
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+)
+
+// fastHeartbeats makes a stopped client "down" within seconds instead of about half a
+// minute.
+const fastHeartbeats = "  heartbeat_grace   = \"2s\"\n  min_heartbeat_ttl = \"2s\"\n"
+
+// submitToy registers the resnet50 example under id with the toy workload doing steps steps
+// of stepTime each; meta is merged into the job's meta.
+func submitToy(t *testing.T, c *api.Client, bins binaries, id string, steps int, stepTime string, meta map[string]string) {
+	t.Helper()
+	src, err := os.ReadFile("../jobspecs/resnet50-train.nomad.hcl")
+	must(t, err)
+	job, err := c.Jobs().ParseHCLOpts(&api.JobsParseRequest{JobHCL: string(src),
+		Variables: fmt.Sprintf("toy_train = %q\n", bins.Toy), Canonicalize: true})
+	must(t, err)
+	job.ID, job.Name = &id, &id
+	job.Meta["hetgpu.steps"] = fmt.Sprint(steps)
+	for k, v := range meta {
+		job.Meta[k] = v
+	}
+	job.TaskGroups[0].Tasks[0].Config["args"] = []any{"-steps", fmt.Sprint(steps), "-step-time", stepTime, "-batch", "64"}
+	if _, _, err := c.Jobs().Register(job, nil); err != nil {
+		t.Fatalf("register %s: %v", id, err)
+	}
+}
+
+// killToys ends toy workloads a test leaves behind (a client killed with SIGKILL does not
+// stop its tasks).
+func killToys(t *testing.T, bins binaries) {
+	t.Cleanup(func() {
+		procs, _ := filepath.Glob("/proc/[0-9]*/exe")
+		for _, p := range procs {
+			if exe, err := os.Readlink(p); err == nil && exe == bins.Toy {
+				var pid int
+				if _, err := fmt.Sscanf(p, "/proc/%d/exe", &pid); err == nil {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+		}
+	})
+}
+
+// liveAllocs returns the job's allocations that are told to run and not ended.
+func liveAllocs(c *api.Client, id string) []*api.AllocationListStub {
+	stubs, _, err := c.Jobs().Allocations(id, true, nil)
+	if err != nil {
+		return nil
+	}
+	var out []*api.AllocationListStub
+	for _, a := range stubs {
+		if a.DesiredStatus == "run" && (a.ClientStatus == "running" || a.ClientStatus == "pending") {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// runningOn waits until the job has exactly one running allocation and returns its node.
+func runningOn(t *testing.T, c *api.Client, id string, d time.Duration, not ...string) string {
+	t.Helper()
+	var node, why string
+	waitFor(t, d, "job "+id+" running", func() bool {
+		live := liveAllocs(c, id)
+		if len(live) != 1 || live[0].ClientStatus != "running" {
+			why = fmt.Sprintf("%d live allocations", len(live))
+			return false
+		}
+		node = live[0].NodeID
+		for _, n := range not {
+			if n == node {
+				why = "still on node " + n
+				return false
+			}
+		}
+		return true
+	}, func() string { return why + "; " + jobState(c, id) })
+	return node
+}
+
+// jobState summarises a job for failure messages: hold, allocations, blocked evaluations.
+func jobState(c *api.Client, id string) string {
+	var b strings.Builder
+	if j, _, err := c.Jobs().Info(id, nil); err == nil {
+		fmt.Fprintf(&b, "status %s held %v", deref(j.Status), scHeld(j))
+		if j.UI != nil {
+			fmt.Fprintf(&b, " ui %q", j.UI.Description)
+		}
+	}
+	stubs, _, _ := c.Jobs().Allocations(id, true, nil)
+	for _, a := range stubs {
+		fmt.Fprintf(&b, "; alloc %s node %s %s/%s v%d", a.ID[:8], a.NodeID[:8], a.ClientStatus, a.DesiredStatus, a.JobVersion)
+	}
+	evals, _, _ := c.Jobs().Evaluations(id, nil)
+	for _, e := range evals {
+		if e.Status == api.EvalStatusBlocked {
+			for g, m := range e.FailedTGAllocs {
+				fmt.Fprintf(&b, "; blocked %s: %v", g, m.ConstraintFiltered)
+			}
+		}
+	}
+	return b.String()
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// reheldTags counts the job's hetgpu-rehold version tags.
+func reheldTags(t *testing.T, c *api.Client, id string) int {
+	t.Helper()
+	versions, _, _, err := c.Jobs().Versions(id, false, nil)
+	must(t, err)
+	n := 0
+	for _, v := range versions {
+		if v.VersionTag != nil && strings.HasPrefix(v.VersionTag.Name, "hetgpu-rehold-") {
+			n++
+		}
+	}
+	return n
+}
+
+func waitDead(t *testing.T, c *api.Client, id string, d time.Duration) {
+	t.Helper()
+	waitFor(t, d, "job "+id+" to finish", func() bool {
+		j, _, err := c.Jobs().Info(id, nil)
+		return err == nil && j.Status != nil && *j.Status == "dead"
+	}, func() string { return jobState(c, id) })
+}
+
+// TestDrainKeepsPinnedBatchRunning: `nomad node drain -deadline 10m` on the node a pinned
+// batch job runs on leaves it running to completion in its one allocation, as Nomad does
+// for a plain batch job; hetgpu does not re-hold it.
+func TestDrainKeepsPinnedBatchRunning(t *testing.T) {
+	nomadBin := nomadBinary(t, "drains end to end")
+	bins := buildBinaries(t, binHetgpu, binDevice, binDriver, binToy)
+	killToys(t, bins)
+	port := freePort(t)
+	c := startCluster(t, nomadBin, bins, []clusterClient{
+		{Name: "v100a", Fake: []string{"4x V100"}}, {Name: "v100b", Fake: []string{"4x V100"}},
+	}, fmt.Sprintf("    sidecar_addr = \"http://127.0.0.1:%d\"", port))
+	sidecar := startSidecar(t, c, bins, port, `reconcile = "1s"`)
+
+	submitToy(t, c.API, bins, "drain-run", 250, "100ms", nil)
+	node := runningOn(t, c.API, "drain-run", 90*time.Second)
+	start := time.Now()
+	_, err := c.API.Nodes().UpdateDrainOpts(node, &api.DrainOptions{DrainSpec: &api.DrainSpec{Deadline: 10 * time.Minute}}, nil)
+	must(t, err)
+	// The old sidecar re-held within 0.1 s and Nomad stopped the allocation at once.
+	time.Sleep(5 * time.Second)
+	if live := liveAllocs(c.API, "drain-run"); len(live) != 1 || live[0].NodeID != node {
+		t.Fatalf("5 s into the drain: %s", jobState(c.API, "drain-run"))
+	}
+	waitDead(t, c.API, "drain-run", 2*time.Minute)
+	stubs, _, err := c.API.Jobs().Allocations("drain-run", true, nil)
+	must(t, err)
+	if len(stubs) != 1 || stubs[0].NodeID != node || stubs[0].ClientStatus != "complete" || stubs[0].DesiredStatus != "run" {
+		t.Fatalf("want one allocation that completed on the drained node: %s", jobState(c.API, "drain-run"))
+	}
+	if n := reheldTags(t, c.API, "drain-run"); n != 0 {
+		t.Errorf("the job was re-held %d times during the drain", n)
+	}
+	t.Logf("drain: the pinned job ran to completion on the draining node %s in %s", node[:8], time.Since(start).Round(time.Second))
+	if sidecar.Exited() {
+		t.Error("the sidecar exited on its own")
+	}
+}
+
+// TestJobMovedTwice: the client a pinned job runs on stops; hetgpu re-holds the job once
+// Nomad has its lost allocation to replace and pins it on another node; that client stops
+// too, and the job moves to the third node.
+func TestJobMovedTwice(t *testing.T) {
+	nomadBin := nomadBinary(t, "repeated moves end to end")
+	bins := buildBinaries(t, binHetgpu, binDevice, binDriver, binToy)
+	killToys(t, bins)
+	port := freePort(t)
+	c := startClusterWith(t, nomadBin, bins, []clusterClient{
+		{Name: "v100a", Fake: []string{"2x V100"}}, {Name: "v100b", Fake: []string{"2x V100"}}, {Name: "v100c", Fake: []string{"2x V100"}},
+	}, fmt.Sprintf("    sidecar_addr = \"http://127.0.0.1:%d\"", port), fastHeartbeats)
+	sidecar := startSidecar(t, c, bins, port, `reconcile = "1s"`)
+	clientOf := func(nodeID string) *agent {
+		n, _, err := c.API.Nodes().Info(nodeID, nil)
+		must(t, err)
+		for _, cl := range c.clients {
+			self, err := cl.API.Agent().Self()
+			if err == nil && self.Member.Name == n.Name {
+				return cl
+			}
+		}
+		t.Fatalf("no client agent for node %s (%s)", nodeID, n.Name)
+		return nil
+	}
+
+	submitToy(t, c.API, bins, "mover", 1500, "100ms", nil)
+	var seen []string
+	for move := 0; move < 3; move++ {
+		start := time.Now()
+		node := runningOn(t, c.API, "mover", 2*time.Minute, seen...)
+		if move > 0 {
+			t.Logf("move %d: running on node %s %s after its node stopped", move, node[:8], time.Since(start).Round(100*time.Millisecond))
+		}
+		seen = append(seen, node)
+		if move == 2 {
+			break
+		}
+		cl := clientOf(node)
+		cl.Stop(syscall.SIGKILL)
+	}
+	if n := reheldTags(t, c.API, "mover"); n != 2 {
+		t.Errorf("re-held %d times, want 2 (once per move)", n)
+	}
+	j, _, err := c.API.Jobs().Info("mover", nil)
+	must(t, err)
+	if scHeld(j) || j.UI == nil || !strings.Contains(j.UI.Description, "pinned to") {
+		t.Errorf("the job is not shown pinned after the second move: %s", jobState(c.API, "mover"))
+	}
+	if sidecar.Exited() {
+		t.Error("the sidecar exited on its own")
+	}
+}
+
+// TestClientRestartKeepsPinnedJob: restarting the Nomad client under a pinned running job
+// (SIGINT leaves its tasks running) keeps the job in its one allocation.
+func TestClientRestartKeepsPinnedJob(t *testing.T) {
+	nomadBin := nomadBinary(t, "client restarts end to end")
+	bins := buildBinaries(t, binHetgpu, binDevice, binDriver, binToy)
+	killToys(t, bins)
+	port := freePort(t)
+	c := startCluster(t, nomadBin, bins, []clusterClient{{Name: "v100", Fake: []string{"2x V100"}}},
+		fmt.Sprintf("    sidecar_addr = \"http://127.0.0.1:%d\"", port))
+	startSidecar(t, c, bins, port, `reconcile = "1s"`)
+
+	submitToy(t, c.API, bins, "restart-run", 400, "100ms", nil)
+	node := runningOn(t, c.API, "restart-run", 90*time.Second)
+	first := liveAllocs(c.API, "restart-run")[0].ID
+	start := time.Now()
+	cl := c.clients[0]
+	cl.Stop(syscall.SIGINT)
+	cl.Start()
+	waitNodes(t, c.API, 90*time.Second, 1, []*proc{cl.proc}, driverHealthy)
+	t.Logf("client restart: node ready again after %s", time.Since(start).Round(100*time.Millisecond))
+	time.Sleep(5 * time.Second)
+	if live := liveAllocs(c.API, "restart-run"); len(live) != 1 || live[0].ID != first || live[0].NodeID != node {
+		t.Fatalf("after the client restart: %s", jobState(c.API, "restart-run"))
+	}
+	waitDead(t, c.API, "restart-run", 2*time.Minute)
+	stubs, _, err := c.API.Jobs().Allocations("restart-run", true, nil)
+	must(t, err)
+	if len(stubs) != 1 || stubs[0].ClientStatus != "complete" {
+		t.Errorf("want the one allocation complete: %s", jobState(c.API, "restart-run"))
+	}
+	if n := reheldTags(t, c.API, "restart-run"); n != 0 {
+		t.Errorf("re-held %d times across a client restart", n)
+	}
+}

@@ -1,0 +1,50 @@
+package nomadtest
+
+import (
+	"strings"
+
+	"github.com/hashicorp/nomad/api"
+)
+
+// UpdateCase is one kind of job change and whether Nomad replaces a running allocation of the
+// changed group (destructive) or updates it in place. The e2e suite applies every case to a
+// running job on a real agent and the fake's tests apply them to the fake, so the two are held
+// to the same answers.
+type UpdateCase struct {
+	Name string
+	// Change rewrites the job; node and devices are where the group's allocation runs.
+	Change      func(job *api.Job, node string, devices []string)
+	Destructive bool
+}
+
+// UpdateCases are the changes hetgpu makes (or must avoid) on a running group, in an order
+// that can be applied one after another to one job: the in-place ones first.
+func UpdateCases() []UpdateCase {
+	return []UpdateCase{
+		{Name: "ui description", Change: func(j *api.Job, _ string, _ []string) {
+			j.UI = &api.JobUIConfig{Description: "hetgpu: pinned to the node it runs on"}
+		}},
+		{Name: "node pin the node meets", Change: func(j *api.Job, node string, _ []string) {
+			tg := j.TaskGroups[0]
+			tg.Constraints = append(tg.Constraints, api.NewConstraint("${node.unique.id}", "=", node))
+		}},
+		{Name: "device pin of the GPUs it holds", Destructive: true, Change: func(j *api.Job, _ string, devices []string) {
+			for _, t := range j.TaskGroups[0].Tasks {
+				for _, d := range t.Resources.Devices {
+					d.Constraints = append(d.Constraints, api.NewConstraint("${device.ids}", api.ConstraintSetContainsAny, strings.Join(devices, ",")))
+				}
+			}
+		}},
+		{Name: "group meta", Destructive: true, Change: func(j *api.Job, _ string, _ []string) {
+			tg := j.TaskGroups[0]
+			if tg.Meta == nil {
+				tg.Meta = map[string]string{}
+			}
+			tg.Meta["hetgpu.note"] = "changed"
+		}},
+		{Name: "hold constraint", Destructive: true, Change: func(j *api.Job, _ string, _ []string) {
+			tg := j.TaskGroups[0]
+			tg.Constraints = append(tg.Constraints, api.NewConstraint("${meta.hetgpu.queue}", "=", "waiting-for-hetgpu"))
+		}},
+	}
+}
