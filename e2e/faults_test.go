@@ -184,9 +184,9 @@ func TestDrainKeepsPinnedBatchRunning(t *testing.T) {
 	}
 }
 
-// TestJobMovedTwice: the client a pinned job runs on stops; hetgpu re-holds the job once
-// Nomad has its lost allocation to replace and pins it on another node; that client stops
-// too, and the job moves to the third node.
+// TestJobMovedTwice: the client a pinned job runs on dies; hetgpu re-holds the job once Nomad
+// has the lost allocation to replace and pins it on another node; that client dies too, and
+// the job moves to the third node.
 func TestJobMovedTwice(t *testing.T) {
 	nomadBin := nomadBinary(t, "repeated moves end to end")
 	bins := buildBinaries(t, binHetgpu, binDevice, binDriver, binToy)
@@ -197,15 +197,12 @@ func TestJobMovedTwice(t *testing.T) {
 	}, fmt.Sprintf("    sidecar_addr = \"http://127.0.0.1:%d\"", port), fastHeartbeats)
 	sidecar := startSidecar(t, c, bins, port, `reconcile = "1s"`)
 	clientOf := func(nodeID string) *agent {
-		n, _, err := c.API.Nodes().Info(nodeID, nil)
-		must(t, err)
 		for _, cl := range c.clients {
-			self, err := cl.API.Agent().Self()
-			if err == nil && self.Member.Name == n.Name {
+			if self, err := cl.API.Agent().Self(); err == nil && self.Stats["client"]["node_id"] == nodeID {
 				return cl
 			}
 		}
-		t.Fatalf("no client agent for node %s (%s)", nodeID, n.Name)
+		t.Fatalf("no client agent for node %s", nodeID)
 		return nil
 	}
 
@@ -215,14 +212,13 @@ func TestJobMovedTwice(t *testing.T) {
 		start := time.Now()
 		node := runningOn(t, c.API, "mover", 2*time.Minute, seen...)
 		if move > 0 {
-			t.Logf("move %d: running on node %s %s after its node stopped", move, node[:8], time.Since(start).Round(100*time.Millisecond))
+			t.Logf("move %d: running on node %s %s after the fault", move, node[:8], time.Since(start).Round(100*time.Millisecond))
 		}
 		seen = append(seen, node)
-		if move == 2 {
-			break
+		if move < 2 {
+			// The client dies: its allocation is lost, and Nomad has a replacement to place.
+			clientOf(node).Stop(syscall.SIGKILL)
 		}
-		cl := clientOf(node)
-		cl.Stop(syscall.SIGKILL)
 	}
 	if n := reheldTags(t, c.API, "mover"); n != 2 {
 		t.Errorf("re-held %d times, want 2 (once per move)", n)
@@ -255,6 +251,10 @@ func TestClientRestartKeepsPinnedJob(t *testing.T) {
 	cl := c.clients[0]
 	cl.Stop(syscall.SIGINT)
 	cl.Start()
+	waitFor(t, 60*time.Second, "the restarted client's API", func() bool {
+		_, err := cl.API.Agent().Self()
+		return err == nil
+	})
 	waitNodes(t, c.API, 90*time.Second, 1, []*proc{cl.proc}, driverHealthy)
 	t.Logf("client restart: node ready again after %s", time.Since(start).Round(100*time.Millisecond))
 	time.Sleep(5 * time.Second)
@@ -270,4 +270,70 @@ func TestClientRestartKeepsPinnedJob(t *testing.T) {
 	if n := reheldTags(t, c.API, "restart-run"); n != 0 {
 		t.Errorf("re-held %d times across a client restart", n)
 	}
+}
+
+// TestDrainDeadlineEndsBatchJob: when a drain's deadline passes under a pinned batch job,
+// Nomad kills its task and, since the task did not fail, counts the job finished and places
+// nothing anew, as for a plain batch job. hetgpu re-holds nothing and learns no finished run.
+func TestDrainDeadlineEndsBatchJob(t *testing.T) {
+	nomadBin := nomadBinary(t, "drain deadlines end to end")
+	bins := buildBinaries(t, binHetgpu, binDevice, binDriver, binToy)
+	killToys(t, bins)
+	port := freePort(t)
+	sidecarURL := fmt.Sprintf("http://127.0.0.1:%d", port)
+	c := startCluster(t, nomadBin, bins, []clusterClient{
+		{Name: "v100a", Fake: []string{"2x V100"}}, {Name: "v100b", Fake: []string{"2x V100"}},
+	}, fmt.Sprintf("    sidecar_addr = %q", sidecarURL))
+	startSidecar(t, c, bins, port, `reconcile = "1s"`)
+
+	submitToy(t, c.API, bins, "deadline-run", 1500, "100ms", nil)
+	node := runningOn(t, c.API, "deadline-run", 90*time.Second)
+	_, err := c.API.Nodes().UpdateDrainOpts(node, &api.DrainOptions{DrainSpec: &api.DrainSpec{Deadline: 2 * time.Second}}, nil)
+	must(t, err)
+	waitDead(t, c.API, "deadline-run", 60*time.Second)
+	time.Sleep(5 * time.Second) // rounds that could re-hold or learn
+	stubs, _, err := c.API.Jobs().Allocations("deadline-run", true, nil)
+	must(t, err)
+	if len(stubs) != 1 || stubs[0].DesiredStatus != "stop" || stubs[0].ClientStatus != "complete" {
+		t.Fatalf("want the one allocation stopped by the drain: %s", jobState(c.API, "deadline-run"))
+	}
+	if n := reheldTags(t, c.API, "deadline-run"); n != 0 {
+		t.Errorf("re-held %d times", n)
+	}
+	if n := finishedRuns(t, sidecarURL, "deadline-run"); n != 0 {
+		t.Errorf("%d finished runs learned for a job killed by a drain deadline", n)
+	}
+}
+
+// runRecord is one stored run record as GET /v1/observations lists it.
+type runRecord struct {
+	Source      string `json:"source"`
+	Observation struct {
+		AllocID  string  `json:"alloc_id"`
+		Partial  bool    `json:"partial"`
+		ExitCode int     `json:"exit_code"`
+		Energy   float64 `json:"energy_j"`
+	} `json:"observation"`
+}
+
+// runRecords lists the sidecar's stored run records of a job.
+func runRecords(t *testing.T, sidecarURL, job string) []runRecord {
+	t.Helper()
+	var r struct {
+		Observations []runRecord `json:"observations"`
+	}
+	must(t, scGet(sidecarURL+"/v1/observations?namespace=default&job="+job, &r))
+	return r.Observations
+}
+
+// finishedRuns counts the stored records of a job that are finished runs (not partial).
+func finishedRuns(t *testing.T, sidecarURL, job string) int {
+	t.Helper()
+	n := 0
+	for _, r := range runRecords(t, sidecarURL, job) {
+		if !r.Observation.Partial && r.Observation.ExitCode == 0 {
+			n++
+		}
+	}
+	return n
 }

@@ -13,11 +13,10 @@ import (
 
 // TestJobUpdateSemantics applies each change of nomadtest.UpdateCases to a running GPU job on
 // a real agent and checks which ones Nomad applies in place (the allocation keeps running)
-// and which replace the allocation; the fake is tested against the same table. hetgpu's
-// rewrites of a running group are limited to the in-place kinds; a re-hold is destructive by
-// nature (it drops the device pin), so it is only issued once Nomad has nothing left running
-// in the group. It also checks the batch rule the sidecar relies on for groups that finished:
-// a new job version re-runs a finished batch group.
+// and which replace the allocation; the fake is tested against the same table. A re-hold is
+// destructive by nature (it drops the device pin), so the sidecar issues it only once Nomad
+// has nothing left running in the group. It also pins a batch rule: any new version of a
+// batch job, a ui-only one included, re-runs its finished groups.
 func TestJobUpdateSemantics(t *testing.T) {
 	nomadBin := nomadBinary(t, "Nomad's job update semantics")
 	bins := buildBinaries(t, binDevice, binDriver, binToy)
@@ -70,9 +69,6 @@ job "semantics" {
 		t.Logf("%-32s allocation %s: desired %s (%s), client %s", tc.Name, a.ID[:8], got.DesiredStatus, got.DesiredDescription, got.ClientStatus)
 		if replaced != tc.Destructive {
 			t.Errorf("%s: Nomad replaced the allocation = %v, the fake says %v", tc.Name, replaced, tc.Destructive)
-		}
-		if tc.Name == "hold constraint" {
-			break
 		}
 	}
 

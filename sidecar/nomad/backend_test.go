@@ -486,15 +486,16 @@ func TestFaultsReholdAndDecideAgain(t *testing.T) {
 	}
 }
 
-// TestMovedAnyNumberOfTimes: a job whose node goes down is re-held and pinned elsewhere, and
-// again when that node goes down; the allocations the moves stopped or lost never count as
-// the group having finished.
+// TestMovedAnyNumberOfTimes: a preemptible job is preempted (its stopped allocation ends
+// "complete") and pinned elsewhere; then that node goes down and the job moves again, and
+// again. The allocations the moves stopped or lost never count as the group having finished.
 func TestMovedAnyNumberOfTimes(t *testing.T) {
 	f := newFixture(t, nil)
 	f.srv.AddNode("node-v100-01", "v100b", "Tesla V100-SXM2-16GB", 8)
 	f.srv.AddNode("node-v100-02", "v100c", "Tesla V100-SXM2-16GB", 8)
-	f.srv.Register(heldJob("run", 2, 1, nil))
-	nodes := []string{"node-v100-00", "node-v100-01", "node-v100-02"}
+	f.srv.AddNode("node-v100-03", "v100d", "Tesla V100-SXM2-16GB", 8)
+	f.srv.Register(heldJob("run", 2, 1, map[string]string{"hetgpu.enable": "true", "hetgpu.model": "resnet/ResNet-50", "hetgpu.preemptible": "true"}))
+	nodes := []string{"node-v100-00", "node-v100-01", "node-v100-02", "node-v100-03"}
 	for i, node := range nodes {
 		f.resync(t)
 		snap := f.snapshot(t)
@@ -515,8 +516,15 @@ func TestMovedAnyNumberOfTimes(t *testing.T) {
 		if len(live) != 1 || live[0].NodeID != node {
 			t.Fatalf("move %d: live allocations %+v, want one on %s", i, live, node)
 		}
-		if i == len(nodes)-1 {
-			break
+		switch i {
+		case 0:
+			res, err := f.b.Preempt(context.Background(), []cluster.Preemption{{Namespace: "default", JobID: "run", Group: "train", Reason: "test"}})
+			if err != nil || len(res) != 1 || !res[0].Applied {
+				t.Fatalf("preempt = %+v, %v", res, err)
+			}
+			continue
+		case len(nodes) - 1:
+			continue
 		}
 		f.srv.UpdateNode(node, "NodeStreamEvent", func(n *api.Node) { n.Status = api.NodeStatusDown })
 		f.resync(t)
@@ -528,7 +536,7 @@ func TestMovedAnyNumberOfTimes(t *testing.T) {
 			t.Fatalf("move %d: finished = %+v", i, m.Finished)
 		}
 	}
-	if got := len(f.srv.Allocs("default", "run")); got != 3 {
+	if got := len(f.srv.Allocs("default", "run")); got != len(nodes) {
 		t.Errorf("%d allocations, want one per node", got)
 	}
 }

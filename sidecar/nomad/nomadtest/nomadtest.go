@@ -723,10 +723,11 @@ func holds(cs []*api.Constraint) bool {
 
 // schedule is a tiny scheduler: held groups get a blocked eval; others get allocations, on the
 // pinned node(s) with the pinned instance IDs when pinned, else first fit. A job update
-// changes a live allocation in place unless Nomad would replace it (destructive, below) or its
-// node no longer meets the group's constraints (the hold, a node pin elsewhere); replaced
-// allocations are stopped. As in Nomad's reconciler for batch jobs, terminal allocations of
-// an older job version do not count towards the group's count. Callers hold s.mu.
+// changes a live allocation in place unless Nomad would replace it (Destructive); as on a
+// real agent, a constraint change alone (the hold, a node pin elsewhere) leaves it running.
+// As in Nomad's reconciler for batch jobs, terminal allocations of an older job version do
+// not count towards the group's count: a new version re-runs a finished group. Callers hold
+// s.mu.
 func (s *Server) schedule(job *api.Job, evalID string) {
 	ns := *job.Namespace
 	if job.Stop != nil && *job.Stop {
@@ -745,7 +746,7 @@ func (s *Server) schedule(job *api.Job, evalID string) {
 			if a.Namespace != ns || a.JobID != *job.ID || a.TaskGroup != *tg.Name || terminal(a) || *a.Job.JobModifyIndex == *job.JobModifyIndex {
 				continue
 			}
-			if held || (len(nodeIDs) > 0 && !contains(nodeIDs, a.NodeID)) || Destructive(a.Job, job, *tg.Name) {
+			if Destructive(a.Job, job, *tg.Name) {
 				s.stopAlloc(a, api.AllocClientStatusComplete, "alloc is being updated due to job update")
 				continue
 			}

@@ -18,7 +18,10 @@ type UpdateCase struct {
 }
 
 // UpdateCases are the changes hetgpu makes (or must avoid) on a running group, in an order
-// that can be applied one after another to one job: the in-place ones first.
+// that can be applied one after another to one job (each destructive case leaves a new
+// running allocation for the next). Measured on Nomad 2.0: the ui block and constraints are
+// in place, even a constraint the allocation's node no longer meets; device requests
+// (their constraints included) and meta are destructive.
 func UpdateCases() []UpdateCase {
 	return []UpdateCase{
 		{Name: "ui description", Change: func(j *api.Job, _ string, _ []string) {
@@ -42,7 +45,17 @@ func UpdateCases() []UpdateCase {
 			}
 			tg.Meta["hetgpu.note"] = "changed"
 		}},
-		{Name: "hold constraint", Destructive: true, Change: func(j *api.Job, _ string, _ []string) {
+		{Name: "node pin elsewhere", Change: func(j *api.Job, _ string, _ []string) {
+			// A constraint change alone never replaces a running allocation, even where its
+			// node no longer meets it.
+			tg := j.TaskGroups[0]
+			for _, c := range tg.Constraints {
+				if c.LTarget == "${node.unique.id}" {
+					c.RTarget = "00000000-0000-0000-0000-000000000000"
+				}
+			}
+		}},
+		{Name: "hold constraint", Change: func(j *api.Job, _ string, _ []string) {
 			tg := j.TaskGroups[0]
 			tg.Constraints = append(tg.Constraints, api.NewConstraint("${meta.hetgpu.queue}", "=", "waiting-for-hetgpu"))
 		}},
