@@ -163,6 +163,10 @@ func New(cfg Config, logger hclog.Logger) (*Placer, error) {
 	return &Placer{cfg: cfg, logger: logger.Named("place")}, nil
 }
 
+// HonorsMinThroughput reports whether the placer drops placements below a job's T_min (the
+// sidecar's feasibility check follows the same rule).
+func (p *Placer) HonorsMinThroughput() bool { return p.cfg.HonorMinThroughput }
+
 func cloneMap(m map[string]float64) map[string]float64 {
 	if m == nil {
 		return nil
