@@ -522,7 +522,7 @@ func (m *model) assign(chosen []option, alts map[int][]*option, st0 *state, solv
 		o := r.o
 		j := &m.jobs[o.job]
 		d := cluster.Decision{Namespace: j.j.Namespace, JobID: j.j.ID, Group: j.j.Group, GPUType: m.types[o.typ],
-			PredThroughput: o.T, PredPowerW: o.P, Score: o.value, Rank: j.pos + 1, Shared: o.coloc}
+			PredThroughput: o.T, PredPowerW: o.P, Score: j.score, Rank: j.pos + 1, Shared: o.coloc}
 		byUnit := map[int]int{}
 		for pi, pt := range o.parts {
 			u := m.doms[pt.dom].unit

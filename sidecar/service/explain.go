@@ -469,7 +469,7 @@ func decisionSummary(r *store.DecisionRecord) string {
 		}
 	}
 	if r.Rank > 0 {
-		why += fmt.Sprintf("; rank %d of %d, score %.3g", r.Rank, r.QueueLen, r.Score)
+		why += fmt.Sprintf("; rank %d of %d, score %.4g", r.Rank, r.QueueLen, r.Score)
 	}
 	if d != nil && d.Explanation != "" {
 		why += "; placer: " + d.Explanation
