@@ -408,7 +408,7 @@ func (p *Placer) PlaceDetailed(ctx context.Context, snap *cluster.Snapshot, rank
 	stats.lap("assign", &last)
 	p.logger.Debug("placement round", "jobs", len(ranked), "window", m.window, "candidates", stats.Candidates,
 		"solver", stats.Solver, "placed", stats.Placed, "backfilled", stats.Backfilled, "objective", stats.Objective,
-		"fallback", stats.Fallback, "time", stats.SolveTime)
+		"fallback", stats.Fallback, "time", stats.SolveTime.String())
 	return decisions, stats, nil
 }
 
