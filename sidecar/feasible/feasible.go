@@ -51,8 +51,9 @@ type Verdict struct {
 	Fits bool
 	// Invalid marks a request that is malformed or cannot be evaluated (Reason says why).
 	Invalid bool
-	// NoNodes marks a view without any node to judge by (a cluster starting up, every node
-	// down): the group waits, it is not judged infeasible.
+	// NoNodes marks a view without any node with devices to judge by (a cluster starting up,
+	// device plugins not fingerprinted yet, every node down): the group waits, it is not
+	// judged infeasible.
 	NoNodes bool
 	// Reason names the requirement that rules the group out; empty when it fits.
 	Reason string
@@ -198,7 +199,9 @@ func capacityOf(snap *cluster.Snapshot, req *request, view View, used map[string
 	considered, admitted, matching, groupsOK := 0, 0, 0, 0
 	for i := range snap.Nodes {
 		n := &snap.Nodes[i]
-		if !open(n, view) {
+		// A node without devices can host no GPU group; one whose device plugin has not
+		// fingerprinted yet must not make a group look infeasible.
+		if !open(n, view) || len(n.Devices) == 0 {
 			continue
 		}
 		considered++
@@ -252,7 +255,7 @@ func capacityOf(snap *cluster.Snapshot, req *request, view View, used map[string
 	switch {
 	case considered == 0:
 		c.noNodes = true
-		c.reason = "no " + where
+		c.reason = "no " + where + " with devices"
 	case admitted == 0:
 		c.reason = fmt.Sprintf("no %s satisfies all of its constraints together (%d checked)", where, considered)
 		for ci, n := range nodePass {

@@ -118,8 +118,12 @@ func TestCheck(t *testing.T) {
 		{"device.ids names no GPU here", issueCluster(), job(1, 0, 0, func(j *cluster.Job) {
 			j.DeviceConstraints = []cluster.Constraint{{LTarget: "${device.ids}", Operand: "set_contains_any", RTarget: "GPU-elsewhere-0"}}
 		}), Ever, "no \"nvidia/gpu\" device on a ready node satisfies the device constraint `${device.ids} set_contains_any GPU-elsewhere-0`", Infeasible},
-		{"no nodes", nil, job(1, 0, 0, nil), Ever, "nonodes: no ready node", ""},
-		{"only down nodes", []cluster.Node{node("v100", "down", group{name: "Tesla V100-SXM2-16GB", n: 8})}, job(1, 0, 0, nil), Ever, "nonodes: no ready node", ""},
+		{"no nodes", nil, job(1, 0, 0, nil), Ever, "nonodes: no ready node with devices", ""},
+		{"only down nodes", []cluster.Node{node("v100", "down", group{name: "Tesla V100-SXM2-16GB", n: 8})}, job(1, 0, 0, nil), Ever, "nonodes: no ready node with devices", ""},
+		{"devices not fingerprinted yet", []cluster.Node{node("v100", "ready")}, job(1, 0, 0, nil), Ever, "nonodes: no ready node with devices", ""},
+		{"nodes without devices do not count", append(issueCluster(), node("cpu", "ready")), job(1, 0, 0, func(j *cluster.Job) {
+			j.Constraints = []cluster.Constraint{{LTarget: "${node.unique.name}", Operand: "=", RTarget: "cpu"}}
+		}), Ever, "no ready node satisfies the constraint `${node.unique.name} = cpu`", Infeasible},
 		{"invalid split", issueCluster(), job(8, 3, 0, nil), Ever, "invalid: 8 GPUs cannot be split into allocations of 3 GPUs each", Invalid},
 		{"invalid max_nodes", issueCluster(), job(8, 2, 2, nil), Ever, "invalid: 8 GPUs at 2 per node need 4 nodes, but hetgpu.max_nodes = 2", Invalid},
 		{"invalid no GPUs", issueCluster(), job(0, 0, 0, nil), Ever, "invalid: requests 0 GPUs", Invalid},

@@ -325,7 +325,8 @@ type Explanation struct {
 // GroupExplanation explains one task group.
 type GroupExplanation struct {
 	Group string `json:"group"`
-	// Status: waiting, pinning, invalid, pinned, shadow, conflict, pin_failed, reheld, gone.
+	// Status: waiting, infeasible, pinning, invalid, pinned, shadow, conflict, pin_failed, reheld,
+	// gone.
 	Status  string `json:"status"`
 	Summary string `json:"summary"`
 	Error   string `json:"error,omitempty"`
