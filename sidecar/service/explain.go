@@ -411,7 +411,7 @@ func (s *Service) Explain(ns, id string) (*Explanation, error) {
 	for k, e := range s.invalid {
 		if strings.HasPrefix(k, prefix) {
 			ge := get(strings.TrimPrefix(k, prefix))
-			ge.Status, ge.Error = store.StatusInvalid, e
+			ge.Status, ge.Error, ge.Wait, ge.Reason = store.StatusInvalid, e, WaitInvalid, e
 			ge.Summary = "held: hetgpu cannot decide for this group until the job is fixed and run again: " + e
 		}
 	}

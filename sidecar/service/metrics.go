@@ -38,7 +38,7 @@ func newMetrics() *Metrics {
 		InfeasibleGroups: prometheus.NewGauge(prometheus.GaugeOpts{Name: "hetgpu_infeasible_groups",
 			Help: "Pending task groups that can never run on the cluster as it stands (every ready node, all GPUs free), as of the last round."}),
 		WaitingGroups: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "hetgpu_waiting_groups",
-			Help: "Pending task groups not placed in the last round, by why (infeasible, capacity, behind, invalid)."}, []string{"wait"}),
+			Help: "Pending task groups not placed in the last round, by why: infeasible, capacity, behind, invalid (malformed annotations or a request hetgpu cannot evaluate)."}, []string{"wait"}),
 		DecisionLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "hetgpu_decision_latency_seconds",
 			Help:    "Wall time of a decision round from snapshot to pins issued (rounds with pending jobs).",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}),

@@ -185,6 +185,8 @@ func (s *Service) noteWaits(ctx context.Context, queue []QueueEntry) {
 	s.mu.Lock()
 	before := s.infeasible
 	s.infeasible = now
+	// Held groups with malformed annotations never reach the queue (the backend reports them).
+	counts[WaitInvalid] += len(s.invalid)
 	s.mu.Unlock()
 	for k, why := range now {
 		if before[k] != why {

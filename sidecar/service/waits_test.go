@@ -168,3 +168,20 @@ func TestInfeasibleLineRemovedWhenANodeJoins(t *testing.T) {
 		t.Errorf("metrics after the join:\n%s", m)
 	}
 }
+
+// Groups with malformed annotations count as invalid waits and say so in their explanation.
+func TestInvalidAnnotationsAreAWait(t *testing.T) {
+	h := servicetest.NewHarness(t, nil)
+	h.Nomad.Register(servicetest.HeldJob("bad", 1, 1, map[string]string{"hetgpu.batch_size": "sixty"}))
+	h.Round()
+	ex, err := h.Service.Explain("default", "bad")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := ex.Groups[0]; g.Status != "invalid" || g.Wait != "invalid" || !strings.Contains(g.Reason, "hetgpu.batch_size") {
+		t.Errorf("explanation = %+v", g)
+	}
+	if m := scrape(t, h); !strings.Contains(m, `hetgpu_waiting_groups{wait="invalid"} 1`+"\n") {
+		t.Error("the invalid group is not counted as an invalid wait")
+	}
+}
