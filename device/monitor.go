@@ -80,7 +80,9 @@ func (m *monitor) run(ctx context.Context) {
 		}
 		wait := m.period
 		if err != nil {
-			m.logger.Error("GPU fingerprint failed; retrying", "error", err, "retry_in", delay)
+			// Durations as strings: the plugin logs JSON, where a Duration is a bare count of
+			// nanoseconds that Nomad re-logs as a float ("1.6688645394e+10").
+			m.logger.Error("GPU fingerprint failed; retrying", "error", err, "retry_in", delay.String())
 			wait, delay = delay, min(2*delay, m.period)
 		} else {
 			delay = retryMin

@@ -2,6 +2,8 @@ package device
 
 import (
 	"math"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -135,6 +137,56 @@ func TestTopology(t *testing.T) {
 	}
 	if str(topo(6), StatPCIBusID) != "0000:30:00.0" {
 		t.Errorf("bus id %q", str(topo(6), StatPCIBusID))
+	}
+}
+
+// NVLink peers stay inside one fake entry: two NVSwitch boxes on one node are two fabrics
+// (issue 14: every A100 listed the H100s of the other box as peers).
+func TestNVLinkPeersStayInTheirEntry(t *testing.T) {
+	tests := []struct {
+		name string
+		gpus []string
+		// nvlink: per entry, whether its GPUs are NVLink peers of each other.
+		nvlink []bool
+	}{
+		{"A100 box and H100 box", []string{"4x A100-SXM4-40GB", "4x H100-SXM5-80GB"}, []bool{true, true}},
+		{"two DGX boxes", []string{"dgxa100", "dgxh100"}, []bool{true, true}},
+		{"two A100 entries", []string{"2x A100-SXM4-80GB", "2x A100-SXM4-80GB"}, []bool{true, true}},
+		{"two V100 meshes and T4s", []string{"2x V100", "3x V100", "2x T4"}, []bool{true, true, false}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f, inv := fakeInventory(t, fake.Spec{GPUs: tt.gpus})
+			uuids := f.UUIDs()
+			// entry of each GPU, in fleet order
+			var entry []int
+			for e, g := range tt.gpus {
+				n := 8
+				if c, _, ok := strings.Cut(g, "x "); ok {
+					n, _ = strconv.Atoi(c)
+				}
+				for range n {
+					entry = append(entry, e)
+				}
+			}
+			if len(entry) != len(uuids) {
+				t.Fatalf("%d GPUs, expected %d", len(uuids), len(entry))
+			}
+			stats := collectStats(inv, time.Now())
+			for i, u := range uuids {
+				var want []string
+				for j, v := range uuids {
+					if j != i && entry[j] == entry[i] && tt.nvlink[entry[i]] {
+						want = append(want, v)
+					}
+				}
+				slices.Sort(want)
+				got := statOf(t, stats, u).Stats.Nested[StatTopology].Attributes[StatNVLinkPeers].StringVal.GetValue()
+				if got != strings.Join(want, ",") {
+					t.Errorf("GPU %d (entry %d) peers %q, want %q", i, entry[i], got, strings.Join(want, ","))
+				}
+			}
+		})
 	}
 }
 

@@ -30,7 +30,12 @@ func sysfsNUMANode(busID string) string {
 func computeTopology(lib nvml.Interface, gpus []*instance) {
 	hasNUMA := lib.Extensions().LookupSymbol("nvmlDeviceGetNumaNodeId") == nil
 	remotes := make([]map[string]bool, len(gpus))
-	onSwitch := make([]bool, len(gpus))
+	// switches: the NVSwitches (PCI bus IDs) a GPU's links reach. Two GPUs are peers through a
+	// fabric only if they reach a common switch: a node with two fabrics (an A100 box and an
+	// H100 box) has two peer sets. A switch link whose remote is unknown puts the GPU on
+	// every fabric, as before.
+	switches := make([]map[string]bool, len(gpus))
+	anySwitch := make([]bool, len(gpus))
 	for i, g := range gpus {
 		if g.handle == nil {
 			continue
@@ -48,7 +53,7 @@ func computeTopology(lib nvml.Interface, gpus []*instance) {
 			node = ""
 		}
 		g.topo.numaNode = node
-		remotes[i] = map[string]bool{}
+		remotes[i], switches[i] = map[string]bool{}, map[string]bool{}
 		for l := range nvml.NVLINK_MAX_LINKS {
 			st, r := g.handle.GetNvLinkState(l)
 			if r != nvml.SUCCESS {
@@ -58,7 +63,11 @@ func computeTopology(lib nvml.Interface, gpus []*instance) {
 				continue
 			}
 			if t, r := g.handle.GetNvLinkRemoteDeviceType(l); r == nvml.SUCCESS && t == nvml.NVLINK_DEVICE_TYPE_SWITCH {
-				onSwitch[i] = true
+				if p, r := g.handle.GetNvLinkRemotePciInfo(l); r == nvml.SUCCESS && normalizeBusID(p) != "" {
+					switches[i][normalizeBusID(p)] = true
+				} else {
+					anySwitch[i] = true
+				}
 				continue
 			}
 			if p, r := g.handle.GetNvLinkRemotePciInfo(l); r == nvml.SUCCESS {
@@ -72,7 +81,7 @@ func computeTopology(lib nvml.Interface, gpus []*instance) {
 			if i == j || g.pciBusID == "" || h.pciBusID == "" {
 				continue
 			}
-			if remotes[i][h.pciBusID] || remotes[j][g.pciBusID] || (onSwitch[i] && onSwitch[j]) {
+			if remotes[i][h.pciBusID] || remotes[j][g.pciBusID] || sameFabric(switches[i], switches[j], anySwitch[i], anySwitch[j]) {
 				g.topo.nvlinkPeers = append(g.topo.nvlinkPeers, h.uuid)
 			}
 		}
@@ -81,6 +90,24 @@ func computeTopology(lib nvml.Interface, gpus []*instance) {
 	for _, g := range gpus {
 		slices.Sort(g.topo.nvlinkPeers)
 	}
+}
+
+// sameFabric reports whether two GPUs reach a common NVSwitch; a GPU with a switch link of
+// unknown remote (any) shares a fabric with every switch-connected GPU.
+func sameFabric(a, b map[string]bool, anyA, anyB bool) bool {
+	onA, onB := anyA || len(a) > 0, anyB || len(b) > 0
+	if !onA || !onB {
+		return false
+	}
+	if anyA || anyB {
+		return true
+	}
+	for s := range a {
+		if b[s] {
+			return true
+		}
+	}
+	return false
 }
 
 // assignPCIeSwitches groups GPUs whose closest common ancestor is a PCIe switch (NVML

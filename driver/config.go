@@ -1,6 +1,8 @@
 package driver
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"math"
 	"os"
@@ -20,7 +22,8 @@ type PluginConfig struct {
 	SidecarToken string `msgpack:"sidecar_token"`
 	// SpoolDir holds run records until the sidecar took them (default <state_dir>/spool).
 	SpoolDir string `msgpack:"spool_dir"`
-	// StateDir holds each task's shim files and telemetry checkpoints.
+	// StateDir holds each task's shim files and telemetry checkpoints (default: one directory
+	// per Nomad client, see clientStateDir).
 	StateDir string `msgpack:"state_dir"`
 	// NVML is "auto" (use it when the library loads), "required" (unhealthy without it),
 	// "fake" (the device plugin's fake GPUs, see Fake) or "off".
@@ -75,8 +78,9 @@ func pluginConfigSpec() *hclspec.Spec {
 	})
 }
 
-// decodePluginConfig decodes and checks SetConfig's bytes; errors name the field.
-func decodePluginConfig(data []byte) (PluginConfig, error) {
+// decodePluginConfig decodes and checks SetConfig's bytes; errors name the field. stateDir is
+// the default state_dir (the client's, see clientStateDir).
+func decodePluginConfig(data []byte, stateDir string) (PluginConfig, error) {
 	c := defaultPluginConfig()
 	if err := plugin.DecodeConfig(data, &c); err != nil {
 		return c, err
@@ -107,6 +111,9 @@ func decodePluginConfig(data []byte) (PluginConfig, error) {
 		}
 	}
 	if c.StateDir == "" {
+		c.StateDir = stateDir
+	}
+	if c.StateDir == "" {
 		c.StateDir = defaultStateDir()
 	}
 	if c.FakeSeed == "" {
@@ -118,8 +125,35 @@ func decodePluginConfig(data []byte) (PluginConfig, error) {
 	return c, nil
 }
 
-// defaultStateDir is a per-machine directory that survives driver restarts (tasks do not
-// survive a reboot, so a tmpfs is fine when not root).
+// clientStateDir is the default state_dir of the Nomad client that ran the plugin from
+// pluginPath: base/client-<12 hex digits of SHA-256 of the plugin's directory>. Several
+// clients on one host each run their own driver process, and Nomad gives a driver nothing
+// that names its client (SetConfig's agent config has only the client's port range and CPU
+// topology); what differs is the plugin_dir Nomad runs the binary from, <data_dir>/plugins by
+// default. A shared default let one client's driver retry another client's spooled run
+// records. Clients that share a plugin_dir must set state_dir each.
+func clientStateDir(base, pluginPath string) string {
+	if pluginPath == "" {
+		return base
+	}
+	sum := sha256.Sum256([]byte(filepath.Clean(filepath.Dir(pluginPath))))
+	return filepath.Join(base, "client-"+hex.EncodeToString(sum[:6]))
+}
+
+// defaultPluginPath is os.Args[0] made absolute, or "" when there is none.
+func defaultPluginPath() string {
+	if len(os.Args) == 0 || os.Args[0] == "" {
+		return ""
+	}
+	p, err := filepath.Abs(os.Args[0])
+	if err != nil {
+		return ""
+	}
+	return p
+}
+
+// defaultStateDir is the per-machine parent of the clients' state directories; it survives
+// driver restarts (tasks do not survive a reboot, so a tmpfs is fine when not root).
 func defaultStateDir() string {
 	if os.Geteuid() == 0 {
 		return "/var/lib/nomad-driver-hetgpu"

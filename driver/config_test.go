@@ -1,13 +1,17 @@
 package driver
 
 import (
+	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/hetgpu/hetgpu/plugin"
+	"github.com/hetgpu/hetgpu/plugin/proto/base"
 	"github.com/hetgpu/hetgpu/plugin/proto/drivers"
 )
 
@@ -155,7 +159,7 @@ func TestPluginConfig(t *testing.T) {
 sidecar_addr    = "http://127.0.0.1:4656"
 state_dir       = "/var/lib/hetgpu-driver"
 sample_interval = "500ms"
-`))
+`), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +167,7 @@ sample_interval = "500ms"
 		c.NVML != "auto" || c.CgroupParent != "hetgpu.slice" || c.StartTimeout != 30*time.Second {
 		t.Fatalf("decoded %+v", c)
 	}
-	empty, err := decodePluginConfig(enc(``))
+	empty, err := decodePluginConfig(enc(``), "")
 	if err != nil || empty.StateDir == "" || empty.NVML != "auto" {
 		t.Fatalf("empty config: %+v, %v", empty, err)
 	}
@@ -176,9 +180,81 @@ sample_interval = "500ms"
 		{`state_dir = "relative/dir"`, `"state_dir": got "relative/dir", want an absolute path`},
 		{`cgroup_parent = "../escape"`, `"cgroup_parent"`},
 	} {
-		if _, err := decodePluginConfig(enc(tc.src)); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := decodePluginConfig(enc(tc.src), ""); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error %v, want %q", tc.src, err, tc.want)
 		}
+	}
+}
+
+// Several Nomad clients on one host run their own driver from their own plugin_dir: each gets
+// its own default state_dir (and spool), stable across restarts; an explicit state_dir wins.
+func TestDefaultStateDirPerClient(t *testing.T) {
+	enc := func(src string) []byte {
+		b, err := plugin.EncodeHCLConfig(pluginConfigSpec(), []byte(src))
+		if err != nil {
+			t.Fatalf("encode %q: %v", src, err)
+		}
+		return b
+	}
+	base := "/var/lib/nomad-driver-hetgpu"
+	dirs := func(src, pluginPath string) (string, string) {
+		t.Helper()
+		c, err := decodePluginConfig(enc(src), clientStateDir(base, pluginPath))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.StateDir, c.SpoolDir
+	}
+	c1, spool1 := dirs(``, "/srv/nomad/client1/plugins/nomad-driver-hetgpu")
+	c2, spool2 := dirs(``, "/srv/nomad/client2/plugins/nomad-driver-hetgpu")
+	again, _ := dirs(``, "/srv/nomad/client1/plugins/./nomad-driver-hetgpu")
+	renamed, _ := dirs(``, "/srv/nomad/client1/plugins/hetgpu-v2")
+	explicit, _ := dirs(`state_dir = "/var/lib/mine"`, "/srv/nomad/client1/plugins/nomad-driver-hetgpu")
+	none, _ := dirs(``, "")
+	for _, tt := range []struct {
+		name string
+		ok   bool
+	}{
+		{"under the per-machine default", filepath.Dir(c1) == base && filepath.Dir(c2) == base},
+		{"named client-<hash>", strings.HasPrefix(filepath.Base(c1), "client-") && len(filepath.Base(c1)) == len("client-")+12},
+		{"one per client", c1 != c2},
+		{"spools apart", spool1 == filepath.Join(c1, "spool") && spool2 == filepath.Join(c2, "spool") && spool1 != spool2},
+		{"stable across restarts", again == c1},
+		{"keyed by the directory, not the binary's name", renamed == c1},
+		{"explicit state_dir wins", explicit == "/var/lib/mine"},
+		{"no plugin path: the per-machine directory", none == base},
+	} {
+		if !tt.ok {
+			t.Errorf("%s: client1 %s, client2 %s, again %s, renamed %s, explicit %s, none %s", tt.name, c1, c2, again, renamed, explicit, none)
+		}
+	}
+	// The driver keys by the path it was run as.
+	if d := New(nil, Options{}); d.opts.PluginPath == "" || !filepath.IsAbs(d.opts.PluginPath) {
+		t.Errorf("default plugin path %q", d.opts.PluginPath)
+	}
+}
+
+// Two drivers of two clients configured through SetConfig with no state_dir create and use
+// two directories.
+func TestSetConfigStateDirPerClient(t *testing.T) {
+	stateBase := t.TempDir()
+	var got []string
+	for _, c := range []string{"client1", "client2"} {
+		d := New(nil, Options{PluginPath: filepath.Join("/srv/nomad", c, "plugins", "nomad-driver-hetgpu"), StateBase: stateBase})
+		t.Cleanup(func() { _, _ = d.Shutdown(context.Background(), &drivers.ShutdownRequest{}) })
+		if _, err := d.BaseServer().SetConfig(context.Background(), &base.SetConfigRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		d.mu.Lock()
+		dir := d.cfg.StateDir
+		d.mu.Unlock()
+		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() || filepath.Dir(dir) != stateBase {
+			t.Fatalf("%s: state_dir %s not created in %s (%v)", c, dir, stateBase, err)
+		}
+		got = append(got, dir)
+	}
+	if got[0] == got[1] {
+		t.Fatalf("both clients use %s", got[0])
 	}
 }
 

@@ -60,6 +60,12 @@ type Options struct {
 	// CgroupRoot is the cgroup v2 mount (default /sys/fs/cgroup); ProcRoot is /proc.
 	CgroupRoot string
 	ProcRoot   string
+	// PluginPath is the path Nomad ran the plugin binary as (default os.Args[0], made
+	// absolute, symlinks kept): its directory, the client's plugin_dir, keys the default
+	// state_dir so that clients on one host do not share it. StateBase is the parent of the
+	// clients' default state directories (default defaultStateDir()).
+	PluginPath string
+	StateBase  string
 }
 
 // Driver implements Nomad's Driver service; BaseServer returns its BasePlugin service.
@@ -95,9 +101,23 @@ func New(logger hclog.Logger, opts Options) *Driver {
 	if opts.ProcRoot == "" {
 		opts.ProcRoot = "/proc"
 	}
+	if opts.PluginPath == "" {
+		// Not os.Executable: a plugin_dir may hold a symlink to a binary that several
+		// clients share; the path Nomad ran is the client's own.
+		opts.PluginPath = defaultPluginPath()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Driver{logger: logger.Named(Name), opts: opts, events: newEventBus(), ctx: ctx, cancel: cancel,
 		tasks: map[string]*taskHandle{}}
+}
+
+// defaultStateDir is this client's default state_dir.
+func (d *Driver) defaultStateDir() string {
+	base := d.opts.StateBase
+	if base == "" {
+		base = defaultStateDir()
+	}
+	return clientStateDir(base, d.opts.PluginPath)
 }
 
 // baseServer is the BasePlugin service of the driver.
@@ -118,7 +138,7 @@ func (b *baseServer) ConfigSchema(context.Context, *base.ConfigSchemaRequest) (*
 }
 
 func (b *baseServer) SetConfig(_ context.Context, req *base.SetConfigRequest) (*base.SetConfigResponse, error) {
-	cfg, err := decodePluginConfig(req.GetMsgpackConfig())
+	cfg, err := decodePluginConfig(req.GetMsgpackConfig(), b.d.defaultStateDir())
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -166,7 +186,7 @@ func (d *Driver) config() (PluginConfig, *gpuBackend, error) {
 	ok := d.configured
 	d.mu.Unlock()
 	if !ok {
-		cfg, err := decodePluginConfig(nil)
+		cfg, err := decodePluginConfig(nil, d.defaultStateDir())
 		if err != nil {
 			return cfg, nil, err
 		}

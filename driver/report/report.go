@@ -173,7 +173,9 @@ func (r *Reporter) Run(ctx context.Context) {
 		default:
 			backoff = nextBackoff(backoff, r.cfg.MinBackoff, r.cfg.MaxBackoff)
 			wait = backoff
-			r.cfg.Logger.Warn("sidecar unreachable; observations stay spooled", "error", err, "retry_in", wait)
+			// Durations as strings: the plugin logs JSON, where a Duration is a bare count of
+			// nanoseconds that Nomad re-logs as a float ("1.6688645394e+10").
+			r.cfg.Logger.Warn("sidecar unreachable; observations stay spooled", "error", err, "retry_in", wait.String())
 		}
 		t := time.NewTimer(wait)
 		select {

@@ -1,6 +1,7 @@
 package report
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -11,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/hetgpu/hetgpu/sidecar/cluster"
 )
@@ -161,6 +164,66 @@ func TestRunRetriesWithBackoffUntilDelivered(t *testing.T) {
 	sc.mu.Unlock()
 	if len(keys) != 2 || keys[0] != "a" || keys[1] != "b" {
 		t.Errorf("Idempotency-Key headers = %q, want the submitted keys a, b", keys)
+	}
+}
+
+// syncBuffer collects log output written from the reporter's goroutine.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// The retry delay reaches Nomad as a duration string: the driver logs JSON, where a
+// time.Duration value would be a bare nanosecond count that Nomad re-logs as a float
+// (retry_in="1.6688645394e+10").
+func TestRetryDelayLoggedAsDuration(t *testing.T) {
+	sc := &sidecar{mode: "503"}
+	srv := httptest.NewServer(sc)
+	defer srv.Close()
+	var out syncBuffer
+	r, err := New(Config{Addr: srv.URL, SpoolDir: t.TempDir(), MinBackoff: 5 * time.Millisecond, MaxBackoff: 40 * time.Millisecond,
+		Client: &http.Client{Timeout: 2 * time.Second}, Logger: hclog.New(&hclog.LoggerOptions{JSONFormat: true, Output: &out})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Submit("a", obs("a", 1)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.Run(ctx); close(done) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for strings.Count(out.String(), "retry_in") < 2 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	n := 0
+	for _, line := range strings.Split(out.String(), "\n") {
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) != nil || rec["retry_in"] == nil {
+			continue
+		}
+		n++
+		s, ok := rec["retry_in"].(string)
+		if d, err := time.ParseDuration(s); !ok || err != nil || d < 5*time.Millisecond || d > 40*time.Millisecond {
+			t.Errorf("retry_in = %#v in %s, want a duration string between the backoff bounds", rec["retry_in"], line)
+		}
+	}
+	if n < 2 {
+		t.Fatalf("%d retries logged:\n%s", n, out.String())
 	}
 }
 

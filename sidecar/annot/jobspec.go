@@ -381,9 +381,7 @@ func Check(js *Jobspec) []Finding {
 			rng := merged[e.Key].Range
 			add("error", rng, g.Name, "%s", e.Error())
 		}
-		enableSet := false
 		if v, ok := merged[KeyEnable]; ok {
-			enableSet = true
 			if b, err := parseBool(strings.TrimSpace(v.Text)); err == nil && !b && held {
 				add("error", v.Range, g.Name, "%s is false but the group carries the hold constraint: it would wait forever; remove the hold or set %s = \"true\"", KeyEnable, KeyEnable)
 			}
@@ -408,10 +406,9 @@ func Check(js *Jobspec) []Finding {
 			add("error", g.Range, g.Name, "the group is held for hetgpu but requests no GPU (a device \"nvidia/gpu\" block with count >= 1): hetgpu only places GPU groups, so it would wait forever")
 		case !held && a.Enabled:
 			add("warning", g.Range, g.Name, "%s is true but the group has no hold constraint (%s %s %q): Nomad places it at once and hetgpu only compares its own decision (shadow)", KeyEnable, HoldAttribute, HoldOperand, HoldValue)
-		case held && !enableSet:
-			// The hold alone enables hetgpu; say so, it is a common omission.
-			add("warning", g.Range, g.Name, "held without %s = \"true\"; hetgpu manages it because of the hold", KeyEnable)
 		}
+		// A hold without hetgpu.enable is fine: the hold alone hands the group to hetgpu (README,
+		// Hold constraint), so it is not worth a finding.
 		if a.MaxNodes > 1 && g.Count <= 1 {
 			add("warning", merged[KeyMaxNodes].Range, g.Name, "%s = %d has no effect on a group with count = %d: one allocation runs on one node; use count > 1 for data-parallel jobs", KeyMaxNodes, a.MaxNodes, g.Count)
 		}

@@ -86,8 +86,27 @@ func TestCheck(t *testing.T) {
 	tests := []struct {
 		name string
 		spec string
-		want []string // substrings of findings, in order
+		want []string // substrings of findings, in order; nil: no findings at all
 	}{
+		{
+			// The README: the hold alone hands a group to hetgpu; no warning about the missing
+			// hetgpu.enable.
+			name: "held without hetgpu.enable is fine",
+			spec: `job "j" {
+  meta = { "hetgpu.model" = "resnet/ResNet-50" }
+  constraint {
+    attribute = "${meta.hetgpu.queue}"
+    value = "waiting-for-hetgpu"
+  }
+  group "g" {
+    task "t" {
+      resources {
+        device "nvidia/gpu" { count = 2 }
+      }
+    }
+  }
+}`,
+		},
 		{
 			name: "bad annotation names key value and line",
 			spec: `job "j" {
@@ -213,6 +232,9 @@ func TestCheck(t *testing.T) {
 				all = append(all, f.String())
 			}
 			joined := strings.Join(all, "\n")
+			if tt.want == nil && len(all) > 0 {
+				t.Errorf("findings on a valid spec:\n%s", joined)
+			}
 			for _, w := range tt.want {
 				if !strings.Contains(joined, w) {
 					t.Errorf("findings do not mention %q:\n%s", w, joined)

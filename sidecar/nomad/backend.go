@@ -759,7 +759,7 @@ func DecisionLine(d *cluster.Decision, nodes map[string]cluster.Node, explain st
 			s += fmt.Sprintf(" at %.0f W (%.3g J/step)", d.PredPowerW, d.PredPowerW/d.PredThroughput)
 		}
 	}
-	s += fmt.Sprintf("; score %.3g, rank %d", d.Score, d.Rank)
+	s += fmt.Sprintf("; score %.4g, rank %d", d.Score, d.Rank)
 	if d.Shared {
 		s += "; shares its GPUs"
 	}

@@ -26,7 +26,7 @@ func (b *Backend) Watch(ctx context.Context, changed func()) error {
 			if ctx.Err() != nil {
 				break
 			}
-			b.log.Warn("resync with Nomad failed; retrying", "error", err, "in", backoff)
+			b.log.Warn("resync with Nomad failed; retrying", "error", err, "in", backoff.String())
 			if !sleep(ctx, backoff) {
 				break
 			}

@@ -163,6 +163,10 @@ func New(cfg Config, logger hclog.Logger) (*Placer, error) {
 	return &Placer{cfg: cfg, logger: logger.Named("place")}, nil
 }
 
+// HonorsMinThroughput reports whether the placer drops placements below a job's T_min (the
+// sidecar's feasibility check follows the same rule).
+func (p *Placer) HonorsMinThroughput() bool { return p.cfg.HonorMinThroughput }
+
 func cloneMap(m map[string]float64) map[string]float64 {
 	if m == nil {
 		return nil
@@ -404,7 +408,7 @@ func (p *Placer) PlaceDetailed(ctx context.Context, snap *cluster.Snapshot, rank
 	stats.lap("assign", &last)
 	p.logger.Debug("placement round", "jobs", len(ranked), "window", m.window, "candidates", stats.Candidates,
 		"solver", stats.Solver, "placed", stats.Placed, "backfilled", stats.Backfilled, "objective", stats.Objective,
-		"fallback", stats.Fallback, "time", stats.SolveTime)
+		"fallback", stats.Fallback, "time", stats.SolveTime.String())
 	return decisions, stats, nil
 }
 
@@ -518,7 +522,7 @@ func (m *model) assign(chosen []option, alts map[int][]*option, st0 *state, solv
 		o := r.o
 		j := &m.jobs[o.job]
 		d := cluster.Decision{Namespace: j.j.Namespace, JobID: j.j.ID, Group: j.j.Group, GPUType: m.types[o.typ],
-			PredThroughput: o.T, PredPowerW: o.P, Score: o.value, Rank: j.pos + 1, Shared: o.coloc}
+			PredThroughput: o.T, PredPowerW: o.P, Score: j.score, Rank: j.pos + 1, Shared: o.coloc}
 		byUnit := map[int]int{}
 		for pi, pt := range o.parts {
 			u := m.doms[pt.dom].unit

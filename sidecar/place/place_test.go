@@ -66,6 +66,10 @@ func TestPlacementProperties(t *testing.T) {
 				t.Fatal(err)
 			}
 			dec, st := place(t, cfg, snap)
+			ranked, err := FIFO{}.Rank(context.Background(), snap, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
 			if err := Verify(snap, dec, cfg); err != nil {
 				t.Errorf("%s %+v: %v", name, sp, err)
 			}
@@ -76,8 +80,14 @@ func TestPlacementProperties(t *testing.T) {
 				t.Errorf("%s %+v: %d assign conflicts", name, sp, st.AssignConflicts)
 			}
 			for _, d := range dec {
-				if d.Explanation == "" || d.Rank < 1 || d.GPUType == "" || d.PredThroughput <= 0 || d.PredPowerW <= 0 || d.Score <= 0 {
+				if d.Explanation == "" || d.Rank < 1 || d.GPUType == "" || d.PredThroughput <= 0 || d.PredPowerW <= 0 {
 					t.Errorf("%s: incomplete decision %+v", name, d)
+					break
+				}
+				// The decision carries the ranker's score and rank, as the queue and the
+				// decision record show them (not the placement objective's value).
+				if r := ranked[d.Rank-1]; r.Job.Key() != d.JobKey() || d.Score != r.Score {
+					t.Errorf("%s: decision %s has rank %d, score %g; the ranker gave %s score %g", name, d.JobKey(), d.Rank, d.Score, r.Job.Key(), r.Score)
 					break
 				}
 			}
@@ -532,6 +542,13 @@ func TestPresetsAndValidation(t *testing.T) {
 	}
 	if _, err := Preset("slurm"); err == nil {
 		t.Error("unknown preset accepted")
+	}
+	// The sidecar's feasibility check follows the placer's T_min rule.
+	for n, want := range map[string]bool{"hetgpu": true, "gogh": true, "rltune": false} {
+		c, _ := Preset(n)
+		if p, err := New(c, nil); err != nil || p.HonorsMinThroughput() != want {
+			t.Errorf("preset %s: HonorsMinThroughput = %v, want %v (%v)", n, p != nil && p.HonorsMinThroughput(), want, err)
+		}
 	}
 	if PresetRLTune().EnergyWeight != 0 || PresetGOGH().FragmentWeight != 0 || !PresetGOGH().HonorMinThroughput {
 		t.Error("presets do not match their documentation")

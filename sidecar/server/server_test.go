@@ -63,7 +63,8 @@ func TestEndpoints(t *testing.T) {
 	if code != 200 || json.Unmarshal([]byte(body), &q) != nil || len(q.Jobs) != 2 {
 		t.Fatalf("queue %d %s", code, body)
 	}
-	if q.Jobs[0].Score == 0 || q.Jobs[0].Features == nil || q.Jobs[1].Status != "waiting" {
+	if q.Jobs[0].Score == 0 || q.Jobs[0].Features == nil || q.Jobs[1].Status != "infeasible" || !q.Jobs[1].Infeasible ||
+		q.Jobs[1].Reason != "needs 64 GPUs of one type on one node; the largest node has 8 A100" {
 		t.Errorf("queue entries = %+v", q.Jobs)
 	}
 	code, body, _ = c.do("GET", "/v1/decisions?limit=5", "", "")
@@ -86,8 +87,8 @@ func TestEndpoints(t *testing.T) {
 		}
 	}
 	code, body, _ = c.do("GET", "/v1/jobs/default/huge/explain?format=html", "", "")
-	if code != 200 || !strings.Contains(body, "waiting: rank") {
-		t.Errorf("waiting explain html %d %s", code, body)
+	if code != 200 || !strings.Contains(body, "cannot run on this cluster: needs 64 GPUs") {
+		t.Errorf("infeasible explain html %d %s", code, body)
 	}
 	if code, _, _ := c.do("GET", "/v1/jobs/default/none/explain", "", ""); code != 404 {
 		t.Errorf("unknown job explain = %d", code)

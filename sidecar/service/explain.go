@@ -249,8 +249,16 @@ type QueueEntry struct {
 	MaxNodes    int                `json:"max_nodes"`
 	Class       string             `json:"priority_class,omitempty"`
 	Sharing     bool               `json:"allow_sharing,omitempty"`
-	// Status: "waiting" (not placed this round) or "decided" (placed this round).
+	// Status: "waiting" (not placed this round), "decided" (placed this round), "infeasible"
+	// (can never run on the cluster as it stands; not ranked, Rank 0) or "invalid" (its
+	// request cannot be evaluated; not ranked).
 	Status string `json:"status"`
+	// Wait says why a group that was not decided waits: "infeasible", "capacity" (it fits the
+	// cluster, not the GPUs free now), "behind" (it fit the free GPUs; jobs ranked ahead came
+	// first) or "invalid"; Reason says it in words.
+	Wait       string `json:"wait,omitempty"`
+	Infeasible bool   `json:"infeasible,omitempty"`
+	Reason     string `json:"reason,omitempty"`
 }
 
 func queueEntry(rank int, r sched.Ranked, now time.Time) QueueEntry {
@@ -317,10 +325,17 @@ type Explanation struct {
 // GroupExplanation explains one task group.
 type GroupExplanation struct {
 	Group string `json:"group"`
-	// Status: waiting, pinning, invalid, pinned, shadow, conflict, pin_failed, reheld, gone.
-	Status       string                `json:"status"`
-	Summary      string                `json:"summary"`
-	Error        string                `json:"error,omitempty"`
+	// Status: waiting, infeasible, pinning, invalid, pinned, shadow, conflict, pin_failed, reheld,
+	// gone.
+	Status  string `json:"status"`
+	Summary string `json:"summary"`
+	Error   string `json:"error,omitempty"`
+	// Infeasible is set for a group that can never run on the cluster as it stands (Status
+	// "infeasible"); Reason names the requirement that rules it out. Wait is the kind of wait
+	// of a group that was not placed (see QueueEntry.Wait).
+	Infeasible   bool                  `json:"infeasible,omitempty"`
+	Reason       string                `json:"reason,omitempty"`
+	Wait         string                `json:"wait,omitempty"`
 	Queue        *QueueEntry           `json:"queue,omitempty"`
 	Decision     *store.DecisionRecord `json:"decision,omitempty"`
 	Estimates    []store.Estimate      `json:"estimates,omitempty"`
@@ -359,16 +374,36 @@ func (s *Service) Explain(ns, id string) (*Explanation, error) {
 			ge.Summary = "being pinned this round: " + decisionSummary(&store.DecisionRecord{Status: store.StatusPinned, Decision: &dd})
 		}
 	}
+	ranked := 0
 	for _, q := range s.queue {
-		if !strings.HasPrefix(q.JobKey, prefix) || q.Status != "waiting" {
+		if q.Rank > 0 {
+			ranked++
+		}
+	}
+	for _, q := range s.queue {
+		if !strings.HasPrefix(q.JobKey, prefix) || q.Status == "decided" {
 			continue
 		}
 		qe := q
 		ge := get(q.Group)
 		ge.Queue = &qe
-		ge.Status = "waiting"
-		ge.Summary = fmt.Sprintf("waiting: rank %d of %d with score %.3g; not placed in round %d (no feasible placement that beats the jobs ahead, or not enough free GPUs)",
-			q.Rank, len(s.queue), q.Score, s.round)
+		ge.Status, ge.Wait, ge.Reason = q.Status, q.Wait, q.Reason
+		switch q.Status {
+		case WaitInfeasible:
+			ge.Infeasible = true
+			ge.Summary = fmt.Sprintf("cannot run on this cluster: %s; it stays held and is checked again whenever nodes join or change (round %d)", q.Reason, s.round)
+		case WaitInvalid:
+			ge.Error = q.Reason
+			ge.Summary = "held: hetgpu cannot decide for this group until the job is fixed and run again: " + q.Reason
+		default:
+			ge.Summary = fmt.Sprintf("waiting: rank %d of %d with score %.4g; not placed in round %d", q.Rank, ranked, q.Score, s.round)
+			switch q.Wait {
+			case WaitCapacity:
+				ge.Summary += "; waits for capacity: " + q.Reason
+			case WaitBehind:
+				ge.Summary += "; waits behind higher-ranked jobs: " + q.Reason
+			}
+		}
 		if why, ok := s.reheldReason[q.JobKey]; ok {
 			ge.Summary += "; re-held earlier because " + why
 		}
@@ -376,7 +411,7 @@ func (s *Service) Explain(ns, id string) (*Explanation, error) {
 	for k, e := range s.invalid {
 		if strings.HasPrefix(k, prefix) {
 			ge := get(strings.TrimPrefix(k, prefix))
-			ge.Status, ge.Error = store.StatusInvalid, e
+			ge.Status, ge.Error, ge.Wait, ge.Reason = store.StatusInvalid, e, WaitInvalid, e
 			ge.Summary = "held: hetgpu cannot decide for this group until the job is fixed and run again: " + e
 		}
 	}
@@ -388,7 +423,7 @@ func (s *Service) Explain(ns, id string) (*Explanation, error) {
 			if j.Namespace != ns || j.ID != id {
 				continue
 			}
-			if ge := groups[j.Group]; ge != nil && ge.Status == "waiting" {
+			if ge := groups[j.Group]; ge != nil && (ge.Status == "waiting" || ge.Status == WaitInfeasible) {
 				ge.Estimates = estimates(freeCapacity(snap), j, s.stages.Predictor, nil)
 				ge.Alternatives = nil
 			}
@@ -435,7 +470,7 @@ func decisionSummary(r *store.DecisionRecord) string {
 		}
 	}
 	if r.Rank > 0 {
-		why += fmt.Sprintf("; rank %d of %d, score %.3g", r.Rank, r.QueueLen, r.Score)
+		why += fmt.Sprintf("; rank %d of %d, score %.4g", r.Rank, r.QueueLen, r.Score)
 	}
 	if d != nil && d.Explanation != "" {
 		why += "; placer: " + d.Explanation

@@ -9,20 +9,23 @@ import (
 type Metrics struct {
 	Registry *prometheus.Registry
 
-	QueueLength     prometheus.Gauge
-	InvalidJobs     prometheus.Gauge
-	DecisionLatency prometheus.Histogram
-	Rounds          *prometheus.CounterVec
-	SolverOutcomes  *prometheus.CounterVec
-	Pins            *prometheus.CounterVec
-	Conflicts       prometheus.Counter
-	Preemptions     *prometheus.CounterVec
-	Tuning          *prometheus.CounterVec
-	Reheld          prometheus.Counter
-	Observations    *prometheus.CounterVec
-	Rejected        prometheus.Counter
-	PredictionError *prometheus.HistogramVec
-	Shadow          *prometheus.CounterVec
+	QueueLength prometheus.Gauge
+	InvalidJobs prometheus.Gauge
+	// InfeasibleGroups and WaitingGroups{wait} describe the last round's undecided groups.
+	InfeasibleGroups prometheus.Gauge
+	WaitingGroups    *prometheus.GaugeVec
+	DecisionLatency  prometheus.Histogram
+	Rounds           *prometheus.CounterVec
+	SolverOutcomes   *prometheus.CounterVec
+	Pins             *prometheus.CounterVec
+	Conflicts        prometheus.Counter
+	Preemptions      *prometheus.CounterVec
+	Tuning           *prometheus.CounterVec
+	Reheld           prometheus.Counter
+	Observations     *prometheus.CounterVec
+	Rejected         prometheus.Counter
+	PredictionError  *prometheus.HistogramVec
+	Shadow           *prometheus.CounterVec
 }
 
 func newMetrics() *Metrics {
@@ -32,6 +35,10 @@ func newMetrics() *Metrics {
 			Help: "Pending task groups waiting for a hetgpu decision, as of the last round."}),
 		InvalidJobs: prometheus.NewGauge(prometheus.GaugeOpts{Name: "hetgpu_invalid_jobs",
 			Help: "Held task groups hetgpu cannot decide for (malformed annotations or request)."}),
+		InfeasibleGroups: prometheus.NewGauge(prometheus.GaugeOpts{Name: "hetgpu_infeasible_groups",
+			Help: "Pending task groups that can never run on the cluster as it stands (every ready node, all GPUs free), as of the last round."}),
+		WaitingGroups: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "hetgpu_waiting_groups",
+			Help: "Pending task groups not placed in the last round, by why: infeasible, capacity, behind, invalid (malformed annotations or a request hetgpu cannot evaluate)."}, []string{"wait"}),
 		DecisionLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "hetgpu_decision_latency_seconds",
 			Help:    "Wall time of a decision round from snapshot to pins issued (rounds with pending jobs).",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}),
@@ -59,7 +66,7 @@ func newMetrics() *Metrics {
 		Shadow: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hetgpu_shadow_comparisons_total",
 			Help: "Shadow decisions compared with Nomad's own placement, by whether the GPU type matched."}, []string{"same_gpu_type"}),
 	}
-	m.Registry.MustRegister(m.QueueLength, m.InvalidJobs, m.DecisionLatency, m.Rounds, m.SolverOutcomes, m.Pins,
+	m.Registry.MustRegister(m.QueueLength, m.InvalidJobs, m.InfeasibleGroups, m.WaitingGroups, m.DecisionLatency, m.Rounds, m.SolverOutcomes, m.Pins,
 		m.Conflicts, m.Preemptions, m.Tuning, m.Reheld, m.Observations, m.Rejected, m.PredictionError, m.Shadow,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

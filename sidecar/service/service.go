@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/sidecar/feasible"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
 	"github.com/hetgpu/hetgpu/sidecar/store"
 )
@@ -70,6 +71,8 @@ type Service struct {
 	stages  Stages
 	store   *store.Store
 	metrics *Metrics
+	// feas tells groups that can never run on the cluster from those that wait.
+	feas *feasible.Checker
 
 	roundMu sync.Mutex // one round at a time
 
@@ -88,7 +91,9 @@ type Service struct {
 	reheldReason map[string]string
 	// pinning: decisions handed to the backend whose records are not written yet.
 	pinning map[string]cluster.Decision
-	started time.Time
+	// infeasible: job key -> why the group cannot run on the cluster, as of the last round.
+	infeasible map[string]string
+	started    time.Time
 }
 
 // New builds a service. The store must stay open while the service runs.
@@ -111,7 +116,7 @@ func New(cfg Config, backend Backend, stages Stages, st *store.Store) (*Service,
 	s := &Service{cfg: cfg, log: cfg.Logger.Named("service"), backend: backend, stages: stages, store: st,
 		metrics: newMetrics(), invalid: map[string]string{}, shadowDone: map[string]uint64{},
 		placed: map[string]Placement{}, reheldReason: map[string]string{}, pinning: map[string]cluster.Decision{},
-		started: cfg.Now()}
+		infeasible: map[string]string{}, feas: feasible.NewChecker(feasibilityOptions(stages.Placer)), started: cfg.Now()}
 	// Rebuild what survives a restart.
 	err := st.EachLatest(func(r store.DecisionRecord) {
 		switch r.Status {
@@ -208,9 +213,11 @@ func (s *Service) Round(ctx context.Context) (*sched.Round, error) {
 	}
 
 	memo := newMemo(s.stages.Predictor)
-	pipe := &sched.Pipeline{Cluster: pinNoter{s.backend, s}, Ranker: s.stages.Ranker, Predictor: memo, Placer: s.stages.Placer}
+	tri := &roundTriage{}
+	noter := pinNoter{Backend: s.backend, s: s, tri: tri, pred: memo}
+	pipe := &sched.Pipeline{Cluster: noter, Ranker: s.stages.Ranker, Predictor: memo, Placer: s.stages.Placer}
 	if pre, ok := s.backend.(cluster.Preempter); ok && s.stages.Preemptor != nil {
-		pipe.Cluster = preemptNoter{pinNoter{s.backend, s}, pre}
+		pipe.Cluster = preemptNoter{noter, pre}
 		pipe.Preemptor = s.stages.Preemptor
 	}
 	var r *sched.Round
@@ -220,7 +227,7 @@ func (s *Service) Round(ctx context.Context) (*sched.Round, error) {
 		if err != nil {
 			return nil, s.roundFailed(fmt.Errorf("snapshot: %w", err))
 		}
-		snap = s.withoutShadowDone(snap)
+		snap = s.triage(s.withoutShadowDone(snap), tri, memo)
 		r, err = pipe.Decide(ctx, snap)
 		if err != nil {
 			return nil, s.roundFailed(err)
@@ -236,7 +243,7 @@ func (s *Service) Round(ctx context.Context) (*sched.Round, error) {
 			s.log.Warn("pinning failed", "error", err)
 		}
 	}
-	s.record(round, r, memo)
+	s.record(ctx, round, r, memo, tri)
 	s.metrics.Rounds.WithLabelValues("ok").Inc()
 	s.mu.Lock()
 	s.lastRound, s.lastErr = s.cfg.Now(), ""
@@ -288,10 +295,21 @@ func (p preemptNoter) Preempt(ctx context.Context, ps []cluster.Preemption) ([]c
 }
 
 // pinNoter notes decisions as they go to the backend, so the explain API can answer for a
-// job Nomad already shows as pinned before the round's records are written.
+// job Nomad already shows as pinned before the round's records are written. It also sets
+// aside, from every snapshot, the groups that can never run on the cluster (see triage).
 type pinNoter struct {
 	Backend
-	s *Service
+	s    *Service
+	tri  *roundTriage
+	pred sched.Predictor
+}
+
+func (p pinNoter) Snapshot(ctx context.Context) (*cluster.Snapshot, error) {
+	snap, err := p.Backend.Snapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return p.s.triage(snap, p.tri, p.pred), nil
 }
 
 func (p pinNoter) Pin(ctx context.Context, ds []cluster.Decision) ([]cluster.PinResult, error) {
@@ -404,7 +422,7 @@ func newRecord(round uint64, now time.Time, key, status string) *store.DecisionR
 }
 
 // record stores a round's decisions and pin results and refreshes the queue view.
-func (s *Service) record(round uint64, r *sched.Round, pred sched.Predictor) {
+func (s *Service) record(ctx context.Context, round uint64, r *sched.Round, pred sched.Predictor, tri *roundTriage) {
 	now := s.cfg.Now()
 	snap := r.Snapshot
 	queue := make([]QueueEntry, 0, len(r.Ranked))
@@ -416,7 +434,7 @@ func (s *Service) record(round uint64, r *sched.Round, pred sched.Predictor) {
 		rankOf[rk.Job.Key()] = i
 		queue = append(queue, queueEntry(i+1, rk, snap.Now))
 	}
-	s.metrics.QueueLength.Set(float64(len(snap.Pending)))
+	s.metrics.QueueLength.Set(float64(len(snap.Pending) + len(tri.held)))
 	if len(snap.Pending) > 0 {
 		s.metrics.DecisionLatency.Observe(r.Latency.Seconds())
 		if r.Place.Solver != "" {
@@ -514,13 +532,26 @@ func (s *Service) record(round uint64, r *sched.Round, pred sched.Predictor) {
 			queue[i].Status = "decided"
 		}
 	}
+	s.classify(queue, r, decided, pred)
+	queue = append(queue, heldEntries(tri, snap)...)
+	full := snap
+	if len(tri.held) > 0 {
+		// Explanations of the groups set aside read their estimates from the snapshot.
+		cp := *snap
+		cp.Pending = append([]cluster.Job(nil), snap.Pending...)
+		for _, h := range tri.held {
+			cp.Pending = append(cp.Pending, h.job)
+		}
+		full = &cp
+	}
 	s.mu.Lock()
-	s.lastSnap = snap
+	s.lastSnap = full
 	s.queue = queue
 	for k := range decided {
 		delete(s.pinning, k)
 	}
 	s.mu.Unlock()
+	s.noteWaits(ctx, queue)
 	if s.cfg.Shadow {
 		s.mu.RLock()
 		var ps []Placement

@@ -84,24 +84,36 @@ func TestRoundPinsAndExplains(t *testing.T) {
 
 func TestWaitingJobInQueueAndExplain(t *testing.T) {
 	h := servicetest.NewHarness(t, nil)
-	h.Nomad.Register(servicetest.HeldJob("big", 16, 1, nil)) // no node has 16 GPUs
+	// FIFO and first fit on the fastest type: a takes the A100s, b the V100s; c fit the free
+	// GPUs when the round began but waits behind them, and next round waits for capacity.
+	for _, id := range []string{"a", "b", "c"} {
+		h.Nomad.Register(servicetest.HeldJob(id, 8, 1, nil))
+	}
 	h.Round()
 	q := h.Service.Queue()
-	if len(q.Jobs) != 1 || q.Jobs[0].Status != "waiting" || q.Jobs[0].Features["gpus"] != 16 || q.Jobs[0].Model != "resnet/ResNet-50" {
+	if len(q.Jobs) != 3 || q.Jobs[2].Status != "waiting" || q.Jobs[2].Wait != "behind" || q.Jobs[2].Infeasible ||
+		!strings.Contains(q.Jobs[2].Reason, "the 2 jobs ranked ahead that were placed came first") ||
+		q.Jobs[2].Features["gpus"] != 8 || q.Jobs[2].Model != "resnet/ResNet-50" {
 		t.Fatalf("queue = %+v", q)
 	}
-	ex, err := h.Service.Explain("default", "big")
+	h.Round()
+	ex, err := h.Service.Explain("default", "c")
 	if err != nil {
 		t.Fatal(err)
 	}
 	g := ex.Groups[0]
-	if g.Status != "waiting" || !strings.Contains(g.Summary, "rank 1 of 1") || len(g.Estimates) != 3 {
+	const reason = "needs 8 free GPUs of one type on one node; at most 4 T4 are free on one node"
+	if g.Status != "waiting" || g.Wait != "capacity" || g.Reason != reason || g.Infeasible ||
+		!strings.Contains(g.Summary, "rank 1 of 1") || !strings.Contains(g.Summary, "waits for capacity: "+reason) || len(g.Estimates) != 3 {
 		t.Errorf("waiting explanation = %+v", g)
 	}
 	for _, e := range g.Estimates {
 		if e.FitsNow {
-			t.Errorf("16 GPUs fit on %s?", e.GPUType)
+			t.Errorf("8 GPUs fit on %s?", e.GPUType)
 		}
+	}
+	if l := nomad.GroupLines(h.Nomad.Job("default", "c"))["train"]; l != "" {
+		t.Errorf("a group that only waits got a ui line: %q", l)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hetgpu/hetgpu/sidecar/nomad"
 	"github.com/hetgpu/hetgpu/sidecar/nomad/nomadtest"
+	"github.com/hetgpu/hetgpu/sidecar/sched"
 	"github.com/hetgpu/hetgpu/sidecar/service"
 	"github.com/hetgpu/hetgpu/sidecar/store"
 )
@@ -28,6 +29,8 @@ type Harness struct {
 	bcfg      nomad.Config
 	// Tuner, when set before Start, becomes the service's Tuner stage.
 	Tuner service.Tuner
+	// Placer, when set before Start, replaces FirstFit (e.g. the production MILP placer).
+	Placer sched.Placer
 }
 
 // NewHarness builds the harness; mod may change the service and backend configuration.
@@ -58,7 +61,11 @@ func (h *Harness) Start() {
 	if err != nil {
 		h.T.Fatal(err)
 	}
-	svc, err := service.New(h.cfg, b, service.Stages{Ranker: FIFO{}, Predictor: h.Pred, Placer: FirstFit{}, Learner: h.Pred,
+	var placer sched.Placer = FirstFit{}
+	if h.Placer != nil {
+		placer = h.Placer
+	}
+	svc, err := service.New(h.cfg, b, service.Stages{Ranker: FIFO{}, Predictor: h.Pred, Placer: placer, Learner: h.Pred,
 		Tuner: h.Tuner}, st)
 	if err != nil {
 		h.T.Fatal(err)

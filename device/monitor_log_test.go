@@ -1,0 +1,70 @@
+package device
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/hetgpu/hetgpu/device/fake"
+)
+
+// syncBuffer collects log output written from the monitor's goroutine.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// The retry delay reaches Nomad as a duration string: the plugin logs JSON, where a
+// time.Duration value would be a bare nanosecond count that Nomad re-logs as a float.
+func TestRetryDelayLoggedAsDuration(t *testing.T) {
+	f, err := fake.New(fake.Spec{GPUs: []string{"1x T4"}, InitFailures: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out syncBuffer
+	logger := hclog.New(&hclog.LoggerOptions{Level: hclog.Trace, JSONFormat: true, Output: &out})
+	m := newMonitor(f, Config{Enabled: true, FingerprintPeriod: time.Minute}, logger)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { m.run(ctx); close(done) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(out.String(), "retry_in") && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	found := false
+	for _, line := range strings.Split(out.String(), "\n") {
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) != nil || rec["retry_in"] == nil {
+			continue
+		}
+		found = true
+		s, ok := rec["retry_in"].(string)
+		if d, err := time.ParseDuration(s); !ok || err != nil || d != retryMin {
+			t.Errorf("retry_in = %#v in %s, want the string %q", rec["retry_in"], line, retryMin)
+		}
+	}
+	if !found {
+		t.Fatalf("no retry logged:\n%s", out.String())
+	}
+}

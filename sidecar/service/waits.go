@@ -1,0 +1,208 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/sidecar/feasible"
+	"github.com/hetgpu/hetgpu/sidecar/sched"
+)
+
+// Wait kinds of a pending group (QueueEntry.Wait, GroupExplanation.Wait, the
+// hetgpu_waiting_groups metric).
+const (
+	// WaitInfeasible: the group can never run on the cluster as it stands (every ready node,
+	// draining ones too, with all its healthy GPUs free); it is re-checked every round.
+	WaitInfeasible = string(feasible.Infeasible)
+	// WaitCapacity: it fits the cluster but not the GPUs free now.
+	WaitCapacity = string(feasible.Capacity)
+	// WaitBehind: it fits the GPUs that were free, but jobs ranked ahead were placed first (or
+	// the placement found no option it accepts).
+	WaitBehind = string(feasible.Behind)
+	// WaitInvalid: its request cannot be evaluated (Reason names the problem).
+	WaitInvalid = string(feasible.Invalid)
+)
+
+var waitKinds = []string{WaitInfeasible, WaitCapacity, WaitBehind, WaitInvalid}
+
+// WaitReporter is a backend that shows in the job itself why a pending group cannot be placed
+// (Nomad: a line in the job's ui description). After every round outside shadow mode the
+// service hands it every pending group that was not decided; a backend writes what changed and
+// removes what it wrote earlier for groups that now only wait.
+type WaitReporter interface {
+	ShowWaits(ctx context.Context, ws []Wait)
+}
+
+// Wait is a pending group that was not decided this round, and why.
+type Wait struct {
+	Namespace, JobID, Group string
+	// Kind is one of the Wait* kinds.
+	Kind   string
+	Reason string
+}
+
+// JobKey returns the group's "namespace/id/group".
+func (w *Wait) JobKey() string { return w.Namespace + "/" + w.JobID + "/" + w.Group }
+
+// minThroughputPlacer is a placer that says whether it drops placements below a job's T_min
+// (*place.Placer does, by preset). Placers that do not say are taken to honour it.
+type minThroughputPlacer interface{ HonorsMinThroughput() bool }
+
+func feasibilityOptions(p sched.Placer) feasible.Options {
+	o := feasible.Options{MinThroughput: true}
+	if m, ok := p.(minThroughputPlacer); ok {
+		o.MinThroughput = m.HonorsMinThroughput()
+	}
+	return o
+}
+
+// roundTriage is what a round set aside before ranking: the groups that can never run on the
+// cluster and those whose request cannot be evaluated. Neither is ranked or placed, so they
+// hold no rank, window slot or GPUs that a group behind them could use.
+type roundTriage struct {
+	held []heldGroup
+}
+
+type heldGroup struct {
+	job     cluster.Job
+	verdict feasible.Verdict
+}
+
+// triage checks every pending group against the cluster and returns the snapshot without the
+// groups that can never run on it or cannot be evaluated, which it notes in tri.
+func (s *Service) triage(snap *cluster.Snapshot, tri *roundTriage, pred sched.Predictor) *cluster.Snapshot {
+	tri.held = nil
+	if len(snap.Pending) == 0 {
+		return snap
+	}
+	vs := s.feas.Triage(snap, pred)
+	out := *snap
+	out.Pending = make([]cluster.Job, 0, len(snap.Pending))
+	for i, v := range vs {
+		if v.Kind() != "" {
+			tri.held = append(tri.held, heldGroup{job: snap.Pending[i], verdict: v})
+			continue
+		}
+		out.Pending = append(out.Pending, snap.Pending[i])
+	}
+	if len(tri.held) == 0 {
+		return snap
+	}
+	sort.Slice(tri.held, func(a, b int) bool { return tri.held[a].job.Key() < tri.held[b].job.Key() })
+	return &out
+}
+
+// classify fills Wait and Reason of the queue's undecided entries: a group that fits the GPUs
+// free at the start of the round waits behind the jobs ranked ahead, one that does not waits
+// for capacity. The queue is in r.Ranked's order.
+func (s *Service) classify(queue []QueueEntry, r *sched.Round, decided map[string]bool, pred sched.Predictor) {
+	pos := make(map[string]int, len(queue))
+	for i := range queue {
+		pos[queue[i].JobKey] = i
+	}
+	var jobs []*cluster.Job
+	for _, rk := range r.Ranked {
+		if rk.Job != nil && !decided[rk.Job.Key()] {
+			jobs = append(jobs, rk.Job)
+		}
+	}
+	if len(jobs) == 0 {
+		return
+	}
+	vs := s.feas.Now(r.Snapshot, jobs, pred)
+	placedAhead, next := 0, 0
+	for _, rk := range r.Ranked {
+		if rk.Job == nil {
+			continue
+		}
+		k := rk.Job.Key()
+		if decided[k] {
+			placedAhead++
+			continue
+		}
+		v := vs[next]
+		next++
+		i, ok := pos[k]
+		if !ok {
+			continue
+		}
+		q := &queue[i]
+		switch {
+		case v.Invalid:
+			q.Wait, q.Reason = WaitInvalid, v.Reason
+		case !v.Fits:
+			q.Wait, q.Reason = WaitCapacity, v.Reason
+		case placedAhead > 0:
+			q.Wait = WaitBehind
+			q.Reason = fmt.Sprintf("it fits the GPUs free at the start of the round; the %d %s ranked ahead that were placed came first",
+				placedAhead, plural(placedAhead, "job", "jobs"))
+		default:
+			q.Wait = WaitBehind
+			q.Reason = "it fits the GPUs free at the start of the round, but the placement found no option it accepts or preferred the jobs ranked ahead"
+		}
+	}
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// heldEntries are the queue entries of the groups triage set aside (rank 0: not ranked).
+func heldEntries(tri *roundTriage, snap *cluster.Snapshot) []QueueEntry {
+	out := make([]QueueEntry, 0, len(tri.held))
+	for i := range tri.held {
+		h := &tri.held[i]
+		e := queueEntry(0, sched.Ranked{Job: &h.job}, snap.Now)
+		e.Wait, e.Reason = string(h.verdict.Kind()), h.verdict.Reason
+		e.Status = e.Wait
+		e.Infeasible = e.Wait == WaitInfeasible
+		out = append(out, e)
+	}
+	return out
+}
+
+// noteWaits logs groups that became infeasible or fit again, sets the wait metrics, and hands
+// the undecided groups to a backend that shows them in the job.
+func (s *Service) noteWaits(ctx context.Context, queue []QueueEntry) {
+	now := map[string]string{}
+	counts := map[string]int{}
+	var ws []Wait
+	for _, q := range queue {
+		if q.Status == "decided" {
+			continue
+		}
+		counts[q.Wait]++
+		ws = append(ws, Wait{Namespace: q.Namespace, JobID: q.JobID, Group: q.Group, Kind: q.Wait, Reason: q.Reason})
+		if q.Infeasible {
+			now[q.JobKey] = q.Reason
+		}
+	}
+	s.mu.Lock()
+	before := s.infeasible
+	s.infeasible = now
+	// Held groups with malformed annotations never reach the queue (the backend reports them).
+	counts[WaitInvalid] += len(s.invalid)
+	s.mu.Unlock()
+	for k, why := range now {
+		if before[k] != why {
+			s.log.Warn("task group cannot run on this cluster; it stays held and is checked again when nodes change", "job", k, "reason", why)
+		}
+	}
+	for _, q := range queue {
+		if _, was := before[q.JobKey]; was && !q.Infeasible {
+			s.log.Info("task group fits the cluster again", "job", q.JobKey, "status", q.Status)
+		}
+	}
+	s.metrics.InfeasibleGroups.Set(float64(len(now)))
+	for _, k := range waitKinds {
+		s.metrics.WaitingGroups.WithLabelValues(k).Set(float64(counts[k]))
+	}
+	if wr, ok := s.backend.(WaitReporter); ok && !s.cfg.Shadow {
+		wr.ShowWaits(ctx, ws)
+	}
+}

@@ -1,0 +1,187 @@
+package service_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/hetgpu/hetgpu/sidecar/nomad"
+	"github.com/hetgpu/hetgpu/sidecar/place"
+	"github.com/hetgpu/hetgpu/sidecar/sched"
+	"github.com/hetgpu/hetgpu/sidecar/service"
+	"github.com/hetgpu/hetgpu/sidecar/service/servicetest"
+	"github.com/hetgpu/hetgpu/sidecar/store"
+)
+
+func queueByKey(h *servicetest.Harness) map[string]service.QueueEntry {
+	out := map[string]service.QueueEntry{}
+	for _, q := range h.Service.Queue().Jobs {
+		out[q.JobKey] = q
+	}
+	return out
+}
+
+func uiLine(h *servicetest.Harness, id string) string {
+	return nomad.GroupLines(h.Nomad.Job("default", id))["train"]
+}
+
+// A 16-GPU group and a data-parallel group that no two nodes of one type can hold are
+// reported as infeasible (queue, explain, metric, the job's ui), and the fittable group queued
+// behind them is pinned in the same round; a node that joins makes the data-parallel one fit.
+func TestInfeasibleGroupsDoNotBlockTheQueue(t *testing.T) {
+	milp, err := place.New(place.Default(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name   string
+		placer sched.Placer
+	}{{"first fit", nil}, {"MILP placer", milp}} {
+		t.Run(tt.name, func(t *testing.T) { infeasibleGroupsDoNotBlock(t, tt.placer) })
+	}
+}
+
+func infeasibleGroupsDoNotBlock(t *testing.T, placer sched.Placer) {
+	h := servicetest.NewHarness(t, nil)
+	if placer != nil {
+		h.Stop()
+		h.Placer = placer
+		h.Start()
+	}
+	h.Nomad.Register(servicetest.HeldJob("big", 16, 1, nil))
+	h.Nomad.Register(servicetest.HeldJob("ddp", 4, 2, nil))
+	h.Nomad.Register(servicetest.HeldJob("small", 2, 1, nil))
+	h.Round()
+
+	want := map[string]string{
+		"default/big/train": "needs 16 GPUs of one type on one node; the largest node has 8 A100",
+		"default/ddp/train": "needs 2 nodes with 4 GPUs of one type; at most 1 node has 4 A100",
+	}
+	q := queueByKey(h)
+	for k, reason := range want {
+		e := q[k]
+		if e.Status != "infeasible" || e.Wait != "infeasible" || !e.Infeasible || e.Reason != reason || e.Rank != 0 {
+			t.Errorf("queue entry %s = %+v, want infeasible: %s", k, e, reason)
+		}
+	}
+	if e := q["default/small/train"]; e.Status != "decided" || e.Rank != 1 {
+		t.Errorf("small = %+v, want decided at rank 1 (the infeasible groups are not ranked)", e)
+	}
+	if r, ok := h.Store.Latest("default/small/train"); !ok || r.Status != store.StatusPinned {
+		t.Fatalf("small not pinned: %+v", r)
+	}
+	pinOf(t, h.Nomad.Job("default", "small"))
+
+	ex, err := h.Service.Explain("default", "big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := ex.Groups[0]
+	if g.Status != "infeasible" || !g.Infeasible || g.Reason != want["default/big/train"] || g.Wait != "infeasible" ||
+		!strings.HasPrefix(g.Summary, "cannot run on this cluster: needs 16 GPUs") || len(g.Estimates) != 3 {
+		t.Errorf("explanation = %+v", g)
+	}
+	js, _ := json.Marshal(ex)
+	if !strings.Contains(string(js), `"infeasible":true`) || !strings.Contains(string(js), `"reason":"needs 16 GPUs`) {
+		t.Errorf("explain JSON lacks infeasible and reason: %s", js)
+	}
+	for id, k := range map[string]string{"big": "default/big/train", "ddp": "default/ddp/train"} {
+		if l := uiLine(h, id); !strings.Contains(l, "cannot run on this cluster: "+want[k]) {
+			t.Errorf("ui line of %s = %q", id, l)
+		}
+	}
+	m := scrape(t, h)
+	for _, s := range []string{"hetgpu_infeasible_groups 2", `hetgpu_waiting_groups{wait="infeasible"} 2`, "hetgpu_queue_length 3"} {
+		if !strings.Contains(m, s+"\n") {
+			t.Errorf("metrics lack %q", s)
+		}
+	}
+
+	// Nothing changed: the lines are not written again (no register, no new version).
+	before := *h.Nomad.Job("default", "big").JobModifyIndex
+	h.Round()
+	if after := *h.Nomad.Job("default", "big").JobModifyIndex; after != before {
+		t.Errorf("an unchanged reason re-registered the job: index %d -> %d", before, after)
+	}
+
+	// A second V100 node joins: the data-parallel group fits and is pinned on two nodes.
+	h.Nomad.AddNode("node-v100-01", "v100b", "Tesla V100-SXM2-16GB", 8)
+	h.Round()
+	nodes, _ := pinOf(t, h.Nomad.Job("default", "ddp"))
+	if len(nodes) != 2 {
+		t.Errorf("ddp pinned to %v, want two nodes", nodes)
+	}
+	if l := uiLine(h, "ddp"); strings.Contains(l, "cannot run") {
+		t.Errorf("ddp ui line still says it cannot run: %q", l)
+	}
+	if e := queueByKey(h)["default/big/train"]; !e.Infeasible {
+		t.Errorf("big after the join = %+v", e)
+	}
+	if m := scrape(t, h); !strings.Contains(m, "hetgpu_infeasible_groups 1\n") {
+		t.Error("metric does not show the one infeasible group left")
+	}
+}
+
+// A group ruled out by a node constraint becomes feasible when a matching node joins, even a
+// draining one; it then waits for capacity and its "cannot run" line is removed.
+func TestInfeasibleLineRemovedWhenANodeJoins(t *testing.T) {
+	h := servicetest.NewHarness(t, nil)
+	// a and b take the A100s and V100s (the test placer ignores constraints: it must find no
+	// room for win once win is feasible).
+	h.Nomad.Register(servicetest.HeldJob("a", 8, 1, nil))
+	h.Nomad.Register(servicetest.HeldJob("b", 8, 1, nil))
+	job := servicetest.HeldJob("win", 8, 1, nil)
+	job.TaskGroups[0].Constraints = append(job.TaskGroups[0].Constraints, api.NewConstraint("${attr.kernel.name}", "=", "windows"))
+	h.Nomad.Register(job)
+	h.Round()
+	const reason = "no ready node satisfies the constraint `${attr.kernel.name} = windows`"
+	if e := queueByKey(h)["default/win/train"]; !e.Infeasible || e.Reason != reason {
+		t.Fatalf("queue entry = %+v", e)
+	}
+	if l := uiLine(h, "win"); !strings.Contains(l, "cannot run on this cluster: "+reason) {
+		t.Fatalf("ui line = %q", l)
+	}
+
+	h.Nomad.AddNode("node-win-000", "win", "Tesla V100-SXM2-16GB", 8)
+	h.Nomad.UpdateNode("node-win-000", "NodeDrain", func(n *api.Node) {
+		n.Attributes["kernel.name"] = "windows"
+		n.DrainStrategy = &api.DrainStrategy{}
+		n.SchedulingEligibility = api.NodeSchedulingIneligible
+	})
+	h.Round()
+	ex, err := h.Service.Explain("default", "win")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := ex.Groups[0]
+	if g.Status != "waiting" || g.Infeasible || g.Wait != "capacity" ||
+		g.Reason != "no node open to new work satisfies the constraint `${attr.kernel.name} = windows`" ||
+		!strings.Contains(g.Summary, "waits for capacity: no node open to new work") {
+		t.Errorf("explanation after the join = %+v", g)
+	}
+	if l := uiLine(h, "win"); l != "" {
+		t.Errorf("ui line not removed: %q", l)
+	}
+	if m := scrape(t, h); !strings.Contains(m, "hetgpu_infeasible_groups 0\n") || !strings.Contains(m, `hetgpu_waiting_groups{wait="capacity"} 1`+"\n") {
+		t.Errorf("metrics after the join:\n%s", m)
+	}
+}
+
+// Groups with malformed annotations count as invalid waits and say so in their explanation.
+func TestInvalidAnnotationsAreAWait(t *testing.T) {
+	h := servicetest.NewHarness(t, nil)
+	h.Nomad.Register(servicetest.HeldJob("bad", 1, 1, map[string]string{"hetgpu.batch_size": "sixty"}))
+	h.Round()
+	ex, err := h.Service.Explain("default", "bad")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := ex.Groups[0]; g.Status != "invalid" || g.Wait != "invalid" || !strings.Contains(g.Reason, "hetgpu.batch_size") {
+		t.Errorf("explanation = %+v", g)
+	}
+	if m := scrape(t, h); !strings.Contains(m, `hetgpu_waiting_groups{wait="invalid"} 1`+"\n") {
+		t.Error("the invalid group is not counted as an invalid wait")
+	}
+}
