@@ -337,3 +337,94 @@ func finishedRuns(t *testing.T, sidecarURL, job string) int {
 	}
 	return n
 }
+
+// TestInfeasibleReported: on a cluster of one 8x V100 node and one 4x T4 node, a group asking
+// for 16 GPUs and the data-parallel example (2 nodes with 4 GPUs of one type) can never run;
+// both are reported infeasible with the requirement that rules them out (explain JSON, ui
+// line, queue, metric) within 30 s, and a group that fits, queued behind them, is pinned.
+func TestInfeasibleReported(t *testing.T) {
+	nomadBin := nomadBinary(t, "infeasible groups end to end")
+	bins := buildBinaries(t, binHetgpu, binDevice, binDriver, binToy)
+	killToys(t, bins)
+	port := freePort(t)
+	sidecarURL := fmt.Sprintf("http://127.0.0.1:%d", port)
+	c := startCluster(t, nomadBin, bins, []clusterClient{
+		{Name: "v100", Fake: []string{"8x V100"}}, {Name: "t4", Fake: []string{"4x T4"}},
+	}, fmt.Sprintf("    sidecar_addr = %q", sidecarURL))
+
+	// Submitted before the sidecar starts, so all three wait for its first round.
+	src, err := os.ReadFile("../jobspecs/resnet50-train.nomad.hcl")
+	must(t, err)
+	big, err := c.API.Jobs().ParseHCLOpts(&api.JobsParseRequest{JobHCL: string(src),
+		Variables: fmt.Sprintf("toy_train = %q\n", bins.Toy), Canonicalize: true})
+	must(t, err)
+	big.ID, big.Name = ptrTo("big16"), ptrTo("big16")
+	sixteen := uint64(16)
+	big.TaskGroups[0].Tasks[0].Resources.Devices[0].Count = &sixteen
+	big.Meta["hetgpu.priority_class"] = "high"
+	_, _, err = c.API.Jobs().Register(big, nil)
+	must(t, err)
+	scRegister(t, c.API, "../jobspecs/ddp-resnet.nomad.hcl", "", bins.Toy)
+	time.Sleep(time.Second)
+	submitToy(t, c.API, bins, "fits", 100, "100ms", nil)
+
+	start := time.Now()
+	startSidecar(t, c, bins, port, `reconcile = "1s"`)
+	reasons := map[string]string{}
+	for _, id := range []string{"big16", "ddp-resnet"} {
+		var why string
+		waitFor(t, 30*time.Second, id+" reported infeasible", func() bool {
+			var ex struct {
+				Groups []struct {
+					Infeasible bool   `json:"infeasible"`
+					Reason     string `json:"reason"`
+				} `json:"groups"`
+			}
+			if err := scGet(sidecarURL+"/v1/jobs/default/"+id+"/explain", &ex); err != nil || len(ex.Groups) != 1 {
+				why = fmt.Sprint(err)
+				return false
+			}
+			j, _, err := c.API.Jobs().Info(id, nil)
+			if err != nil || j.UI == nil || !strings.Contains(j.UI.Description, "cannot run on this cluster") {
+				why = "no ui line yet"
+				return false
+			}
+			reasons[id] = ex.Groups[0].Reason
+			return ex.Groups[0].Infeasible && ex.Groups[0].Reason != ""
+		}, func() string { return why })
+		t.Logf("%s infeasible after %s: %s", id, time.Since(start).Round(100*time.Millisecond), reasons[id])
+	}
+	if !strings.Contains(reasons["big16"], "16 GPUs") || !strings.Contains(reasons["ddp-resnet"], "2 nodes") {
+		t.Errorf("reasons do not name the requirement: %v", reasons)
+	}
+	var queue struct {
+		Jobs []struct {
+			JobID      string `json:"job_id"`
+			Infeasible bool   `json:"infeasible"`
+		} `json:"jobs"`
+	}
+	must(t, scGet(sidecarURL+"/v1/queue", &queue))
+	infeasible := 0
+	for _, j := range queue.Jobs {
+		if j.Infeasible {
+			infeasible++
+		}
+	}
+	if infeasible != 2 {
+		t.Errorf("the queue shows %d infeasible groups, want 2: %+v", infeasible, queue.Jobs)
+	}
+	metrics, err := httpGet(sidecarURL + "/metrics")
+	must(t, err)
+	if !strings.Contains(metrics, "hetgpu_infeasible_groups 2") {
+		t.Errorf("metric hetgpu_infeasible_groups is not 2")
+	}
+	scCheckPinned(t, c.API, sidecarURL, "fits")
+	t.Logf("the fitting job queued behind them pinned after %s", time.Since(start).Round(100*time.Millisecond))
+	for _, id := range []string{"big16", "ddp-resnet"} {
+		if j, _, err := c.API.Jobs().Info(id, nil); err != nil || !scHeld(j) {
+			t.Errorf("%s is no longer held", id)
+		}
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
