@@ -186,7 +186,13 @@ type queueBody struct {
 		JobID, Namespace, NomadURL string
 	}
 	Free []TypeTotals
+	// Total is the queue's length; Jobs holds its first maxQueueRows.
+	Total int
 }
+
+// maxQueueRows bounds the queue table (a long simulated backlog made a 1 MB page); the
+// whole queue is in /v1/queue.
+const maxQueueRows = 500
 
 func (d *Dashboard) queuePage(w http.ResponseWriter, r *http.Request) {
 	fl := BuildFleet(d.svc.LastSnapshot(), nil, d.svc.BackendName(), FleetFilter{})
@@ -200,6 +206,10 @@ func (d *Dashboard) queuePage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q.Free = fl.Totals
+	q.Total = len(q.Jobs)
+	if len(q.Jobs) > maxQueueRows {
+		q.Jobs = q.Jobs[:maxQueueRows]
+	}
 	for i := range q.Jobs {
 		j := &q.Jobs[i]
 		j.Why = whyWaiting(j, q.Jobs[:i], fl.Totals)
@@ -402,9 +412,9 @@ func (d *Dashboard) learningPage(w http.ResponseWriter, r *http.Request) {
 		}
 		errs[p.GPUType] = append(errs[p.GPUType], plotter.XY{X: p.Time.Sub(t0).Seconds(), Y: p.ThrErr})
 	}
-	if b.ThrSVG, err = ScatterSVG("Throughput: predicted vs measured", "measured (steps/s)", "predicted (steps/s)", seriesOf(thr), true, true); err == nil {
-		if b.PowerSVG, err = ScatterSVG("Power: predicted vs measured", "measured (W)", "predicted (W)", seriesOf(pw), true, true); err == nil {
-			b.ErrSVG, err = LineSVG("Throughput error over time (rolling median of 10 runs)", "|predicted − measured| / measured", t0, rolling(seriesOf(errs), 10))
+	if b.ThrSVG, err = ScatterSVG("Throughput: predicted vs measured", "measured (steps/s)", "predicted (steps/s)", seriesOf(thr, true), true, true); err == nil {
+		if b.PowerSVG, err = ScatterSVG("Power: predicted vs measured", "measured (W)", "predicted (W)", seriesOf(pw, true), true, true); err == nil {
+			b.ErrSVG, err = LineSVG("Throughput error over time (rolling median of 10 runs)", "|predicted − measured| / measured", t0, rolling(seriesOf(errs, true), 10))
 		}
 	}
 	if err != nil {
@@ -479,11 +489,11 @@ func (d *Dashboard) energyPage(w http.ResponseWriter, r *http.Request) {
 	var stepLabels []string
 	for i, g := range en.ByType {
 		stepLabels = append(stepLabels, strings.ToUpper(g.Key))
-		perStep = append(perStep, Series{Name: g.Key, Points: plotter.XYs{{X: float64(i), Y: g.JPerStep}}})
+		perStep = append(perStep, Series{Name: strings.ToUpper(g.Key), Points: plotter.XYs{{X: float64(i), Y: g.JPerStep}}})
 	}
-	span := "per " + (time.Duration(en.BucketS) * time.Second).String()
-	if b.TypeSVG, err = StackedBarsSVG("Energy per GPU type ("+span+")", "kWh", labels, seriesOf(byType)); err == nil {
-		if b.NamespaceSVG, err = StackedBarsSVG("Energy per namespace ("+span+")", "kWh", labels, seriesOf(byNS)); err == nil {
+	span := "per " + spanName(en.BucketS)
+	if b.TypeSVG, err = StackedBarsSVG("Energy per GPU type ("+span+")", "kWh", labels, seriesOf(byType, true)); err == nil {
+		if b.NamespaceSVG, err = StackedBarsSVG("Energy per namespace ("+span+")", "kWh", labels, seriesOf(byNS, false)); err == nil {
 			b.PerStepSVG, err = StackedBarsSVG("Energy per unit of work", "J per step", stepLabels, perStep)
 		}
 	}
@@ -494,6 +504,17 @@ func (d *Dashboard) energyPage(w http.ResponseWriter, r *http.Request) {
 	d.render(w, r, "energy", &fl, b)
 }
 
+// spanName names a bucket width: "30 min", "3 h", "1 d".
+func spanName(s float64) string {
+	switch {
+	case s >= 86400:
+		return strconv.FormatFloat(s/86400, 'g', 3, 64) + " d"
+	case s >= 3600:
+		return strconv.FormatFloat(s/3600, 'g', 3, 64) + " h"
+	}
+	return strconv.FormatFloat(s/60, 'g', 3, 64) + " min"
+}
+
 func bucketLabel(t time.Time, bucketS float64) string {
 	if bucketS >= 86400 {
 		return t.UTC().Format("01-02")
@@ -501,10 +522,15 @@ func bucketLabel(t time.Time, bucketS float64) string {
 	return t.UTC().Format("01-02 15:04")
 }
 
-func seriesOf(m map[string]plotter.XYs) []Series {
+// seriesOf makes one series per key, sorted; upper names them in capitals (GPU types).
+func seriesOf(m map[string]plotter.XYs, upper bool) []Series {
 	out := make([]Series, 0, len(m))
 	for _, k := range sortedKeys(m) {
-		out = append(out, Series{Name: k, Points: m[k]})
+		name := k
+		if upper {
+			name = strings.ToUpper(k)
+		}
+		out = append(out, Series{Name: name, Points: m[k]})
 	}
 	return out
 }

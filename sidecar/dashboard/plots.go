@@ -6,7 +6,6 @@ import (
 	"image/color"
 	"math"
 	"sort"
-	"strings"
 	"time"
 
 	"gonum.org/v1/plot"
@@ -110,7 +109,7 @@ func ScatterSVG(title, x, y string, series []Series, log, diag bool) ([]byte, er
 		sc.GlyphStyle.Radius = vg.Points(2.5)
 		sc.GlyphStyle.Shape = draw.CircleGlyph{}
 		p.Add(sc)
-		p.Legend.Add(strings.ToUpper(s.Name), sc)
+		p.Legend.Add(s.Name, sc)
 		for _, q := range pts {
 			lo, hi = math.Min(lo, math.Min(q.X, q.Y)), math.Max(hi, math.Max(q.X, q.Y))
 		}
@@ -192,7 +191,7 @@ func LineSVG(title, y string, t0 time.Time, series []Series) ([]byte, error) {
 		sc.Color = l.Color
 		sc.Radius = vg.Points(1.5)
 		p.Add(l, sc)
-		p.Legend.Add(strings.ToUpper(s.Name), l)
+		p.Legend.Add(s.Name, l)
 	}
 	p.Y.Min = 0
 	if empty {
@@ -227,7 +226,7 @@ func StackedBarsSVG(title, y string, labels []string, series []Series) ([]byte, 
 		}
 		below = b
 		p.Add(b)
-		p.Legend.Add(strings.ToUpper(s.Name), b)
+		p.Legend.Add(s.Name, b)
 		any = true
 	}
 	if any {

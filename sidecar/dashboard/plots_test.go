@@ -24,8 +24,8 @@ var update = flag.Bool("update", false, "rewrite the golden SVG files in testdat
 func TestPlotsSVG(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	thr := []dashboard.Series{
-		{Name: "t4", Points: plotter.XYs{{X: 1, Y: 1.2}, {X: 3, Y: 2.5}, {X: 0, Y: 4}}}, // the zero cannot be on a log axis: dropped
-		{Name: "a100", Points: plotter.XYs{{X: 40, Y: 44}, {X: 120, Y: 100}}},
+		{Name: "T4", Points: plotter.XYs{{X: 1, Y: 1.2}, {X: 3, Y: 2.5}, {X: 0, Y: 4}}}, // the zero cannot be on a log axis: dropped
+		{Name: "A100", Points: plotter.XYs{{X: 40, Y: 44}, {X: 120, Y: 100}}},
 	}
 	for _, tc := range []struct {
 		name   string
@@ -40,12 +40,12 @@ func TestPlotsSVG(t *testing.T) {
 		}, []string{"Power (no data yet)"}},
 		{"line", func() ([]byte, error) {
 			return dashboard.LineSVG("Error", "relative error", t0, []dashboard.Series{
-				{Name: "v100", Points: plotter.XYs{{X: 0, Y: 0.5}, {X: 7200, Y: 0.2}, {X: 4 * 3600, Y: 0.1}}}})
+				{Name: "V100", Points: plotter.XYs{{X: 0, Y: 0.5}, {X: 7200, Y: 0.2}, {X: 4 * 3600, Y: 0.1}}}})
 		}, []string{"hours since 2026-01-01 00:00:00 UTC", "V100"}},
 		{"bars", func() ([]byte, error) {
 			return dashboard.StackedBarsSVG("Energy per GPU type", "kWh", []string{"00:00", "01:00", "02:00"}, []dashboard.Series{
-				{Name: "a100", Points: plotter.XYs{{X: 0, Y: 2}, {X: 2, Y: 1}}},
-				{Name: "t4", Points: plotter.XYs{{X: 1, Y: 0.5}, {X: 2, Y: 0.25}}}})
+				{Name: "A100", Points: plotter.XYs{{X: 0, Y: 2}, {X: 2, Y: 1}}},
+				{Name: "T4", Points: plotter.XYs{{X: 1, Y: 0.5}, {X: 2, Y: 0.25}}}})
 		}, []string{"Energy per GPU type", "01:00", "A100", "T4"}},
 		{"timeline", func() ([]byte, error) {
 			return dashboard.TimelineSVG("Decisions", t0, []string{"pinned", "reheld"}, []dashboard.Series{
