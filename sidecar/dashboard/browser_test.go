@@ -122,7 +122,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Skip("Chromium not found on PATH (nor HETGPU_CHROMIUM): run `make browser` to install Debian's chromium package")
 	}
 	start := time.Now()
-	_, srv := simSidecar(t, 6)
+	_, srv := simSidecar(t, 4)
 	t.Logf("simulated sidecar ready in %v", time.Since(start).Round(time.Millisecond))
 
 	var fleet struct {
@@ -183,8 +183,24 @@ func TestDashboardInBrowser(t *testing.T) {
 		}
 	}
 	out := outDir(t)
-	for _, page := range []string{"fleet", "queue", "decisions", "learning", "energy"} {
+	for _, tc := range []struct {
+		page string
+		// check is a script that is true when the page shows what it should.
+		check string
+	}{
+		{"fleet", `document.querySelectorAll('.gpu').length === 64 && document.querySelectorAll('#totals tr').length === 5`},
+		{"queue", `document.querySelectorAll('#queue tr[data-job-key] .why li').length > 0`},
+		{"decisions", `document.querySelectorAll('#decisions tr').length > 1 && document.querySelector('svg.plot') !== null`},
+		{"learning", `document.querySelector('#policy').textContent === 'bundled:default' && document.querySelector('#policy-meta') !== null && document.querySelectorAll('#errors tr').length > 1`},
+		{"energy", `Number(document.querySelector('#energy-runs').textContent) > 0 && document.querySelectorAll('svg.plot').length === 3`},
+	} {
+		page := tc.page
 		run(page, chromedp.Navigate(srv.URL+"/ui/"+page), chromedp.WaitReady("main"))
+		var ok bool
+		eval(tc.check, &ok)
+		if !ok {
+			t.Errorf("%s page: %s is false", page, tc.check)
+		}
 		var size struct{ GPUs, Nodes, Title string }
 		eval(`({GPUs: document.querySelector('#fleet-size').dataset.gpus, Nodes: document.querySelector('#fleet-size').dataset.nodes, Title: document.title})`, &size)
 		if size.GPUs != "64" || size.Nodes != "12" {

@@ -15,7 +15,9 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -40,6 +42,12 @@ type Dashboard struct {
 	svc  *service.Service
 	opts Options
 	log  hclog.Logger
+
+	policyMu   sync.Mutex
+	policyRef  string
+	policyTime time.Time
+	policyRead bool
+	policy     *PolicyInfo
 }
 
 // New builds the dashboard of a service.
@@ -145,7 +153,29 @@ func (d *Dashboard) Learning() (Learning, error) {
 	if err != nil {
 		return Learning{}, err
 	}
-	return BuildLearning(obs, DecisionLookup(d.svc.Store()), d.svc.Store().PolicyCheckpoint(), d.tuning()), nil
+	l := BuildLearning(obs, DecisionLookup(d.svc.Store()), d.svc.Store().PolicyCheckpoint(), d.tuning())
+	l.PolicyInfo = d.policyInfo(l.Policy)
+	return l, nil
+}
+
+// policyInfo reads the policy's checkpoint again only when the reference or the file's
+// modification time changed (online tuning rewrites the tuned policy's file in place).
+func (d *Dashboard) policyInfo(ref string) *PolicyInfo {
+	var mtime time.Time
+	if fi, err := os.Stat(strings.TrimPrefix(ref, "tuned:")); err == nil {
+		mtime = fi.ModTime()
+	}
+	d.policyMu.Lock()
+	defer d.policyMu.Unlock()
+	if d.policyRead && ref == d.policyRef && mtime.Equal(d.policyTime) {
+		return d.policy
+	}
+	info, err := loadPolicy(ref)
+	if err != nil {
+		d.log.Warn("reading the ranking policy's checkpoint failed; the learning page shows its name only", "error", err)
+	}
+	d.policyRef, d.policyTime, d.policy, d.policyRead = ref, mtime, info, true
+	return info
 }
 
 // tuning reads the online tuning counters from the service's metrics.

@@ -387,8 +387,9 @@ func decisionTimeline(recs []store.DecisionRecord) ([]byte, error) {
 
 type learningBody struct {
 	Learning
-	ThrSVG, PowerSVG, ErrSVG []byte
-	Recent                   []LearnPoint
+	ThrSVG, PowerSVG, ErrSVG, CurveSVG []byte
+	Recent                             []LearnPoint
+	MetaKeys                           []string
 }
 
 func (d *Dashboard) learningPage(w http.ResponseWriter, r *http.Request) {
@@ -420,6 +421,24 @@ func (d *Dashboard) learningPage(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		writeErr(w, http.StatusInternalServerError, err)
 		return
+	}
+	if pi := l.PolicyInfo; pi != nil {
+		b.MetaKeys = sortedKeys(pi.Meta)
+		if len(pi.Curve) > 0 {
+			var train, eval plotter.XYs
+			for _, c := range pi.Curve {
+				train = append(train, plotter.XY{X: float64(c.Epoch), Y: c.Reward})
+				if c.Evaluated {
+					eval = append(eval, plotter.XY{X: float64(c.Epoch), Y: c.EvalReward})
+				}
+			}
+			b.CurveSVG, err = CurveSVG("Ranking policy training (reward > 0 beats the baseline)", "epoch", "ln(baseline / policy score)",
+				[]Series{{Name: "rollouts (mean)", Points: train}, {Name: "greedy evaluation", Points: eval}})
+			if err != nil {
+				writeErr(w, http.StatusInternalServerError, err)
+				return
+			}
+		}
 	}
 	for i := len(l.Points) - 1; i >= 0 && len(b.Recent) < 20; i-- {
 		b.Recent = append(b.Recent, l.Points[i])

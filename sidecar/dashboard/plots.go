@@ -200,6 +200,37 @@ func LineSVG(title, y string, t0 time.Time, series []Series) ([]byte, error) {
 	return svgOf(p)
 }
 
+// CurveSVG plots named lines with points against a plain x axis (a learning curve); unlike
+// LineSVG the y axis may go below zero.
+func CurveSVG(title, x, y string, series []Series) ([]byte, error) {
+	p := newPlot(title, x, y)
+	p.Legend.Top, p.Legend.Left = false, false
+	names := seriesNames(series)
+	for _, s := range series {
+		if len(s.Points) == 0 {
+			continue
+		}
+		l, sc, err := plotter.NewLinePoints(s.Points)
+		if err != nil {
+			return nil, fmt.Errorf("curve %s: %w", s.Name, err)
+		}
+		l.Color = colorOf(names, s.Name)
+		l.Width = vg.Points(1.5)
+		sc.Color = l.Color
+		sc.Radius = vg.Points(2)
+		p.Add(l, sc)
+		p.Legend.Add(s.Name, l)
+	}
+	zero, err := plotter.NewLine(plotter.XYs{{X: p.X.Min, Y: 0}, {X: p.X.Max, Y: 0}})
+	if err != nil {
+		return nil, err
+	}
+	zero.Color = color.Gray{Y: 128}
+	zero.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+	p.Add(zero)
+	return svgOf(p)
+}
+
 // StackedBarsSVG stacks one bar series per name over labelled positions.
 func StackedBarsSVG(title, y string, labels []string, series []Series) ([]byte, error) {
 	p := newPlot(title, "", y)

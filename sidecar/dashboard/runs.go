@@ -137,8 +137,10 @@ func niceBucket(s float64) float64 {
 // Learning is GET /v1/learning: measured runs against what hetgpu predicted for them, the
 // errors per GPU type and the ranking policy in use.
 type Learning struct {
-	// Policy is the ranking policy's reference ("bundled:default", a checkpoint path, "tuned:…").
-	Policy string `json:"policy"`
+	// Policy is the ranking policy's reference ("bundled:default", a checkpoint path, "tuned:…")
+	// and PolicyInfo its training record (nil for the heuristic or an unreadable checkpoint).
+	Policy     string      `json:"policy"`
+	PolicyInfo *PolicyInfo `json:"policy_info,omitempty"`
 	// Tuning counts online tuning steps by result (adopted, kept, error).
 	Tuning map[string]float64 `json:"tuning"`
 	// Runs is how many stored runs were read; Points those with a prediction to compare.
