@@ -206,6 +206,10 @@ func TestPagesAndAuth(t *testing.T) {
 	if !strings.Contains(body, "needs 64 GPUs; at most 8 free of one type") {
 		t.Errorf("queue page does not say why the 64-GPU job waits:\n%s", body)
 	}
+	// The round pinned resnet to 2 of the 8 A100s; the snapshot still shows them free.
+	if !strings.Contains(body, "6 A100, 4 T4, 8 V100") {
+		t.Errorf("queue page's free GPUs do not count this round's placement:\n%s", body)
+	}
 	if code, _, hdr := c.get("/ui/"); code != 200 || hdr.Get("Content-Type") == "" {
 		// http.Get follows the redirect to /ui/fleet (with the token: same client).
 		t.Errorf("GET /ui/: %d", code)

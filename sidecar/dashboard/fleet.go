@@ -152,7 +152,6 @@ func BuildFleet(snap *cluster.Snapshot, stats map[string]cluster.DeviceStats, ba
 					Healthy: in.Healthy, Health: in.HealthDescription, Allocs: holders[in.ID],
 					MemoryMiB: attrFloat(g.Attributes["memory"]), PowerLimitW: attrFloat(g.Attributes["power_limit"])}
 				if st, ok := stats[in.ID]; ok {
-					st := st
 					gpu.Stats = &st
 				}
 				gpu.State = gpuState(n, &gpu)

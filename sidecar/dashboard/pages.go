@@ -205,14 +205,14 @@ func (d *Dashboard) queuePage(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusInternalServerError, fmt.Errorf("queue: %w", err))
 		return
 	}
-	q.Free = fl.Totals
+	q.Free = d.freeAfterRound(fl.Totals, q.Jobs)
 	q.Total = len(q.Jobs)
 	if len(q.Jobs) > maxQueueRows {
 		q.Jobs = q.Jobs[:maxQueueRows]
 	}
 	for i := range q.Jobs {
 		j := &q.Jobs[i]
-		j.Why = whyWaiting(j, q.Jobs[:i], fl.Totals)
+		j.Why = whyWaiting(j, q.Jobs[:i], q.Free)
 		j.NomadURL = d.nomadJobURL(j.Namespace, j.JobID)
 	}
 	for i := range q.Invalid {
@@ -224,6 +224,27 @@ func (d *Dashboard) queuePage(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	d.render(w, r, "queue", &fl, q)
+}
+
+// freeAfterRound is the free GPUs per type once the round's own placements (the queue's
+// "decided" jobs, whose GPUs the snapshot still shows free) are taken.
+func (d *Dashboard) freeAfterRound(totals []TypeTotals, jobs []queueRow) []TypeTotals {
+	out := append([]TypeTotals(nil), totals...)
+	for _, j := range jobs {
+		if j.Status != "decided" {
+			continue
+		}
+		r, ok := d.svc.Store().Latest(j.JobKey)
+		if !ok || r.Decision == nil {
+			continue
+		}
+		for i := range out {
+			if out[i].GPUType == r.Decision.GPUType {
+				out[i].Free = max(0, out[i].Free-r.Decision.GPUs())
+			}
+		}
+	}
+	return out
 }
 
 // whyWaiting explains a queue entry from what the page knows: the API's own reason first
