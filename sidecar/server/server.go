@@ -139,7 +139,7 @@ func (s *Server) Serve(ctx context.Context, ready func(addr string)) error {
 	if ready != nil {
 		ready(ln.Addr().String())
 	}
-	s.log.Info("API listening", "address", ln.Addr().String(), "token", s.cfg.Token != "")
+	s.log.Info("API listening", "address", ln.Addr().String(), "token", s.cfg.Token != "", "dashboard", "http://"+ln.Addr().String()+"/ui/fleet")
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
