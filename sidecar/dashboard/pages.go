@@ -170,6 +170,7 @@ type queueRow struct {
 	Model      string  `json:"model"`
 	Class      string  `json:"priority_class"`
 	Status     string  `json:"status"`
+	Wait       string  `json:"wait"`
 	Reason     string  `json:"reason"`
 	Infeasible any     `json:"infeasible"`
 	Why        []string
@@ -247,13 +248,17 @@ func (d *Dashboard) freeAfterRound(totals []TypeTotals, jobs []queueRow) []TypeT
 	return out
 }
 
-// whyWaiting explains a queue entry from what the page knows: the API's own reason first
-// (when the queue carries one), then the jobs ranked ahead and the free capacity.
+// whyWaiting explains a queue entry. The queue's own fields (wait kind, reason, infeasible)
+// win when it carries them; otherwise the page derives a reason from the jobs ranked ahead and
+// the free capacity.
 func whyWaiting(j *queueRow, ahead []queueRow, totals []TypeTotals) []string {
 	var why []string
+	if j.Status == "decided" {
+		return []string{"placed in this round; being pinned"}
+	}
 	switch v := j.Infeasible.(type) {
 	case bool:
-		if v {
+		if v && j.Wait != "infeasible" { // the wait kind below says it already
 			why = append(why, "infeasible")
 		}
 	case string:
@@ -266,11 +271,16 @@ func whyWaiting(j *queueRow, ahead []queueRow, totals []TypeTotals) []string {
 			why = append(why, "infeasible: "+string(b))
 		}
 	}
-	if j.Reason != "" {
+	switch {
+	case j.Wait != "" && j.Reason != "":
+		why = append(why, j.Wait+": "+j.Reason)
+	case j.Wait != "":
+		why = append(why, j.Wait)
+	case j.Reason != "":
 		why = append(why, j.Reason)
 	}
-	if j.Status == "decided" {
-		return append(why, "placed in this round; being pinned")
+	if len(why) > 0 {
+		return why
 	}
 	waiting, first := 0, ""
 	for _, a := range ahead {

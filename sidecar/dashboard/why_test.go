@@ -24,12 +24,15 @@ func TestWhyWaiting(t *testing.T) {
 			[]string{"no free GPU of type H100 now"}},
 		{"fits", `{"gpus":1,"device":"nvidia/gpu/NVIDIA A100-SXM4-40GB","status":"waiting"}`, nil,
 			[]string{"1 A100 free: not placed by the last round (node fit, constraints, T_min or jobs ahead)"}},
-		{"api reason", `{"gpus":2,"status":"waiting","infeasible":true,"reason":"no GPU type meets T_min"}`, nil,
-			[]string{"infeasible", "no GPU type meets T_min", "3 T4 free: not placed by the last round (node fit, constraints, T_min or jobs ahead)"}},
-		{"api reason as text", `{"gpus":1,"status":"decided","infeasible":"too large"}`, nil,
-			[]string{"infeasible: too large", "placed in this round; being pinned"}},
-		{"api reason as object", `{"gpus":1,"status":"decided","infeasible":{"code":3}}`, nil,
-			[]string{`infeasible: {"code":3}`, "placed in this round; being pinned"}},
+		{"api reason", `{"gpus":2,"status":"infeasible","wait":"infeasible","infeasible":true,"reason":"no GPU type meets T_min"}`, ahead,
+			[]string{"infeasible: no GPU type meets T_min"}},
+		{"api flag without kind", `{"gpus":2,"status":"waiting","infeasible":true}`, nil, []string{"infeasible"}},
+		{"api wait kind only", `{"gpus":2,"status":"waiting","wait":"behind"}`, ahead, []string{"behind"}},
+		{"api reason only", `{"gpus":2,"status":"waiting","reason":"queue limit of namespace ml"}`, nil, []string{"queue limit of namespace ml"}},
+		{"api reason as text", `{"gpus":1,"status":"waiting","infeasible":"too large"}`, nil, []string{"infeasible: too large"}},
+		{"api reason as object", `{"gpus":1,"status":"waiting","infeasible":{"code":3}}`, nil, []string{`infeasible: {"code":3}`}},
+		{"api false flag", `{"gpus":1,"status":"waiting","infeasible":false,"device":"nvidia/gpu/Tesla T4"}`, nil,
+			[]string{"3 T4 free: not placed by the last round (node fit, constraints, T_min or jobs ahead)"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var row queueRow
