@@ -146,10 +146,10 @@ func TestFleetEndpointOnNomad(t *testing.T) {
 
 func TestRunsEndpoints(t *testing.T) {
 	_, c := nomadSidecar(t)
-	// The pinned job's run as the task driver reports it (2 A100s), and one of a job hetgpu
-	// never decided for.
+	// The pinned job's run as the task driver reports it (2 A100s; energy = average power ×
+	// runtime, as a real record), and one of a job hetgpu never decided for.
 	if code := c.post("/v1/observations", `[
-	  {"namespace":"default","job_id":"resnet","group":"train","gpu_type":"a100","gpus":2,"throughput":1120,"energy_j":720000,"avg_power_w":500,"runtime_s":1200,"batch_size":64},
+	  {"namespace":"default","job_id":"resnet","group":"train","gpu_type":"a100","gpus":2,"throughput":1120,"energy_j":600000,"avg_power_w":500,"runtime_s":1200,"batch_size":64},
 	  {"namespace":"other","job_id":"x","group":"g","gpu_type":"t4","gpus":1,"throughput":2,"energy_j":36000,"runtime_s":600}]`); code != http.StatusAccepted {
 		t.Fatalf("posting observations: %d", code)
 	}
@@ -158,7 +158,7 @@ func TestRunsEndpoints(t *testing.T) {
 	if code != 200 || json.Unmarshal([]byte(body), &en) != nil || en.Runs != 2 || len(en.ByType) != 2 || len(en.ByNamespace) != 2 {
 		t.Fatalf("/v1/energy %d %s", code, body)
 	}
-	if g := en.ByType[0]; g.Key != "a100" || g.JPerStep != 720000/(1120*1200.0) || g.JPerSample != 720000/(1120*1200*64.0) {
+	if g := en.ByType[0]; g.Key != "a100" || g.JPerStep != 600000/(1120*1200.0) || g.JPerSample != 600000/(1120*1200*64.0) {
 		t.Errorf("a100 energy = %+v", g)
 	}
 	code, body, _ = c.get("/v1/learning")
