@@ -85,8 +85,16 @@ func svgOf(p *plot.Plot) ([]byte, error) {
 	return out, nil
 }
 
+// maxLineDots is the most points a line is drawn with dots on; maxScatter the most points
+// of one series a scatter draws (the newest, the series' last): each is ~100 bytes of SVG.
+const (
+	maxLineDots = 100
+	maxScatter  = 400
+)
+
 // ScatterSVG plots named point sets (log-log when log is set) with the y = x diagonal when
-// diag is set: predicted against measured.
+// diag is set: predicted against measured. A series of more than maxScatter points is drawn
+// with its last maxScatter.
 func ScatterSVG(title, x, y string, series []Series, log, diag bool) ([]byte, error) {
 	p := newPlot(title, x, y)
 	// Points gather along the diagonal: the bottom-right corner is where the legend hides none.
@@ -97,6 +105,9 @@ func ScatterSVG(title, x, y string, series []Series, log, diag bool) ([]byte, er
 		pts := s.Points
 		if log {
 			pts = positive(pts)
+		}
+		if len(pts) > maxScatter {
+			pts = pts[len(pts)-maxScatter:]
 		}
 		if len(pts) == 0 {
 			continue
@@ -188,9 +199,13 @@ func LineSVG(title, y string, t0 time.Time, series []Series) ([]byte, error) {
 		}
 		l.Color = colorOf(names, s.Name)
 		l.Width = vg.Points(1.5)
-		sc.Color = l.Color
-		sc.Radius = vg.Points(1.5)
-		p.Add(l, sc)
+		p.Add(l)
+		// Dots only where they can be told apart (and where they do not weigh down the page).
+		if len(s.Points) <= maxLineDots {
+			sc.Color = l.Color
+			sc.Radius = vg.Points(1.5)
+			p.Add(sc)
+		}
 		p.Legend.Add(s.Name, l)
 	}
 	p.Y.Min = 0

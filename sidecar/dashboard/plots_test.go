@@ -93,3 +93,26 @@ func TestPlotsSVG(t *testing.T) {
 		})
 	}
 }
+
+// A long series is drawn with its newest points only, so a page stays small.
+func TestScatterDrawsNewestPoints(t *testing.T) {
+	var pts plotter.XYs
+	for i := 1; i <= 1000; i++ {
+		pts = append(pts, plotter.XY{X: float64(i), Y: float64(i) * 1.1})
+	}
+	all, err := dashboard.ScatterSVG("s", "x", "y", []dashboard.Series{{Name: "A100", Points: pts}}, true, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newest, err := dashboard.ScatterSVG("s", "x", "y", []dashboard.Series{{Name: "A100", Points: pts[600:]}}, true, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fewer, err := dashboard.ScatterSVG("s", "x", "y", []dashboard.Series{{Name: "A100", Points: pts[601:]}}, true, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(all, newest) || bytes.Equal(newest, fewer) {
+		t.Errorf("1000 points drew %d bytes, their newest 400 %d, 399 %d: want the first two equal", len(all), len(newest), len(fewer))
+	}
+}
