@@ -244,6 +244,7 @@ func New(c *Config, logOut io.Writer) (*Sidecar, error) {
 		public = "http://" + c.Listen
 	}
 	var backend service.Backend
+	var nomadURL string
 	if useNomad {
 		client, ns, err := NomadClient(c.Nomad)
 		if err != nil {
@@ -255,6 +256,7 @@ func New(c *Config, logOut io.Writer) (*Sidecar, error) {
 			return fail(err)
 		}
 		backend = b
+		nomadURL = client.Address()
 		log.Info("Nomad backend", "address", client.Address(), "namespace", ns, "shadow", c.Shadow)
 	} else {
 		b, err := NewSimBackend(SimOptions{Cluster: c.Simulator.Cluster, Trace: c.Simulator.Trace, Seed: uint64(c.Simulator.Seed),
@@ -269,7 +271,7 @@ func New(c *Config, logOut io.Writer) (*Sidecar, error) {
 	if err != nil {
 		return fail(err)
 	}
-	srv := server.New(server.Config{Listen: c.Listen, Token: c.Token, Logger: log}, svc)
+	srv := server.New(server.Config{Listen: c.Listen, Token: c.Token, Logger: log, NomadURL: nomadURL}, svc)
 	log.Info("sidecar assembled", "backend", backendName, "state", st.Path(), "policy", policyRef, "placement", c.Placement.Preset)
 	return &Sidecar{Config: c, Log: log, Backend: backend, Service: svc, Server: srv, Store: st, Addr: make(chan string, 1)}, nil
 }

@@ -159,3 +159,18 @@ func (b *SimBackend) Maintain(context.Context) (*service.Maintenance, error) {
 }
 
 var _ service.Backend = (*SimBackend)(nil)
+
+// DeviceStats reports every simulated GPU's utilisation and power under the cluster's power
+// model (cluster.DeviceStatsReader). The simulator models neither memory use nor temperature,
+// so those stay unreported.
+func (b *SimBackend) DeviceStats(context.Context) (map[string]cluster.DeviceStats, error) {
+	rs, at := b.e.GPUReadings()
+	out := make(map[string]cluster.DeviceStats, len(rs))
+	for id, r := range rs {
+		util, power, limit, mem := 100*r.Util, r.PowerW, r.TDPW, r.MemoryGiB*1024
+		out[id] = cluster.DeviceStats{PowerW: &power, PowerLimitW: &limit, UtilPct: &util, MemTotalMiB: &mem, Time: at}
+	}
+	return out, nil
+}
+
+var _ cluster.DeviceStatsReader = (*SimBackend)(nil)

@@ -58,6 +58,6 @@ th{background:#f3f3f3}td.l,th.l{text-align:left}tr.chosen{background:#e8f6e8;fon
 {{range .Alternatives}}<li><b>{{upper .GPUType}}</b>{{if .NodeName}} on {{.NodeName}}{{else}}{{if .NodeIDs}} on {{join .NodeIDs ", "}}{{end}}{{end}}: {{.Why}}</li>{{end}}
 </ul>{{end}}
 {{end}}{{end}}
-<p><a href="/v1/jobs/{{.Namespace}}/{{.JobID}}/explain?format=json">JSON</a> · <a href="/v1/queue">queue</a> · <a href="/v1/decisions">decisions</a></p>
+<p><a href="/v1/jobs/{{.Namespace}}/{{.JobID}}/explain?format=json">JSON</a> · <a href="/v1/queue">queue</a> · <a href="/v1/decisions">decisions</a> · <a href="/ui/fleet">dashboard</a></p>
 </body></html>
 `))

@@ -7,6 +7,8 @@
 //	                                     HTML with Accept: text/html or ?format=html
 //	POST /v1/observations                measured runs (cluster.Observation JSON, one object or
 //	                                     an array), as the task driver posts them
+//	GET  /v1/fleet, /v1/energy, /v1/learning  the dashboard's data (sidecar/dashboard)
+//	GET  /ui/fleet, queue, decisions, learning, energy  the GPU fleet dashboard (HTML)
 //	GET  /metrics                        Prometheus metrics
 //
 // With a token configured every endpoint but /v1/health needs "Authorization: Bearer TOKEN".
@@ -31,6 +33,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/sidecar/dashboard"
 	"github.com/hetgpu/hetgpu/sidecar/service"
 )
 
@@ -46,6 +49,8 @@ type Config struct {
 	// Token, when set, is required as a bearer token.
 	Token  string
 	Logger hclog.Logger
+	// NomadURL, when set, is the Nomad UI's address the dashboard links jobs to.
+	NomadURL string
 }
 
 // Server serves the API for a service.
@@ -72,6 +77,8 @@ func New(cfg Config, svc *service.Service) *Server {
 	s.mux.HandleFunc("POST /v1/observations", s.observations)
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(svc.Metrics().Registry, promhttp.HandlerOpts{}))
 	s.mux.HandleFunc("GET /{$}", s.index)
+	// The GPU fleet dashboard (/ui/…) and its JSON data (/v1/fleet, /v1/energy, /v1/learning).
+	dashboard.New(svc, dashboard.Options{NomadURL: cfg.NomadURL, Logger: s.log}).Register(s.mux)
 	return s
 }
 
@@ -132,7 +139,7 @@ func (s *Server) Serve(ctx context.Context, ready func(addr string)) error {
 	if ready != nil {
 		ready(ln.Addr().String())
 	}
-	s.log.Info("API listening", "address", ln.Addr().String(), "token", s.cfg.Token != "")
+	s.log.Info("API listening", "address", ln.Addr().String(), "token", s.cfg.Token != "", "dashboard", "http://"+ln.Addr().String()+"/ui/fleet")
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -320,11 +327,15 @@ func (s *Server) index(w http.ResponseWriter, _ *http.Request) {
 const indexHTML = `<!doctype html><html><head><meta charset="utf-8"><title>hetgpu sidecar</title></head>
 <body style="font-family:sans-serif;max-width:50em;margin:2em auto">
 <h1>hetgpu sidecar</h1>
+<p><a href="/ui/fleet"><b>GPU fleet dashboard</b></a>: fleet, queue, decisions, learning, energy</p>
 <ul>
 <li><a href="/v1/health">GET /v1/health</a>: service state</li>
 <li><a href="/v1/queue">GET /v1/queue</a>: ranked pending jobs with scores and features</li>
 <li><a href="/v1/decisions">GET /v1/decisions</a>: decisions, newest first (?limit=N&amp;after=SEQ)</li>
 <li>GET /v1/jobs/{namespace}/{job}/explain: why a job runs where it runs (?format=html)</li>
+<li><a href="/v1/fleet">GET /v1/fleet</a>: nodes and GPUs with health, readings and holders; totals per GPU type (?gpu_type=&amp;class=&amp;health=&amp;state=)</li>
+<li><a href="/v1/energy">GET /v1/energy</a>: energy of measured runs per GPU type and namespace, over time and per unit of work</li>
+<li><a href="/v1/learning">GET /v1/learning</a>: measured runs against their predictions, errors per GPU type, ranking policy</li>
 <li>POST /v1/observations: measured runs (cluster.Observation JSON)</li>
 <li><a href="/metrics">GET /metrics</a>: Prometheus metrics</li>
 </ul></body></html>`

@@ -20,7 +20,7 @@ func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) er
 
 Runs the scheduler sidecar beside the Nomad servers: holds annotated jobs until it pins them
 to a node and exact GPUs, and serves the API (queue, decisions, explain, observations,
-metrics). Nomad is reached through NOMAD_ADDR, NOMAD_TOKEN, NOMAD_NAMESPACE and the NOMAD_*
+metrics) and a GPU fleet dashboard at /ui/fleet. Nomad is reached through NOMAD_ADDR, NOMAD_TOKEN, NOMAD_NAMESPACE and the NOMAD_*
 TLS variables, or the config file's nomad block. Without a Nomad address it runs on the
 embedded simulated cluster (accelerated clock) and serves the same API.
 

@@ -1,0 +1,47 @@
+package dashboard
+
+import (
+	"encoding/json"
+	"reflect"
+	"testing"
+)
+
+// whyWaiting renders the queue's own reason fields when the API has them, whatever their JSON
+// type, before what the page derives.
+func TestWhyWaiting(t *testing.T) {
+	totals := []TypeTotals{{GPUType: "t4", Free: 3}, {GPUType: "a100", Free: 1}}
+	ahead := []queueRow{{JobKey: "default/done/g", Status: "decided"}, {JobKey: "default/first/g", Status: "waiting"}}
+	for _, tc := range []struct {
+		name  string
+		entry string
+		ahead []queueRow
+		want  []string
+	}{
+		{"placed", `{"gpus":1,"status":"decided"}`, nil, []string{"placed in this round; being pinned"}},
+		{"capacity", `{"gpus":4,"device":"nvidia/gpu","status":"waiting"}`, ahead,
+			[]string{"behind 1 waiting job(s) ranked ahead, first default/first/g", "needs 4 GPUs; at most 3 free of one type (T4)"}},
+		{"typed request", `{"gpus":1,"device":"nvidia/gpu/NVIDIA H100 80GB HBM3","status":"waiting"}`, nil,
+			[]string{"no free GPU of type H100 now"}},
+		{"fits", `{"gpus":1,"device":"nvidia/gpu/NVIDIA A100-SXM4-40GB","status":"waiting"}`, nil,
+			[]string{"1 A100 free: not placed by the last round (node fit, constraints, T_min or jobs ahead)"}},
+		{"api reason", `{"gpus":2,"status":"infeasible","wait":"infeasible","infeasible":true,"reason":"no GPU type meets T_min"}`, ahead,
+			[]string{"infeasible: no GPU type meets T_min"}},
+		{"api flag without kind", `{"gpus":2,"status":"waiting","infeasible":true}`, nil, []string{"infeasible"}},
+		{"api wait kind only", `{"gpus":2,"status":"waiting","wait":"behind"}`, ahead, []string{"behind"}},
+		{"api reason only", `{"gpus":2,"status":"waiting","reason":"queue limit of namespace ml"}`, nil, []string{"queue limit of namespace ml"}},
+		{"api reason as text", `{"gpus":1,"status":"waiting","infeasible":"too large"}`, nil, []string{"infeasible: too large"}},
+		{"api reason as object", `{"gpus":1,"status":"waiting","infeasible":{"code":3}}`, nil, []string{`infeasible: {"code":3}`}},
+		{"api false flag", `{"gpus":1,"status":"waiting","infeasible":false,"device":"nvidia/gpu/Tesla T4"}`, nil,
+			[]string{"3 T4 free: not placed by the last round (node fit, constraints, T_min or jobs ahead)"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var row queueRow
+			if err := json.Unmarshal([]byte(tc.entry), &row); err != nil {
+				t.Fatal(err)
+			}
+			if got := whyWaiting(&row, tc.ahead, totals); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("why = %q\nwant  %q", got, tc.want)
+			}
+		})
+	}
+}
