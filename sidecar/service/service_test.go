@@ -193,9 +193,10 @@ func TestLearnFromFinishedRunUnlessDriverPosted(t *testing.T) {
 	h.Nomad.Register(servicetest.HeldJob("l2", 1, 1, meta))
 	h.Round()
 	start := time.Now().Add(-2 * time.Minute)
-	// The driver reports l2 itself.
+	// The driver reports l2's allocation itself (claim alloc/<id>/train).
+	a2 := h.Nomad.Allocs("default", "l2")[0]
 	err := h.Service.Observe(context.Background(), cluster.Observation{Namespace: "default", JobID: "l2", Group: "train",
-		GPUType: "NVIDIA A100-SXM4-40GB", GPUs: 1, Throughput: 650, EnergyJ: 1000, RuntimeS: 60}, service.SourceDriver)
+		Task: "train", AllocID: a2.ID, GPUType: "NVIDIA A100-SXM4-40GB", GPUs: 1, Throughput: 650, EnergyJ: 1000, RuntimeS: 60}, service.SourceDriver)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,6 +219,43 @@ func TestLearnFromFinishedRunUnlessDriverPosted(t *testing.T) {
 	if body := scrape(t, h); !strings.Contains(body, `hetgpu_observations_total{source="sidecar"} 1`) ||
 		!strings.Contains(body, `hetgpu_prediction_relative_error_count{quantity="throughput"} 2`) {
 		t.Errorf("metrics:\n%s", body)
+	}
+	// The driver's late report of l1's allocation, after a restart, is a duplicate of the
+	// sidecar's record: stored and learned once.
+	a1 := h.Nomad.Allocs("default", "l1")[0]
+	h.Stop()
+	h.Start()
+	res, err := h.Service.ObserveBatch(context.Background(), []cluster.Observation{{Namespace: "default", JobID: "l1", Group: "train",
+		Task: "train", AllocID: a1.ID, GPUType: "a100", GPUs: 1, Throughput: 640, RuntimeS: 99}}, service.SourceDriver, "")
+	if err != nil || res.Duplicates != 1 || res.Accepted != 0 || res.Records[0].DuplicateOf != "alloc/"+a1.ID {
+		t.Errorf("driver report after the sidecar's: %+v %v, want a duplicate of alloc/%s", res, err, a1.ID)
+	}
+	if n := len(h.Pred.Learned()); n != 2 || h.Store.ObservationCount() != 2 {
+		t.Errorf("learned %d, stored %d; want 2 and 2", n, h.Store.ObservationCount())
+	}
+}
+
+// A partial or failed run is stored but never reaches the learner or the tuner.
+func TestPartialRunsNotLearned(t *testing.T) {
+	tuner := &countingTuner{}
+	h := servicetest.NewHarness(t, nil)
+	h.Stop()
+	h.Tuner = tuner
+	h.Start()
+	base := cluster.Observation{Namespace: "default", JobID: "p", Group: "train", GPUType: "v100", GPUs: 1, Throughput: 10, RuntimeS: 60}
+	partial, failed, ok := base, base, base
+	partial.Partial, partial.AllocID = true, "A"
+	failed.ExitCode, failed.AllocID = 1, "B"
+	ok.AllocID = "C"
+	res, err := h.Service.ObserveBatch(context.Background(), []cluster.Observation{partial, failed, ok}, service.SourceDriver, "")
+	if err != nil || res.Accepted != 3 || res.Partial != 2 || res.Learned != 1 {
+		t.Fatalf("result %+v %v, want 3 accepted, 2 partial, 1 learned", res, err)
+	}
+	if n := len(h.Pred.Learned()); n != 1 {
+		t.Errorf("learner got %d runs, want 1", n)
+	}
+	if observed, _, _ := tuner.counts(); observed != 1 {
+		t.Errorf("tuner got %d runs, want 1", observed)
 	}
 }
 

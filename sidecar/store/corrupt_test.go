@@ -1,0 +1,161 @@
+package store
+
+import (
+	"errors"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// fill writes n observations and a decision, and returns the file's size.
+func fill(t *testing.T, path string, n int) int64 {
+	t.Helper()
+	s, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch := make([]NewObservation, n)
+	for i := range batch {
+		batch[i] = NewObservation{Obs: obsN(i), Source: "driver"}
+	}
+	if _, err := s.AddObservations(batch, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutDecision(&DecisionRecord{JobKey: "default/j/g", Status: StatusPinned}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Size()
+}
+
+// Each kind of damage gives its documented outcome at Open: never a crash; a truncated or
+// overwritten file is a CorruptError naming the problem and the commands; an empty file is
+// moved aside with a warning and a fresh one started. Repair then keeps the damaged file and
+// recovers what it can.
+func TestCorruptStateFile(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		damage  func(t *testing.T, path string, size int64)
+		corrupt bool
+		// minKept is how many of the 2000 observations repair must recover.
+		minKept int
+	}{
+		{"truncated", func(t *testing.T, path string, size int64) {
+			if err := os.Truncate(path, 100_000); err != nil {
+				t.Fatal(err)
+			}
+		}, true, 100},
+		{"random bytes inside", func(t *testing.T, path string, size int64) {
+			f, err := os.OpenFile(path, os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			junk := make([]byte, 64<<10)
+			r := rand.New(rand.NewPCG(1, 2))
+			for i := range junk {
+				junk[i] = byte(r.Uint32())
+			}
+			if _, err := f.WriteAt(junk, size/3); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+		}, true, 100},
+		{"meta pages overwritten", func(t *testing.T, path string, size int64) {
+			f, _ := os.OpenFile(path, os.O_WRONLY, 0)
+			_, _ = f.WriteAt(make([]byte, 8192), 0)
+			f.Close()
+		}, true, 1000},
+		{"empty", func(t *testing.T, path string, size int64) {
+			if err := os.Truncate(path, 0); err != nil {
+				t.Fatal(err)
+			}
+		}, false, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "sidecar.db")
+			size := fill(t, path, 2000)
+			tt.damage(t, path, size)
+			s, err := Open(path, Options{})
+			if !tt.corrupt {
+				if err != nil {
+					t.Fatalf("open: %v", err)
+				}
+				if n := s.ObservationCount(); n != 0 {
+					t.Errorf("fresh file holds %d observations", n)
+				}
+				s.Close()
+				if m, _ := filepath.Glob(path + ".empty-*"); len(m) != 1 {
+					t.Errorf("empty file not kept aside: %v", m)
+				}
+				return
+			}
+			if err == nil {
+				s.Close()
+				t.Fatal("damaged file opened without an error")
+			}
+			var ce *CorruptError
+			if !errors.As(err, &ce) || !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "hetgpu state repair") {
+				t.Fatalf("open error = %v, want a CorruptError naming `hetgpu state repair`", err)
+			}
+			rr, err := Repair(path)
+			if err != nil {
+				t.Fatalf("repair: %v", err)
+			}
+			if _, err := os.Stat(rr.KeptAs); err != nil {
+				t.Errorf("damaged file not kept: %v", err)
+			}
+			s, err = Open(path, Options{})
+			if err != nil {
+				t.Fatalf("open after repair: %v", err)
+			}
+			defer s.Close()
+			n := s.ObservationCount()
+			if n < tt.minKept || n > 2000 {
+				t.Errorf("repair kept %d of 2000 observations, want at least %d (report %+v)", n, tt.minKept, rr)
+			}
+			// Recovered records keep their claims: the same record again is a duplicate.
+			var first ObservationRecord
+			_ = s.Observations(func(r ObservationRecord) error {
+				if first.Seq == 0 {
+					first = r
+				}
+				return nil
+			})
+			out, err := s.AddObservations([]NewObservation{{Obs: first.Obs, Source: "driver"}}, time.Now())
+			if err != nil || !out[0].Duplicate {
+				t.Errorf("re-sent recovered record: %+v %v, want duplicate", out, err)
+			}
+			// New records continue after the recovered sequence numbers.
+			out, _ = s.AddObservations([]NewObservation{{Obs: obsN(99999), Source: "driver"}}, time.Now())
+			if out[0].Seq <= first.Seq {
+				t.Errorf("new seq %d not after recovered %d", out[0].Seq, first.Seq)
+			}
+		})
+	}
+}
+
+func TestCheckHealthyAndMissing(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sidecar.db")
+	r, err := Check(path)
+	if err != nil || !r.Missing || !r.OK() {
+		t.Fatalf("missing: %+v %v", r, err)
+	}
+	fill(t, path, 50)
+	r, err = Check(path)
+	if err != nil || !r.OK() || r.Records["observations"] != 50 {
+		t.Fatalf("healthy: %+v %v", r, err)
+	}
+	rr, err := Repair(path)
+	if err != nil || rr.KeptAs != "" {
+		t.Errorf("repair of a healthy file: %+v %v, want nothing done", rr, err)
+	}
+}
