@@ -47,6 +47,7 @@ func Stages(c *Config, stateDir string, log hclog.Logger) (service.Stages, strin
 	pred, err := predict.New(predict.Options{
 		CatalogPath: filepath.Join(stateDir, "catalog.jsonl"),
 		Catalog:     predict.CatalogOptions{Window: c.Predictor.Window, MinSamples: c.Predictor.MinSamples},
+		ClipFactor:  predict.ClipFactor,
 		Logger:      log.Named("predict"),
 	})
 	if err != nil {
