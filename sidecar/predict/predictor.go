@@ -263,6 +263,9 @@ func (p *Predictor) clip(st *state, r *Record) {
 	}
 }
 
+// Rebuild prepares the state for the runs learned since the last prediction now.
+func (p *Predictor) Rebuild() { p.current() }
+
 // LearnedThrough is the highest store sequence number learned (service.StoredLearner).
 func (p *Predictor) LearnedThrough() (uint64, bool) {
 	p.mu.Lock()

@@ -107,6 +107,22 @@ func (s *Service) catchUp(ctx context.Context) error {
 		s.log.Info("catalog records carry no store sequence numbers (older version); stored runs are not replayed into it")
 		return nil
 	}
+	total, err := Replay(ctx, s.store, sl, last)
+	s.health.set(healthCatalog, err)
+	if err != nil {
+		return fmt.Errorf("replay stored runs after sequence %d into the learner: %w", last, err)
+	}
+	if total > 0 {
+		s.log.Warn("the catalog lacked stored runs (a crash before learning, or a deleted or emptied catalog); learned them again from the store",
+			"runs", total, "after_seq", last)
+	}
+	return nil
+}
+
+// Replay gives a StoredLearner the learnable stored runs after sequence number after, in
+// chunks of 1000 (one catalog write each; its state is rebuilt between chunks so each is
+// bounded against what the previous ones taught). It returns how many it gave.
+func Replay(ctx context.Context, st *store.Store, sl StoredLearner, after uint64) (int, error) {
 	var seqs []uint64
 	var obs []cluster.Observation
 	total := 0
@@ -117,11 +133,14 @@ func (s *Service) catchUp(ctx context.Context) error {
 		if err := sl.ObserveStored(ctx, seqs, obs); err != nil {
 			return err
 		}
+		if r, ok := sl.(rebuilder); ok {
+			r.Rebuild()
+		}
 		total += len(obs)
 		seqs, obs = seqs[:0], obs[:0]
 		return nil
 	}
-	err := s.store.ObservationsAfter(last, func(r store.ObservationRecord) error {
+	err := st.ObservationsAfter(after, func(r store.ObservationRecord) error {
 		if !r.Obs.Learnable() || r.Obs.Throughput <= 0 {
 			return nil
 		}
@@ -135,16 +154,11 @@ func (s *Service) catchUp(ctx context.Context) error {
 	if err == nil {
 		err = flush()
 	}
-	s.health.set(healthCatalog, err)
-	if err != nil {
-		return fmt.Errorf("replay stored runs after sequence %d into the learner: %w", last, err)
-	}
-	if total > 0 {
-		s.log.Warn("the catalog lacked stored runs (a crash before learning, or a deleted or emptied catalog); learned them again from the store",
-			"runs", total, "after_seq", last)
-	}
-	return nil
+	return total, err
 }
+
+// rebuilder is a learner that can prepare its state now rather than at the next use.
+type rebuilder interface{ Rebuild() }
 
 // Storage health: what cannot be written right now.
 const (
