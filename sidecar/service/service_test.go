@@ -457,3 +457,59 @@ func TestExplainDuringPin(t *testing.T) {
 		t.Errorf("explain after the round = %+v, %v", ex, err)
 	}
 }
+
+// failingLearner fails while fail is set, as a catalog on a full disk or read-only file does.
+type failingLearner struct {
+	servicetest.Table
+	fail atomic.Bool
+}
+
+func (f *failingLearner) Observe(ctx context.Context, o cluster.Observation) error {
+	if f.fail.Load() {
+		return errors.New("append to catalog: read-only file system")
+	}
+	return f.Table.Observe(ctx, o)
+}
+
+// Health is degraded (with the reason) while the catalog or the store cannot be written, and
+// recovers when writes succeed again; a run stored while learning failed is still stored.
+func TestHealthDegradedWhileStorageFails(t *testing.T) {
+	h := servicetest.NewHarness(t, nil)
+	h.Round()
+	if hl := h.Service.Health(); hl.Status != "ok" {
+		t.Fatalf("health before = %+v", hl)
+	}
+	o := cluster.Observation{Namespace: "default", JobID: "h", Group: "train", GPUType: "v100", GPUs: 1, Throughput: 10, RuntimeS: 60}
+	fl := &failingLearner{}
+	fl.fail.Store(true)
+	svc, err := service.New(service.Config{Reconcile: time.Hour}, h.Backend, service.Stages{Ranker: servicetest.FIFO{}, Predictor: fl,
+		Placer: servicetest.FirstFit{}, Learner: fl}, h.Store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := svc.ObserveBatch(context.Background(), []cluster.Observation{o}, service.SourceDriver, "")
+	if err != nil || res.Accepted != 1 || res.LearnError == "" {
+		t.Fatalf("result %+v %v: want stored, with the learning error", res, err)
+	}
+	hl := svc.Health()
+	if hl.Status != "degraded" || len(hl.StorageErrors) != 1 || !strings.Contains(hl.StorageErrors[0], "catalog: append to catalog: read-only") {
+		t.Errorf("health while the catalog fails = %+v", hl)
+	}
+	fl.fail.Store(false)
+	o.JobID = "h2"
+	if _, err := svc.ObserveBatch(context.Background(), []cluster.Observation{o}, service.SourceDriver, ""); err != nil {
+		t.Fatal(err)
+	}
+	if hl := svc.Health(); len(hl.StorageErrors) != 0 {
+		t.Errorf("health after a good write = %+v", hl)
+	}
+	// The store closed under the service: writes fail, health says so.
+	h.Stop()
+	o.JobID = "h3"
+	if _, err := svc.ObserveBatch(context.Background(), []cluster.Observation{o}, service.SourceDriver, ""); err == nil {
+		t.Fatal("write to a closed store succeeded")
+	}
+	if hl := svc.Health(); hl.Status != "degraded" || len(hl.StorageErrors) == 0 || !strings.HasPrefix(hl.StorageErrors[0], "store: ") {
+		t.Errorf("health while the store fails = %+v", hl)
+	}
+}
