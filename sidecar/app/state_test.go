@@ -137,3 +137,25 @@ simulator {
 		t.Errorf("replay not logged:\n%s", log.String())
 	}
 }
+
+// A replay into an empty catalog gives it only the newest window of stored runs.
+func TestReplayOnlyTheWindow(t *testing.T) {
+	dir := t.TempDir()
+	fillState(t, dir, 50)
+	st, err := store.Open(filepath.Join(dir, StateFile), store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	pred, err := predict.New(predict.Options{CatalogPath: filepath.Join(dir, "other.jsonl"), Catalog: predict.CatalogOptions{Window: 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := service.Replay(context.Background(), st, pred, 0)
+	if err != nil || n != 20 {
+		t.Fatalf("replayed %d (%v), want the newest 20", n, err)
+	}
+	if seq, _ := pred.LearnedThrough(); seq != 50 {
+		t.Errorf("learned through %d, want 50", seq)
+	}
+}

@@ -263,6 +263,9 @@ func (p *Predictor) clip(st *state, r *Record) {
 	}
 }
 
+// Window is how many observed runs the catalog keeps.
+func (p *Predictor) Window() int { return p.cat.opts.Window }
+
 // Rebuild prepares the state for the runs learned since the last prediction now.
 func (p *Predictor) Rebuild() { p.current() }
 

@@ -123,6 +123,22 @@ func (s *Service) catchUp(ctx context.Context) error {
 // chunks of 1000 (one catalog write each; its state is rebuilt between chunks so each is
 // bounded against what the previous ones taught). It returns how many it gave.
 func Replay(ctx context.Context, st *store.Store, sl StoredLearner, after uint64) (int, error) {
+	// A learner that keeps only a window of runs (the catalog) gets only the runs that fit:
+	// the older ones would be dropped again at once.
+	skip := 0
+	if w, ok := sl.(interface{ Window() int }); ok && w.Window() > 0 {
+		n := 0
+		err := st.ObservationsAfter(after, func(r store.ObservationRecord) error {
+			if r.Obs.Learnable() && r.Obs.Throughput > 0 {
+				n++
+			}
+			return nil
+		})
+		if err != nil {
+			return 0, err
+		}
+		skip = max(0, n-w.Window())
+	}
 	var seqs []uint64
 	var obs []cluster.Observation
 	total := 0
@@ -142,6 +158,10 @@ func Replay(ctx context.Context, st *store.Store, sl StoredLearner, after uint64
 	}
 	err := st.ObservationsAfter(after, func(r store.ObservationRecord) error {
 		if !r.Obs.Learnable() || r.Obs.Throughput <= 0 {
+			return nil
+		}
+		if skip > 0 {
+			skip--
 			return nil
 		}
 		seqs = append(seqs, r.Seq)
