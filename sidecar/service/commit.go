@@ -49,21 +49,44 @@ func (g *learnGroup) learn(ctx context.Context, seqs []uint64, obs []cluster.Obs
 		return <-r.done
 	}
 	g.busy = true
-	// Learning is not abandoned when the leading client goes away: others wait on it.
-	ctx = context.WithoutCancel(ctx)
-	for len(g.queue) > 0 {
-		q := g.queue
+	g.mu.Unlock()
+	g.lead(context.WithoutCancel(ctx)) // learning goes on when the leading client goes away
+	return <-r.done
+}
+
+// lead flushes the queue until it is empty. A panic in the learner fails the waiting
+// requests instead of leaving them, and every later one, blocked.
+func (g *learnGroup) lead(ctx context.Context) {
+	var q []*learnReq
+	defer func() {
+		if v := recover(); v != nil {
+			err := fmt.Errorf("learner panicked: %v", v)
+			g.mu.Lock()
+			q = append(q, g.queue...)
+			g.queue, g.busy = nil, false
+			g.mu.Unlock()
+			for _, x := range q {
+				x.done <- err
+			}
+			panic(v)
+		}
+	}()
+	for {
+		g.mu.Lock()
+		q = g.queue
 		g.queue = nil
+		if len(q) == 0 {
+			g.busy = false
+			g.mu.Unlock()
+			return
+		}
 		g.mu.Unlock()
 		err := g.flush(ctx, q)
 		for _, x := range q {
 			x.done <- err
 		}
-		g.mu.Lock()
+		q = nil
 	}
-	g.busy = false
-	g.mu.Unlock()
-	return <-r.done
 }
 
 func (g *learnGroup) flush(ctx context.Context, q []*learnReq) error {

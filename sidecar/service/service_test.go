@@ -513,3 +513,53 @@ func TestHealthDegradedWhileStorageFails(t *testing.T) {
 		t.Errorf("health while the store fails = %+v", hl)
 	}
 }
+
+// panickyLearner panics once.
+type panickyLearner struct {
+	servicetest.Table
+	done atomic.Bool
+}
+
+func (p *panickyLearner) Observe(ctx context.Context, o cluster.Observation) error {
+	if !p.done.Swap(true) {
+		panic("learner bug")
+	}
+	return p.Table.Observe(ctx, o)
+}
+
+// A learner that panics fails its request (the API recovers it) and does not block the next.
+func TestLearnerPanicDoesNotBlock(t *testing.T) {
+	h := servicetest.NewHarness(t, nil)
+	pl := &panickyLearner{}
+	svc, err := service.New(service.Config{}, h.Backend, service.Stages{Ranker: servicetest.FIFO{}, Predictor: pl,
+		Placer: servicetest.FirstFit{}, Learner: pl}, h.Store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := cluster.Observation{Namespace: "default", JobID: "p1", Group: "train", GPUType: "v100", GPUs: 1, Throughput: 10, RuntimeS: 60}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("the learner's panic vanished")
+			}
+		}()
+		_, _ = svc.ObserveBatch(context.Background(), []cluster.Observation{o}, service.SourceDriver, "")
+	}()
+	o.JobID = "p2"
+	done := make(chan error, 1)
+	go func() {
+		_, err := svc.ObserveBatch(context.Background(), []cluster.Observation{o}, service.SourceDriver, "")
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("learning blocked after a panic")
+	}
+	if n := len(pl.Learned()); n != 1 {
+		t.Errorf("learned %d, want 1", n)
+	}
+}
