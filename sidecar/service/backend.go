@@ -72,3 +72,10 @@ type Invalid struct {
 	JobKey string
 	Err    string
 }
+
+// AllocLifetimes is a backend that knows its allocations' lifetimes (Nomad): a run record
+// naming an allocation is then checked against it (runtime_s at most the allocation's
+// lifetime). End is zero while the allocation runs.
+type AllocLifetimes interface {
+	AllocLifetime(allocID string) (start, end time.Time, ok bool)
+}

@@ -249,9 +249,38 @@ func (s *Service) ObserveBatch(ctx context.Context, obs []cluster.Observation, s
 			s.metrics.Rejected.Inc()
 			return nil, &BatchError{Index: i, Err: err}
 		}
+		if err := s.withinAllocation(&o, now); err != nil {
+			s.metrics.Rejected.Inc()
+			return nil, &BatchError{Index: i, Err: err}
+		}
 		recs[i] = store.NewObservation{Obs: o, Source: source, Claims: claims}
 	}
 	return s.storeRecords(ctx, recs)
+}
+
+// allocSlack is how much longer than its allocation a run may report (clock skew, rounding).
+const allocSlack = time.Minute
+
+// withinAllocation refuses a runtime longer than the named allocation lived, when the
+// backend knows it.
+func (s *Service) withinAllocation(o *cluster.Observation, now time.Time) error {
+	al, ok := s.backend.(AllocLifetimes)
+	if !ok || o.AllocID == "" {
+		return nil
+	}
+	start, end, ok := al.AllocLifetime(o.AllocID)
+	if !ok || start.IsZero() {
+		return nil
+	}
+	if end.IsZero() || end.After(now) {
+		end = now
+	}
+	if lim := end.Sub(start) + allocSlack; o.RuntimeS > lim.Seconds() {
+		return &ValidationError{Field: "runtime_s", Value: fmt.Sprint(o.RuntimeS), OutOfRange: true,
+			Expected: fmt.Sprintf("at most %.0f s: allocation %s ran from %s to %s (+%s)", lim.Seconds(), o.AllocID,
+				start.UTC().Format(time.RFC3339), end.UTC().Format(time.RFC3339), allocSlack)}
+	}
+	return nil
 }
 
 // claimsOf keys a record before validation fills defaults (so a retry hashes the same).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"sync"
@@ -561,5 +562,40 @@ func TestLearnerPanicDoesNotBlock(t *testing.T) {
 	}
 	if n := len(pl.Learned()); n != 1 {
 		t.Errorf("learned %d, want 1", n)
+	}
+}
+
+// lifetimeBackend is the Nomad backend that also knows one allocation's lifetime.
+type lifetimeBackend struct {
+	*nomad.Backend
+	start, end time.Time
+}
+
+func (l lifetimeBackend) AllocLifetime(id string) (time.Time, time.Time, bool) {
+	return l.start, l.end, id == "A1"
+}
+
+// A run longer than the allocation it names lived is refused, naming the allocation.
+func TestRuntimeWithinAllocation(t *testing.T) {
+	h := servicetest.NewHarness(t, nil)
+	now := time.Now()
+	be := lifetimeBackend{Backend: h.Backend, start: now.Add(-10 * time.Minute), end: now.Add(-5 * time.Minute)}
+	svc, err := service.New(service.Config{}, be, service.Stages{Ranker: servicetest.FIFO{}, Predictor: h.Pred,
+		Placer: servicetest.FirstFit{}, Learner: h.Pred}, h.Store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		alloc   string
+		runtime float64
+		ok      bool
+	}{{"A1", 300, true}, {"A1", 3600, false}, {"B2", 3600, true}} {
+		o := cluster.Observation{Namespace: "default", JobID: "l" + tt.alloc + fmt.Sprint(tt.runtime), Group: "train", AllocID: tt.alloc,
+			GPUType: "v100", GPUs: 1, Throughput: 10, RuntimeS: tt.runtime}
+		_, err := svc.ObserveBatch(context.Background(), []cluster.Observation{o}, service.SourceDriver, "")
+		var ve *service.ValidationError
+		if tt.ok != (err == nil) || !tt.ok && (!errors.As(err, &ve) || ve.Field != "runtime_s" || !ve.OutOfRange || !strings.Contains(ve.Expected, "allocation A1 ran from")) {
+			t.Errorf("alloc %s runtime %v: %v, want ok=%v", tt.alloc, tt.runtime, err, tt.ok)
+		}
 	}
 }
