@@ -63,6 +63,9 @@ type Report struct {
 	// Counts of records per bucket that could be read.
 	Records  map[string]int `json:"records,omitempty"`
 	Problems []string       `json:"problems,omitempty"`
+	// Structural is set when the damage is in bbolt's own structure (meta pages, page tree,
+	// freelist): bbolt must not read the file then.
+	Structural bool `json:"structural,omitempty"`
 }
 
 // OK reports a usable file (or none at all).
@@ -108,7 +111,7 @@ func parseMeta(b []byte) metaPage {
 }
 
 // checkHeader validates the two meta pages against the file's size, as bbolt would use
-// them (the valid one with the higher transaction ID).
+// them (the valid one with the higher transaction ID), then walks the tree from the raw bytes.
 func checkHeader(f *os.File, size int64, r *Report) {
 	buf := make([]byte, 4096)
 	n, _ := f.ReadAt(buf, 0)
@@ -136,6 +139,19 @@ func checkHeader(f *os.File, size int64, r *Report) {
 	}
 	r.PageSize, r.TxID = int(use.pageSize), use.tx
 	need := int64(use.pgid) * int64(use.pageSize)
+	defer func() {
+		if len(r.Problems) > 0 {
+			return
+		}
+		w := &walker{f: f, ps: int64(use.pageSize), pgid: use.pgid, seen: map[uint64]bool{}}
+		err := w.pageTree(use.root, 0)
+		if err == nil {
+			err = w.freelist(use.freelist)
+		}
+		if err != nil {
+			r.Problems = append(r.Problems, err.Error())
+		}
+	}()
 	switch {
 	case use.pgid < 2 || need > size || need < 0:
 		r.Problems = append(r.Problems, fmt.Sprintf("file holds %d bytes but its meta page (transaction %d) says %d pages of %d bytes (%d bytes): truncated",
@@ -165,9 +181,10 @@ func guarded(f func() error) (err error) {
 	return err
 }
 
-// Check inspects a state file without changing it and never crashes on a damaged one: the
-// meta pages against the file size, then every bucket, key and value (observation and
-// decision records must be JSON), then bbolt's own consistency check. A missing file is
+// Check inspects a state file without changing it and never crashes or hangs on a damaged
+// one: the meta pages against the file size and every page of the tree from the raw bytes
+// (walker), then through bbolt every bucket, key and value (observation and decision records
+// must be JSON), then bbolt's own consistency check. A missing file is
 // reported as Missing, an empty one as Empty; neither is a problem by itself.
 func Check(path string) (*Report, error) {
 	r := &Report{Path: path, Records: map[string]int{}}
@@ -191,6 +208,7 @@ func Check(path string) (*Report, error) {
 	checkHeader(f, r.Size, r)
 	f.Close()
 	if !r.OK() {
+		r.Structural = true
 		return r, nil
 	}
 	var db *bolt.DB

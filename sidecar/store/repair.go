@@ -23,9 +23,9 @@ type RepairReport struct {
 	Lost []string `json:"lost,omitempty"`
 }
 
-// Repair rebuilds a damaged state file: every bucket, key and value bbolt can still read is
-// copied into a fresh file; when it cannot walk the file, observation records are recovered
-// by scanning the raw bytes for them. The damaged file is kept beside the new one
+// Repair rebuilds a damaged state file: when bbolt's structure is intact, every bucket, key
+// and value it can read is copied into a fresh file; observation records are also recovered
+// by scanning the raw bytes for them (all that is recovered when the structure is damaged). The damaged file is kept beside the new one
 // (sidecar.db.corrupt-<time>) with everything that could not be read. A healthy file is left
 // alone. The sidecar must not be running.
 func Repair(path string) (*RepairReport, error) {
@@ -43,7 +43,9 @@ func Repair(path string) (*RepairReport, error) {
 	}
 	buckets := map[string]map[string][]byte{}
 	seqs := map[string]uint64{}
-	walked := salvage(path, buckets, seqs, out) == nil
+	// bbolt reads a file whose structure is damaged without bounds (faults, endless loops on
+	// a page cycle): then only the raw scan below recovers records.
+	walked := !rep.Structural && salvage(path, buckets, seqs, out) == nil
 	{
 		// Observation records are self-describing JSON: the raw bytes give back those in
 		// pages bbolt could not reach (same sequence number: the walked copy wins).
