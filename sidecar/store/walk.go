@@ -85,7 +85,16 @@ func (w *walker) node(b []byte, id uint64, depth int) error {
 		return fmt.Errorf("page %d: %d bytes, shorter than a page header", id, len(b))
 	}
 	flags, count := le.Uint16(b[8:]), int(le.Uint16(b[10:]))
-	if pageHeaderSize+count*elemSize > len(b) {
+	// bbolt tells leaves from branches by equality, and treats an inline bucket's page as a
+	// branch unless it is exactly a leaf: it would then loop on it for ever.
+	switch {
+	case flags != branchPageFlag && flags != leafPageFlag:
+		return fmt.Errorf("page %d: type %#x, expected a branch (1) or leaf (2) page", id, flags)
+	case id == 0 && flags != leafPageFlag:
+		return fmt.Errorf("inline bucket page: type %#x, expected a leaf (2)", flags)
+	case flags == branchPageFlag && count == 0:
+		return fmt.Errorf("page %d: branch page without elements", id)
+	case pageHeaderSize+count*elemSize > len(b):
 		return fmt.Errorf("page %d: %d elements do not fit in %d bytes", id, count, len(b))
 	}
 	for i := 0; i < count; i++ {
@@ -96,9 +105,6 @@ func (w *walker) node(b []byte, id uint64, depth int) error {
 			pos, ks := int64(le.Uint32(e)), int64(le.Uint32(e[4:]))
 			if int64(at)+pos+ks > int64(len(b)) {
 				return fmt.Errorf("page %d element %d: key outside the page", id, i)
-			}
-			if id == 0 {
-				return fmt.Errorf("inline bucket page is a branch")
 			}
 			if err := w.pageTree(le.Uint64(e[8:]), depth+1); err != nil {
 				return err
@@ -119,8 +125,6 @@ func (w *walker) node(b []byte, id uint64, depth int) error {
 			if err := w.bucket(le.Uint64(v), v[bucketHeaderSize:], depth+1); err != nil {
 				return err
 			}
-		default:
-			return fmt.Errorf("page %d: type %#x, expected a branch or leaf page", id, flags)
 		}
 	}
 	return nil
