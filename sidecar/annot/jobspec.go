@@ -24,6 +24,16 @@ type Jobspec struct {
 	Meta        map[string]Value
 	Constraints []SpecConstraint
 	Groups      []SpecGroup
+	// MetaDups are meta keys written twice in one meta (the last value wins in Nomad).
+	MetaDups []MetaDup
+}
+
+// MetaDup is a meta key given a second time in the same job or group meta.
+type MetaDup struct {
+	Group string
+	Key   string
+	Range hcl.Range
+	First hcl.Range
 }
 
 // Value is a string value as written in the jobspec.
@@ -125,7 +135,7 @@ func ParseJobspec(filename string, src []byte) (*Jobspec, error) {
 	js := &Jobspec{File: filename, ID: jb.Labels[0], Meta: map[string]Value{}}
 	js.Namespace = r.str(jb.Body, "namespace").Text
 	js.Type = r.str(jb.Body, "type").Text
-	js.Meta = r.meta(jb.Body)
+	js.Meta = r.meta(jb.Body, "")
 	js.Constraints = r.constraints(jb.Body, "constraint")
 	for _, gb := range jb.Body.Blocks {
 		if gb.Type != "group" || len(gb.Labels) != 1 {
@@ -139,7 +149,7 @@ func ParseJobspec(filename string, src []byte) (*Jobspec, error) {
 			}
 			g.Count = n
 		}
-		g.Meta = r.meta(gb.Body)
+		g.Meta = r.meta(gb.Body, g.Name)
 		g.Constraints = r.constraints(gb.Body, "constraint")
 		for _, tb := range gb.Body.Blocks {
 			if tb.Type != "task" || len(tb.Labels) != 1 {
@@ -175,6 +185,7 @@ func ParseJobspec(filename string, src []byte) (*Jobspec, error) {
 	if r.err != nil {
 		return nil, r.err
 	}
+	js.MetaDups = r.dups
 	return js, nil
 }
 
@@ -182,6 +193,7 @@ type reader struct {
 	src  []byte
 	vars map[string]cty.Value
 	err  error
+	dups []MetaDup
 }
 
 func (r *reader) ctx() *hcl.EvalContext {
@@ -251,14 +263,20 @@ func (r *reader) str(body *hclsyntax.Body, name string) Value {
 }
 
 // meta reads `meta { k = "v" }` blocks and `meta = { "k.with.dots" = "v" }` attributes.
-func (r *reader) meta(body *hclsyntax.Body) map[string]Value {
+func (r *reader) meta(body *hclsyntax.Body, group string) map[string]Value {
 	out := map[string]Value{}
+	put := func(k string, v Value) {
+		if prev, ok := out[k]; ok {
+			r.dups = append(r.dups, MetaDup{Group: group, Key: k, Range: v.Range, First: prev.Range})
+		}
+		out[k] = v
+	}
 	for _, b := range body.Blocks {
 		if b.Type != "meta" {
 			continue
 		}
 		for name, a := range b.Body.Attributes {
-			out[name] = r.value(a.Expr)
+			put(name, r.value(a.Expr))
 		}
 	}
 	if a, ok := body.Attributes["meta"]; ok {
@@ -274,7 +292,7 @@ func (r *reader) meta(body *hclsyntax.Body) map[string]Value {
 				r.fail(fmt.Errorf("%s: meta key must be a string", item.KeyExpr.Range()))
 				continue
 			}
-			out[k] = r.value(item.ValueExpr)
+			put(k, r.value(item.ValueExpr))
 		}
 	}
 	return out
@@ -346,6 +364,24 @@ func Check(js *Jobspec) []Finding {
 		} else if c.LTarget == HoldAttribute {
 			add("warning", c.Range, "", "constraint on %s is not the hold constraint (%s %s %q); write operator \"=\" and value %q", HoldAttribute, HoldAttribute, HoldOperand, HoldValue, HoldValue)
 		}
+	}
+	for _, d := range js.MetaDups {
+		if strings.HasPrefix(strings.ToLower(d.Key), Prefix) {
+			add("error", d.Range, d.Group, "%s is given twice in one meta (first at line %d): Nomad keeps only the last value; remove one", d.Key, d.First.Start.Line)
+		}
+	}
+	// Nomad's meta keys are case-sensitive and hetgpu reads only lower-case "hetgpu." keys:
+	// a case variant would be ignored without a word.
+	caseVariants := func(m map[string]Value, group string) {
+		for k, v := range m {
+			if lk := strings.ToLower(k); strings.HasPrefix(lk, Prefix) && k != lk {
+				add("error", v.Range, group, "meta key %q: hetgpu keys are lower case; write %q (this one would be ignored)", k, lk)
+			}
+		}
+	}
+	caseVariants(js.Meta, "")
+	for _, g := range js.Groups {
+		caseVariants(g.Meta, g.Name)
 	}
 	jobMeta := plain(js.Meta)
 	for _, g := range js.Groups {

@@ -47,6 +47,7 @@ func Stages(c *Config, stateDir string, log hclog.Logger) (service.Stages, strin
 	pred, err := predict.New(predict.Options{
 		CatalogPath: filepath.Join(stateDir, "catalog.jsonl"),
 		Catalog:     predict.CatalogOptions{Window: c.Predictor.Window, MinSamples: c.Predictor.MinSamples},
+		ClipFactor:  predict.ClipFactor,
 		Logger:      log.Named("predict"),
 	})
 	if err != nil {
@@ -212,7 +213,14 @@ func New(c *Config, logOut io.Writer) (*Sidecar, error) {
 	if err := os.MkdirAll(stateDir, 0o755); err != nil {
 		return nil, fmt.Errorf("config state_dir = %q: %w", c.StateDir, err)
 	}
-	st, err := store.Open(filepath.Join(stateDir, "sidecar.db"), store.Options{})
+	dbPath := filepath.Join(stateDir, "sidecar.db")
+	if fi, err := os.Stat(filepath.Join(stateDir, "catalog.jsonl")); err == nil && fi.Size() > 0 && !fileExists(dbPath) {
+		// The catalog is only ever written after the store: a store missing beside it was
+		// deleted or lost.
+		log.Warn("state file missing although the catalog holds runs: its observations, decisions and keys are lost; starting a new one",
+			"path", dbPath)
+	}
+	st, err := store.Open(dbPath, store.Options{Logger: log.Named("store")})
 	if err != nil {
 		return nil, err
 	}

@@ -284,10 +284,13 @@ type PinResult struct {
 
 // Observation is one measured run, as the task driver reports it and the catalog stores it.
 type Observation struct {
-	Namespace   string  `json:"namespace"`
-	JobID       string  `json:"job_id"`
-	Group       string  `json:"group"`
-	Task        string  `json:"task,omitempty"`
+	Namespace string `json:"namespace"`
+	JobID     string `json:"job_id"`
+	Group     string `json:"group"`
+	Task      string `json:"task,omitempty"`
+	// AllocID is the Nomad allocation that ran it; with Task it keys the record, so a
+	// retried or re-sent report is stored once.
+	AllocID     string  `json:"alloc_id,omitempty"`
 	ModelFamily string  `json:"model_family,omitempty"`
 	ModelName   string  `json:"model_name,omitempty"`
 	BatchSize   int     `json:"batch_size,omitempty"`
@@ -312,7 +315,14 @@ type Observation struct {
 	// CoRunner is the model name of a job that shared the GPU, if any.
 	CoRunner string    `json:"co_runner,omitempty"`
 	Time     time.Time `json:"time"`
+	// Partial marks a run stopped, killed, preempted or failed before it finished: it is
+	// stored, but never learned from and never counted as a finished run.
+	Partial bool `json:"partial,omitempty"`
 }
+
+// Learnable reports whether the run finished normally, so its measurements describe the
+// workload: not partial and exit code 0.
+func (o *Observation) Learnable() bool { return !o.Partial && o.ExitCode == 0 }
 
 // StepsPerSec returns the run's throughput in steps per second, deriving it from samples per
 // second and the per-GPU batch size when the reporter only counted samples; 0 when unknown.

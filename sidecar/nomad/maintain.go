@@ -440,7 +440,7 @@ func (b *Backend) finishedRuns() []service.FinishedRun {
 			obs.AvgPowerW = obs.EnergyJ / obs.RuntimeS
 		}
 		sum := sha256.Sum256([]byte(strings.Join(ids, ",")))
-		out = append(out, service.FinishedRun{Key: gk + "@" + hex.EncodeToString(sum[:8]), Obs: obs, Start: start, Samples: samples})
+		out = append(out, service.FinishedRun{Key: gk + "@" + hex.EncodeToString(sum[:8]), AllocIDs: ids, Obs: obs, Start: start, Samples: samples})
 	}
 	return out
 }

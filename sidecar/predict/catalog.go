@@ -1,11 +1,11 @@
 package predict
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"math"
 	"os"
@@ -56,6 +56,11 @@ type Record struct {
 	// CoRunner is the workload that shared the GPUs, if any. Shared runs are kept but do not
 	// count as isolated throughput.
 	CoRunner string `json:"co_runner,omitempty"`
+	// Seq is the sidecar store's sequence number of the run (0: not from the store), so a
+	// restart can give the catalog the stored runs it lacks.
+	Seq uint64 `json:"seq,omitempty"`
+	// Measured is the reported throughput when learning bounded it (see ClipFactor).
+	Measured float64 `json:"measured,omitempty"`
 }
 
 // Features returns the record's workload features.
@@ -161,15 +166,23 @@ func (o CatalogOptions) withDefaults() CatalogOptions {
 
 // Catalog is the store of measured runs: fixed seed records plus a sliding window of
 // observed ones, kept durable in a JSON-lines file (one Record per line, appended and
-// fsynced per observation, compacted to the window when the file holds twice as many). JSON
-// lines because the file is small, append-only and readable with any tool. Not safe for
-// concurrent use; the Predictor serialises access.
+// fsynced per batch of runs, compacted to the window when the file holds twice as many).
+// JSON lines because the file is small, append-only and readable with any tool. Each line
+// ends with its own checksum field ("crc", CRC-32C of the line without it), so a torn or
+// altered line is recognised at once; lines without one (older versions) are still read.
+// Not safe for concurrent use; the Predictor serialises access.
 type Catalog struct {
 	opts  CatalogOptions
 	seeds []Record
 	obs   []Record
 	path  string
 	lines int
+	// maxSeq is the highest store sequence number read or added; legacy counts observed
+	// records without one.
+	maxSeq uint64
+	legacy int
+	// Notes say what opening found and fixed (a torn last line cut off, an empty file).
+	Notes []string
 }
 
 // NewCatalog returns an in-memory catalog over the given seeds.
@@ -178,7 +191,8 @@ func NewCatalog(seeds []Record, opts CatalogOptions) *Catalog {
 }
 
 // OpenCatalog loads (or creates) the JSON-lines file at path. A torn last line, as a crash
-// mid-append leaves, is dropped; any other bad line is an error naming it.
+// mid-append leaves, is cut off the file (kept in path.torn-<time>) and noted, so the next
+// append starts on a fresh line; any other bad line is an error naming it and the repair.
 func OpenCatalog(path string, seeds []Record, opts CatalogOptions) (*Catalog, error) {
 	c := NewCatalog(seeds, opts)
 	c.path = path
@@ -189,46 +203,223 @@ func OpenCatalog(path string, seeds []Record, opts CatalogOptions) (*Catalog, er
 	if err != nil {
 		return nil, fmt.Errorf("open catalog: %w", err)
 	}
-	recs, lines, err := readRecords(bytes.NewReader(data), path)
-	if err != nil {
-		return nil, err
+	if len(data) == 0 {
+		c.Notes = append(c.Notes, fmt.Sprintf("catalog %s is empty", path))
 	}
-	c.lines = lines
-	for _, r := range recs {
+	rd, err := readCatalog(data, path)
+	if err != nil {
+		return nil, fmt.Errorf("%w; run `hetgpu state repair` to rebuild the catalog from the sidecar's store", err)
+	}
+	if rd.good < len(data) {
+		aside := path + ".torn-" + time.Now().UTC().Format("20060102T150405Z")
+		if err := os.WriteFile(aside, data[rd.good:], 0o600); err != nil {
+			return nil, fmt.Errorf("catalog %s: keep the torn last line: %w", path, err)
+		}
+		if err := truncateSync(path, int64(rd.good)); err != nil {
+			return nil, fmt.Errorf("catalog %s: cut the torn last line: %w", path, err)
+		}
+		c.Notes = append(c.Notes, fmt.Sprintf("catalog %s: torn last line (line %d, %d bytes; a crash mid-write) cut off and kept in %s",
+			path, rd.lines, len(data)-rd.good, aside))
+	}
+	c.lines = rd.lines
+	for _, r := range rd.recs {
+		c.note(r)
 		c.push(r)
 	}
 	return c, nil
 }
 
-func readRecords(rd io.Reader, name string) ([]Record, int, error) {
-	sc := bufio.NewScanner(rd)
-	sc.Buffer(make([]byte, 64*1024), 1<<20)
-	var recs []Record
-	var pending error
-	line := 0
-	for sc.Scan() {
-		line++
-		b := bytes.TrimSpace(sc.Bytes())
-		if len(b) == 0 {
-			continue
-		}
-		if pending != nil {
-			return nil, 0, pending // a bad line that was not the last one
-		}
-		var r Record
-		if err := json.Unmarshal(b, &r); err != nil {
-			pending = fmt.Errorf("catalog %s line %d: %w", name, line, err)
-			continue
-		}
-		if err := r.Validate(); err != nil {
-			return nil, 0, fmt.Errorf("catalog %s line %d: %w", name, line, err)
-		}
-		recs = append(recs, r)
+func truncateSync(path string, size int64) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return err
 	}
-	if err := sc.Err(); err != nil {
+	err = f.Truncate(size)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func (c *Catalog) note(r Record) {
+	if r.Source != SourceObserved {
+		return
+	}
+	if r.Seq == 0 {
+		c.legacy++
+	}
+	c.maxSeq = max(c.maxSeq, r.Seq)
+}
+
+// LearnedThrough is the highest store sequence number among the catalog's runs; known is
+// false when it holds observed runs but none with a sequence number (an older version's
+// file: what the store holds beyond it cannot be told apart).
+func (c *Catalog) LearnedThrough() (uint64, bool) {
+	return c.maxSeq, c.maxSeq > 0 || c.legacy == 0
+}
+
+// crcTable is CRC-32C (Castagnoli), hardware-accelerated on amd64 and arm64.
+var crcTable = crc32.MakeTable(crc32.Castagnoli)
+
+// crcSuffix ends every line this version writes: `,"crc":"xxxxxxxx"}`.
+const crcField = `,"crc":"`
+
+// encodeLine is the record's JSON with its checksum as the last field, and a newline.
+func encodeLine(r *Record) ([]byte, error) {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return nil, fmt.Errorf("encode catalog record: %w", err)
+	}
+	sum := crc32.Checksum(b, crcTable)
+	out := make([]byte, 0, len(b)+len(crcField)+11)
+	out = append(out, b[:len(b)-1]...)
+	out = append(out, crcField...)
+	out = fmt.Appendf(out, "%08x", sum)
+	return append(out, '"', '}', '\n'), nil
+}
+
+// decodeLine checks a line's checksum (when it has one) and decodes it.
+func decodeLine(b []byte) (Record, error) {
+	var r Record
+	if i := bytes.LastIndex(b, []byte(crcField)); i >= 0 && len(b) == i+len(crcField)+10 && bytes.HasSuffix(b, []byte(`"}`)) {
+		var want uint32
+		if _, err := fmt.Sscanf(string(b[i+len(crcField):i+len(crcField)+8]), "%08x", &want); err != nil {
+			return r, fmt.Errorf("bad checksum field: %w", err)
+		}
+		body := append(append([]byte(nil), b[:i]...), '}')
+		if got := crc32.Checksum(body, crcTable); got != want {
+			return r, fmt.Errorf("checksum %08x does not match the line's %08x (torn or altered)", got, want)
+		}
+		b = body
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil {
+		return r, err
+	}
+	if dec.More() {
+		return r, errors.New("trailing data after the record")
+	}
+	return r, nil
+}
+
+type catalogRead struct {
+	recs []Record
+	// lines read; good is the byte offset after the last good line.
+	lines, good int
+}
+
+// readCatalog parses a catalog file. A last line that does not decode (cut short, or failing
+// its checksum) is a torn write: reading stops before it. Any other bad line, and a
+// complete line with an invalid value, is an error naming it.
+func readCatalog(data []byte, name string) (catalogRead, error) {
+	var rd catalogRead
+	off := 0
+	for off < len(data) {
+		end := bytes.IndexByte(data[off:], '\n')
+		last := end < 0
+		if last {
+			end = len(data) - off
+		}
+		line := data[off : off+end]
+		next := off + end + 1
+		rd.lines++
+		if b := bytes.TrimSpace(line); len(b) > 0 {
+			r, err := decodeLine(b)
+			if err != nil {
+				if last || onlySpace(data[min(next, len(data)):]) {
+					return rd, nil // torn tail: rd.good stops before it
+				}
+				return catalogRead{}, fmt.Errorf("catalog %s line %d: %w", name, rd.lines, err)
+			}
+			// A complete line with a bad value was written so, not torn.
+			if err := r.Validate(); err != nil {
+				return catalogRead{}, fmt.Errorf("catalog %s line %d: %w", name, rd.lines, err)
+			}
+			if last {
+				// A complete record without its newline: keep it, and the newline goes in
+				// before the next append.
+				rd.recs = append(rd.recs, r)
+				return rd, nil
+			}
+			rd.recs = append(rd.recs, r)
+		}
+		rd.good = min(next, len(data))
+		off = next
+	}
+	return rd, nil
+}
+
+func onlySpace(b []byte) bool { return len(bytes.TrimSpace(b)) == 0 }
+
+// readRecords reads a whole catalog (tests, tools): the records, the line count and an
+// error for any bad line but a torn last one.
+func readRecords(rd io.Reader, name string) ([]Record, int, error) {
+	data, err := io.ReadAll(io.LimitReader(rd, 1<<30))
+	if err != nil {
 		return nil, 0, fmt.Errorf("catalog %s: %w", name, err)
 	}
-	return recs, line, nil
+	r, err := readCatalog(data, name)
+	if err != nil {
+		return nil, 0, err
+	}
+	return r.recs, r.lines, nil
+}
+
+// ReadCatalogFile reads a catalog file for inspection (hetgpu state check): its records, and
+// whether the last line is torn.
+func ReadCatalogFile(path string) (recs []Record, torn bool, err error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, false, err
+	}
+	rd, err := readCatalog(data, path)
+	if err != nil {
+		return nil, false, err
+	}
+	return rd.recs, rd.good < len(data) && !onlySpace(data[rd.good:]), nil
+}
+
+// WriteCatalogFile writes records as a catalog file, atomically (write, fsync, rename):
+// hetgpu state repair rebuilds the catalog from the store with it.
+func WriteCatalogFile(path string, recs []Record) error {
+	var buf bytes.Buffer
+	for i := range recs {
+		if err := recs[i].Validate(); err != nil {
+			return fmt.Errorf("catalog record %d: %w", i, err)
+		}
+		line, err := encodeLine(&recs[i])
+		if err != nil {
+			return err
+		}
+		buf.Write(line)
+	}
+	return atomicWrite(path, buf.Bytes())
+}
+
+func atomicWrite(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
+	if err != nil {
+		return fmt.Errorf("write catalog: %w", err)
+	}
+	_, err = tmp.Write(data)
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+		return fmt.Errorf("write catalog %s: %w", path, err)
+	}
+	return nil
 }
 
 // push appends to the window, dropping the oldest beyond its size.
@@ -240,19 +431,37 @@ func (c *Catalog) push(r Record) {
 }
 
 // Add validates an observed record, appends it to the file and the window.
-func (c *Catalog) Add(r Record) error {
-	if err := r.Validate(); err != nil {
-		return fmt.Errorf("catalog record: %w", err)
-	}
-	if r.Source != SourceObserved {
-		return fmt.Errorf("catalog record: field source = %q, expected %q for an added run", r.Source, SourceObserved)
+func (c *Catalog) Add(r Record) error { return c.AddAll([]Record{r}) }
+
+// AddAll validates observed records and appends them to the file in one write and fsync,
+// then to the window: all of them, or on error none.
+func (c *Catalog) AddAll(rs []Record) error {
+	var buf bytes.Buffer
+	for i := range rs {
+		r := &rs[i]
+		if err := r.Validate(); err != nil {
+			return fmt.Errorf("catalog record: %w", err)
+		}
+		if r.Source != SourceObserved {
+			return fmt.Errorf("catalog record: field source = %q, expected %q for an added run", r.Source, SourceObserved)
+		}
+		if c.path != "" {
+			line, err := encodeLine(r)
+			if err != nil {
+				return err
+			}
+			buf.Write(line)
+		}
 	}
 	if c.path != "" {
-		if err := c.appendFile(r); err != nil {
+		if err := c.appendFile(buf.Bytes(), len(rs)); err != nil {
 			return err
 		}
 	}
-	c.push(r)
+	for _, r := range rs {
+		c.note(r)
+		c.push(r)
+	}
 	if c.path != "" && c.lines > 2*c.opts.Window {
 		if err := c.compact(); err != nil {
 			return err
@@ -261,16 +470,20 @@ func (c *Catalog) Add(r Record) error {
 	return nil
 }
 
-func (c *Catalog) appendFile(r Record) error {
-	b, err := json.Marshal(r)
-	if err != nil {
-		return fmt.Errorf("encode catalog record: %w", err)
-	}
-	f, err := os.OpenFile(c.path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+func (c *Catalog) appendFile(data []byte, n int) error {
+	f, err := os.OpenFile(c.path, os.O_CREATE|os.O_RDWR|os.O_APPEND, 0o644)
 	if err != nil {
 		return fmt.Errorf("append to catalog: %w", err)
 	}
-	_, err = f.Write(append(b, '\n'))
+	// A file whose last record lacks its newline (written by hand, or by an older version
+	// cut short) gets one first, so the new line never joins it.
+	if fi, serr := f.Stat(); serr == nil && fi.Size() > 0 {
+		last := make([]byte, 1)
+		if _, rerr := f.ReadAt(last, fi.Size()-1); rerr == nil && last[0] != '\n' {
+			data = append([]byte{'\n'}, data...)
+		}
+	}
+	_, err = f.Write(data)
 	if err == nil {
 		err = f.Sync()
 	}
@@ -280,36 +493,22 @@ func (c *Catalog) appendFile(r Record) error {
 	if err != nil {
 		return fmt.Errorf("append to catalog %s: %w", c.path, err)
 	}
-	c.lines++
+	c.lines += n
 	return nil
 }
 
 // compact rewrites the file with only the window, atomically (write, fsync, rename).
 func (c *Catalog) compact() error {
 	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
 	for i := range c.obs {
-		if err := enc.Encode(&c.obs[i]); err != nil {
-			return fmt.Errorf("encode catalog record: %w", err)
+		line, err := encodeLine(&c.obs[i])
+		if err != nil {
+			return err
 		}
+		buf.Write(line)
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(c.path), filepath.Base(c.path)+".tmp*")
-	if err != nil {
+	if err := atomicWrite(c.path, buf.Bytes()); err != nil {
 		return fmt.Errorf("compact catalog: %w", err)
-	}
-	_, err = tmp.Write(buf.Bytes())
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), c.path)
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
-		return fmt.Errorf("compact catalog %s: %w", c.path, err)
 	}
 	c.lines = len(c.obs)
 	return nil

@@ -161,6 +161,9 @@ func FuzzReadRecords(f *testing.F) {
 	f.Add([]byte(`{"v":1,"source":"seed","model_name":"LM","batch_size":5,"gpu_type":"k80","gpus":8,"throughput":0}`))
 	f.Add([]byte("{\"v\":1,\n{}\n"))
 	f.Add([]byte(`{"v":1,"source":"observed","model_name":"N","gpu_type":"V100","gpus":2,"throughput":1e400}`))
+	line, _ := encodeLine(&Record{Schema: 1, Source: SourceObserved, ModelName: "Net", GPUType: "t4", GPUs: 1, Throughput: 2, Seq: 7})
+	f.Add(line)
+	f.Add(append(append([]byte(nil), line...), line[:len(line)/2]...))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		recs, _, err := readRecords(bytes.NewReader(data), "fuzz")
 		if err != nil {

@@ -68,6 +68,10 @@ type Options struct {
 	// keeps them in memory only.
 	CatalogPath string
 	Catalog     CatalogOptions
+	// ClipFactor, when > 1, bounds what one observed run teaches (see the ClipFactor
+	// constant, which the sidecar uses); 0 learns runs as reported (the simulator's runs are
+	// its ground truth, and its results stay as published).
+	ClipFactor float64
 	// Pairs is the co-location table (default: throughput.Bundled()).
 	Pairs  *throughput.Table
 	Logger hclog.Logger
@@ -86,6 +90,9 @@ type Predictor struct {
 
 	mu    sync.Mutex // serialises Observe
 	cat   *Catalog
+	clipF float64
+	// prior is the state built from the seeds alone: the fixed anchor of PriorBand.
+	prior *state
 	state atomic.Pointer[state]
 	// stale is set when the catalog changed after state was built: the next prediction
 	// rebuilds it, once for however many runs arrived (a simulated round can finish or
@@ -115,7 +122,7 @@ const maxP2Obs = 128
 
 // New builds a predictor: loads the model, seeds and opens the catalog.
 func New(opts Options) (*Predictor, error) {
-	p := &Predictor{log: opts.Logger, specs: gpuspec.Default(), model: opts.Model}
+	p := &Predictor{log: opts.Logger, specs: gpuspec.Default(), model: opts.Model, clipF: opts.ClipFactor}
 	if p.log == nil {
 		p.log = hclog.NewNullLogger()
 	}
@@ -151,6 +158,12 @@ func New(opts Options) (*Predictor, error) {
 	} else {
 		p.cat = NewCatalog(seeds, opts.Catalog)
 	}
+	for _, n := range p.cat.Notes {
+		p.log.Warn(n)
+	}
+	if p.clipF > 1 {
+		p.prior = p.build(p.cat.seeds)
+	}
 	p.state.Store(p.build(p.cat.Records()))
 	p.log.Debug("predictor ready", "arch", p.model.Arch, "seeds", len(seeds), "observed", len(p.cat.obs))
 	return p, nil
@@ -166,21 +179,37 @@ func (p *Predictor) Catalog() []Record {
 	return p.cat.Observed()
 }
 
+// ClipFactor (Options.ClipFactor) bounds what one observed run teaches: its throughput is clipped to within this
+// factor of what the predictor expected for it (its last built state) before it enters the
+// catalog, the reported value kept as Record.Measured. A run that is really that different
+// moves the prediction a factor of up to ClipFactor per run, so a few runs still get there;
+// a broken or hostile reporter cannot move it further. MaxMoveFactor bounds how far one run
+// moves any prediction (of its workload on any GPU type and count, or of another workload):
+// P2 carries a run to the slots it did not run on, so the bound is wider than ClipFactor.
+// It is checked, not proven: TestOneRunMovesPredictionsBoundedly feeds runs from 1e-6 to
+// 1e300 steps/s (the largest move seen in 2,000 such runs over 9 seeds was x6.7).
+const (
+	ClipFactor    = 2.0
+	MaxMoveFactor = 8.0
+	// PriorBand bounds every learned run to within this factor of what the published
+	// measurements and the trained model alone predict for it.
+	PriorBand = 10.0
+)
+
 // Observe records a measured run and refreshes the catalog index, power fits and every
 // workload's P2 posterior.
 func (p *Predictor) Observe(ctx context.Context, obs cluster.Observation) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	rec, err := RecordFromObservation(&obs)
-	if err != nil {
-		return err
-	}
-	return p.AddRecord(rec)
+	return p.ObserveStored(ctx, nil, []cluster.Observation{obs})
 }
 
-// ObserveAll records several measured runs and rebuilds once (sched.BatchLearner).
+// ObserveAll records several measured runs in one catalog write (sched.BatchLearner).
 func (p *Predictor) ObserveAll(ctx context.Context, obs []cluster.Observation) error {
+	return p.ObserveStored(ctx, nil, obs)
+}
+
+// ObserveStored records measured runs with their store sequence numbers (seqs may be nil),
+// in one catalog write and fsync; the state is rebuilt at the next prediction.
+func (p *Predictor) ObserveStored(ctx context.Context, seqs []uint64, obs []cluster.Observation) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -190,9 +219,61 @@ func (p *Predictor) ObserveAll(ctx context.Context, obs []cluster.Observation) e
 		if err != nil {
 			return err
 		}
+		if i < len(seqs) {
+			rec.Seq = seqs[i]
+		}
 		recs = append(recs, rec)
 	}
-	return p.addRecords(recs)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := p.state.Load()
+	for i := range recs {
+		p.clip(st, &recs[i])
+	}
+	if err := p.cat.AddAll(recs); err != nil {
+		return err
+	}
+	p.stale.Store(true)
+	return nil
+}
+
+// clip bounds an isolated run's throughput to within PriorBand of what the seeds alone
+// predict for it (a fixed anchor, so clipped runs cannot walk the predictions away run by
+// run) and to within ClipFactor of what st predicts.
+func (p *Predictor) clip(st *state, r *Record) {
+	if p.clipF <= 1 || st == nil || r.Throughput <= 0 || r.CoRunner != "" {
+		return
+	}
+	c := r.Throughput
+	k := cacheKey{f: r.Features()}
+	for _, b := range []struct {
+		st *state
+		f  float64
+	}{{p.prior, PriorBand}, {st, p.clipF}} {
+		e := p.estimateOn(b.st, k, r.GPUType, r.GPUs)
+		if e.Throughput > 0 && !math.IsInf(e.Throughput, 0) {
+			c = math.Min(math.Max(c, e.Throughput/b.f), e.Throughput*b.f)
+		}
+	}
+	if c != r.Throughput {
+		if r.EnergyPerStepJ > 0 {
+			r.EnergyPerStepJ *= r.Throughput / c
+		}
+		r.Measured, r.Throughput = r.Throughput, c
+	}
+}
+
+// Window is how many observed runs the catalog keeps.
+func (p *Predictor) Window() int { return p.cat.opts.Window }
+
+// Rebuild prepares the state for the runs learned since the last prediction now.
+func (p *Predictor) Rebuild() { p.current() }
+
+// LearnedThrough is the highest store sequence number learned (service.StoredLearner).
+func (p *Predictor) LearnedThrough() (uint64, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cat.LearnedThrough()
 }
 
 // AddRecord adds an observed record (as Observe does, without the conversion).
@@ -476,6 +557,21 @@ func (p *Predictor) PredictFeatures(f Features, gpuType string, gpus int) sched.
 }
 
 func (p *Predictor) predict(k cacheKey, gpuType string, gpus int) sched.Estimate {
+	return p.estimateOn(p.current(), k, gpuType, gpus)
+}
+
+// PredictBuilt predicts from the last built state without rebuilding it for runs that
+// arrived since: cheap enough for every posted run (plausibility and error metrics).
+func (p *Predictor) PredictBuilt(job *cluster.Job, gpuType string, gpus int) sched.Estimate {
+	a := &job.Hetgpu
+	k := cacheKey{f: Features{Family: a.ModelFamily, Name: a.ModelName, BatchSize: a.BatchSize, ParamCount: a.ParamCount, Framework: a.Framework}}
+	if a.ModelName == "" {
+		k.ns, k.id, k.group = job.Namespace, job.ID, job.Group
+	}
+	return p.estimateOn(p.state.Load(), k, gpuType, gpus)
+}
+
+func (p *Predictor) estimateOn(st *state, k cacheKey, gpuType string, gpus int) sched.Estimate {
 	g := gpuType
 	if _, ok := p.gf[g]; !ok {
 		if g = gpuspec.Canonical(gpuType); g == "" {
@@ -486,7 +582,6 @@ func (p *Predictor) predict(k cacheKey, gpuType string, gpus int) sched.Estimate
 		}
 	}
 	gpus = max(gpus, 1)
-	st := p.current()
 	r := st.resolve(k)
 	ps := p.pool.Get().(*predScratch)
 	e := p.estimate(st, &r.wl, r.id, g, gpus, ps)

@@ -40,8 +40,8 @@ import (
 // DefaultListen is the API's default address.
 const DefaultListen = "127.0.0.1:4656"
 
-// maxBody bounds request bodies.
-const maxBody = 1 << 20
+// maxBody bounds request bodies: room for service.MaxBatch records of a few hundred bytes.
+const maxBody = 8 << 20
 
 // Config configures the server.
 type Config struct {
@@ -244,6 +244,10 @@ func (s *Server) explain(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, ex)
 }
 
+// observations stores a request's run records in one transaction and answers exactly what
+// was stored: {"accepted": N, "duplicates": M, "learned": L, "partial": P, "records": [...]}.
+// Malformed records are 400, implausible ones 422 (field, value and bound named), more than
+// service.MaxBatch records 413; in each case nothing is stored.
 func (s *Server) observations(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
 	if err != nil {
@@ -254,10 +258,44 @@ func (s *Server) observations(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusRequestEntityTooLarge, fmt.Errorf("body larger than %d bytes; post fewer observations at a time", maxBody))
 		return
 	}
+	obs, err := DecodeObservations(body)
+	if err != nil {
+		writeErr(w, http.StatusBadRequest, err)
+		return
+	}
+	if len(obs) > service.MaxBatch {
+		writeErr(w, http.StatusRequestEntityTooLarge, fmt.Errorf("%d observations in one request: at most %d (service.MaxBatch); post them in several requests", len(obs), service.MaxBatch))
+		return
+	}
+	res, err := s.svc.ObserveBatch(r.Context(), obs, service.SourceDriver, r.Header.Get("Idempotency-Key"))
+	if err != nil {
+		code := http.StatusInternalServerError
+		var ve *service.ValidationError
+		if errors.As(err, &ve) {
+			code = http.StatusBadRequest
+			if ve.OutOfRange {
+				code = http.StatusUnprocessableEntity
+			}
+		}
+		msg := err.Error()
+		var be *service.BatchError
+		if len(obs) == 1 && errors.As(err, &be) {
+			msg = be.Err.Error()
+		}
+		writeJSON(w, code, map[string]any{"error": msg, "accepted": 0})
+		return
+	}
+	writeJSON(w, http.StatusAccepted, res)
+}
+
+// DecodeObservations reads one cluster.Observation JSON object or an array of them; unknown
+// fields, wrong types and trailing data are errors naming the field.
+func DecodeObservations(body []byte) ([]cluster.Observation, error) {
 	var obs []cluster.Observation
 	trimmed := bytes.TrimSpace(body)
 	dec := json.NewDecoder(bytes.NewReader(trimmed))
 	dec.DisallowUnknownFields()
+	var err error
 	if len(trimmed) > 0 && trimmed[0] == '[' {
 		err = dec.Decode(&obs)
 	} else {
@@ -266,44 +304,12 @@ func (s *Server) observations(w http.ResponseWriter, r *http.Request) {
 		obs = []cluster.Observation{o}
 	}
 	if err != nil {
-		writeErr(w, http.StatusBadRequest, fmt.Errorf("observation JSON: %w (fields: namespace, job_id, group, task, model_family, model_name, batch_size, param_count, framework, gpu_type, gpu_name, gpus, nodes, throughput, samples_per_sec, energy_j, avg_power_w, peak_power_w, runtime_s, exit_code, co_runner, time)", jsonErr(err)))
-		return
+		return nil, fmt.Errorf("observation JSON: %w (fields: namespace, job_id, group, task, alloc_id, model_family, model_name, batch_size, param_count, framework, gpu_type, gpu_name, gpus, nodes, throughput, samples_per_sec, energy_j, avg_power_w, peak_power_w, runtime_s, exit_code, co_runner, time, partial)", jsonErr(err))
 	}
 	if dec.More() {
-		writeErr(w, http.StatusBadRequest, errors.New("observation JSON: trailing data after the object"))
-		return
+		return nil, errors.New("observation JSON: trailing data after the object")
 	}
-	// Validate all first so a batch is all-or-nothing for malformed input.
-	now := time.Now()
-	for i := range obs {
-		o := obs[i]
-		if err := service.Validate(&o, now); err != nil {
-			s.svc.Metrics().Rejected.Inc()
-			msg := err.Error()
-			if len(obs) > 1 {
-				msg = fmt.Sprintf("observation %d: %s", i, msg)
-			}
-			writeErr(w, http.StatusBadRequest, errors.New(msg))
-			return
-		}
-	}
-	accepted := 0
-	for i, o := range obs {
-		if err := s.svc.Observe(r.Context(), o, service.SourceDriver); err != nil {
-			var ve *service.ValidationError
-			code := http.StatusInternalServerError
-			if errors.As(err, &ve) {
-				code = http.StatusBadRequest
-			} else if strings.Contains(err.Error(), "learner rejected") {
-				// Stored; only the learner refused it.
-				code = http.StatusUnprocessableEntity
-			}
-			writeJSON(w, code, map[string]any{"error": fmt.Sprintf("observation %d: %v", i, err), "accepted": accepted})
-			return
-		}
-		accepted++
-	}
-	writeJSON(w, http.StatusAccepted, map[string]any{"accepted": accepted})
+	return obs, nil
 }
 
 // jsonErr makes encoding/json's errors name the field.

@@ -40,6 +40,25 @@ func (c apiClient) do(method, path, accept, body string) (int, string, http.Head
 	return resp.StatusCode, string(b), resp.Header
 }
 
+// post sends a body with an optional Idempotency-Key.
+func (c apiClient) post(path, body, key string) (int, string) {
+	c.t.Helper()
+	req, err := http.NewRequest("POST", c.url+path, strings.NewReader(body))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
 func setup(t *testing.T, token string) (*servicetest.Harness, apiClient) {
 	h := servicetest.NewHarness(t, nil)
 	srv := httptest.NewServer(server.New(server.Config{Token: token}, h.Service).Handler())
@@ -123,7 +142,9 @@ func TestObservations(t *testing.T) {
 		want       string
 	}{
 		{"one", good, 202, `"accepted": 1`},
-		{"array", "[" + good + "," + strings.Replace(good, `"j"`, `"k"`, 1) + "]", 202, `"accepted": 2`},
+		// The same record again (no key, same content) is a duplicate, not stored twice.
+		{"array with a retry", "[" + good + "," + strings.Replace(good, `"j"`, `"k"`, 1) + "]", 202, `"accepted": 1,
+  "duplicates": 1`},
 		{"unknown field", `{"job_id":"j","group":"g","gpu_type":"a100","gpus":1,"runtime_s":1,"samples":5}`, 400, `unknown field \"samples\"`},
 		{"wrong type", `{"job_id":"j","group":"g","gpu_type":"a100","gpus":"two","runtime_s":1}`, 400, "field gpus: got a JSON string, expected int"},
 		{"syntax", `{"job_id":`, 400, "observation JSON"},
@@ -131,7 +152,16 @@ func TestObservations(t *testing.T) {
 		{"unknown gpu", `{"job_id":"j","group":"g","gpu_type":"Voodoo 5","gpus":1,"runtime_s":1}`, 400, `field gpu_type = \"Voodoo 5\"`},
 		{"batch all-or-nothing", "[" + good + `,{"job_id":""}]`, 400, "observation 1: field job_id"},
 		{"trailing", good + good, 400, "trailing data"},
-		{"too large", `{"job_id":"` + strings.Repeat("x", 1<<20) + `"}`, 413, "larger than"},
+		{"too large", `{"job_id":"` + strings.Repeat("x", 9<<20) + `"}`, 413, "larger than"},
+		{"too many records", "[" + strings.Repeat(good+",", service.MaxBatch) + good + "]", 413, "at most 10000"},
+		// Implausible values: 422 naming field, value and bound; nothing stored.
+		{"throughput 1e300", strings.Replace(good, "812.5", "1e300", 1), 422, "field throughput = 1e+300: expected at most 39000 steps/s for 2 a100"},
+		{"energy 1e300", strings.Replace(good, "5e5", "1e300", 1), 422, "field energy_j = 1e+300: expected at most"},
+		{"runtime 1e300", strings.Replace(good, `"runtime_s":600`, `"runtime_s":1e300`, 1), 422, "field runtime_s = 1e+300: expected at most 3.16224e+07 s"},
+		{"year 1", strings.Replace(good, `"exit_code":0`, `"exit_code":0,"time":"0001-01-01T00:00:01Z"`, 1), 422, "field time = 0001-01-01T00:00:01Z"},
+		{"500 KB model name", strings.Replace(good, `"exit_code":0`, `"exit_code":0,"model_name":"`+strings.Repeat("m", 500<<10)+`"`, 1), 422, "field model_name = a string of 512000 bytes: expected at most 256 bytes"},
+		{"power above TDP", strings.Replace(good, `"exit_code":0`, `"exit_code":0,"avg_power_w":5000`, 1), 422, "field avg_power_w = 5000: expected at most 1000 W"},
+		{"control characters", strings.Replace(good, `"exit_code":0`, `"exit_code":0,"framework":"a\u0000b"`, 1), 400, "field framework"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -141,11 +171,48 @@ func TestObservations(t *testing.T) {
 			}
 		})
 	}
-	if n := h.Store.ObservationCount(); n != 3 {
-		t.Errorf("stored %d observations, want 3 (bad input never stored)", n)
+	if n := h.Store.ObservationCount(); n != 2 {
+		t.Errorf("stored %d observations, want 2 (bad input and duplicates never stored)", n)
 	}
-	if n := len(h.Pred.Learned()); n != 3 {
-		t.Errorf("learner got %d, want 3", n)
+	if n := len(h.Pred.Learned()); n != 2 {
+		t.Errorf("learner got %d, want 2", n)
+	}
+}
+
+// Records are keyed: an Idempotency-Key (per index in a batch) or an allocation and task
+// stores each once whatever the retries; partial and failed runs are stored, not learned;
+// the answer says exactly what happened.
+func TestObservationKeys(t *testing.T) {
+	h, c := setup(t, "")
+	rec := func(job, extra string) string {
+		return `{"job_id":"` + job + `","group":"train","gpu_type":"a100","gpus":1,"throughput":10,"runtime_s":60` + extra + `}`
+	}
+	steps := []struct {
+		name, key, body string
+		want            []string
+	}{
+		{"keyed", "task-1", rec("a", ""), []string{`"accepted": 1`, `"duplicates": 0`, `"learned": 1`}},
+		{"same key, other content", "task-1", rec("a", `,"runtime_s":61`), []string{`"accepted": 0`, `"duplicates": 1`, `"duplicate_of": "idem/task-1"`}},
+		{"batch under a key", "batch-1", "[" + rec("b", "") + "," + rec("c", "") + "]", []string{`"accepted": 2`}},
+		{"batch retried", "batch-1", "[" + rec("b", "") + "," + rec("c", "") + "]", []string{`"accepted": 0`, `"duplicates": 2`}},
+		{"allocation and task", "", rec("d", `,"alloc_id":"A1","task":"train"`), []string{`"accepted": 1`}},
+		{"same allocation, new key", "other", rec("d", `,"alloc_id":"A1","task":"train","runtime_s":62`), []string{`"duplicates": 1`, `"duplicate_of": "alloc/A1/train"`}},
+		{"partial run", "", rec("e", `,"partial":true`), []string{`"accepted": 1`, `"learned": 0`, `"partial": 1`}},
+		{"failed run", "", rec("f", `,"exit_code":137`), []string{`"accepted": 1`, `"learned": 0`, `"partial": 1`}},
+	}
+	for _, st := range steps {
+		code, body := c.post("/v1/observations", st.body, st.key)
+		for _, w := range st.want {
+			if code != 202 || !strings.Contains(body, w) {
+				t.Errorf("%s: %d %s, want 202 with %s", st.name, code, body, w)
+			}
+		}
+	}
+	if n := h.Store.ObservationCount(); n != 6 {
+		t.Errorf("stored %d, want 6", n)
+	}
+	if n := len(h.Pred.Learned()); n != 4 {
+		t.Errorf("learned %d, want 4 (not the partial or failed runs)", n)
 	}
 }
 

@@ -44,11 +44,14 @@ type Rehold struct {
 // FinishedRun is one finished run of a task group: all its allocations of one job version are
 // terminal.
 type FinishedRun struct {
-	// Key identifies the run across restarts (the learner records each run once).
+	// Key identifies the run across restarts for a reporter without allocation IDs (the
+	// simulated backend): its record claims "run/<Key>".
 	Key string
-	Obs cluster.Observation
-	// Start is when the first task started; the driver's own observation, if any, arrives
-	// after it.
+	// AllocIDs are the run's Nomad allocations: its record claims "alloc/<id>" for each, so
+	// it is stored and learned once whoever (task driver or sidecar) reports it first.
+	AllocIDs []string
+	Obs      cluster.Observation
+	// Start is when the first task started.
 	Start time.Time
 	// Samples is how many device power samples the energy figure integrates (0: no energy).
 	Samples int
@@ -68,4 +71,11 @@ type Placement struct {
 type Invalid struct {
 	JobKey string
 	Err    string
+}
+
+// AllocLifetimes is a backend that knows its allocations' lifetimes (Nomad): a run record
+// naming an allocation is then checked against it (runtime_s at most the allocation's
+// lifetime). End is zero while the allocation runs.
+type AllocLifetimes interface {
+	AllocLifetime(allocID string) (start, end time.Time, ok bool)
 }

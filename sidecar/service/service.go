@@ -94,6 +94,11 @@ type Service struct {
 	// infeasible: job key -> why the group cannot run on the cluster, as of the last round.
 	infeasible map[string]string
 	started    time.Time
+
+	// learner groups concurrent requests' runs into one learner call.
+	learner *learnGroup
+	// health tracks what cannot be written (store, catalog).
+	health storageHealth
 }
 
 // New builds a service. The store must stay open while the service runs.
@@ -130,6 +135,11 @@ func New(cfg Config, backend Backend, stages Stages, st *store.Store) (*Service,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("service: read state: %w", err)
+	}
+	s.learner = &learnGroup{s: s}
+	if err := s.catchUp(context.Background()); err != nil {
+		// The runs stay stored and are replayed at the next start; health says so meanwhile.
+		s.log.Error("learning stored runs failed", "error", err)
 	}
 	return s, nil
 }
@@ -401,7 +411,9 @@ func (s *Service) maintenance(ctx context.Context, round uint64, m *Maintenance)
 			recs = append(recs, rec)
 		}
 	}
-	if err := s.store.PutDecisions(recs); err != nil {
+	err := s.store.PutDecisions(recs)
+	s.health.set(healthStore, err)
+	if err != nil {
 		s.log.Error("recording maintenance events failed", "error", err)
 	}
 	for _, p := range m.Placed {
@@ -524,7 +536,9 @@ func (s *Service) record(ctx context.Context, round uint64, r *sched.Round, pred
 			s.log.Warn("decision not applied", "job", key, "status", rec.Status, "message", rec.Message)
 		}
 	}
-	if err := s.store.PutDecisions(recs); err != nil {
+	err := s.store.PutDecisions(recs)
+	s.health.set(healthStore, err)
+	if err != nil {
 		s.log.Error("recording decisions failed", "error", err)
 	}
 	for i := range queue {
@@ -624,6 +638,9 @@ type Health struct {
 	Observations int       `json:"observations"`
 	StateFile    string    `json:"state_file"`
 	Uptime       float64   `json:"uptime_s"`
+	// StorageErrors say what cannot be written now (store, catalog): health is degraded
+	// until a write succeeds again.
+	StorageErrors []string `json:"storage_errors,omitempty"`
 }
 
 // Health reports whether rounds are running. "degraded" when the last round failed or none
@@ -638,9 +655,27 @@ func (s *Service) Health() Health {
 	h.Decisions = s.store.DecisionCount()
 	h.Observations = s.store.ObservationCount()
 	h.StateFile = s.store.Path()
+	if s.health.has(healthStore) {
+		s.probeStore(now)
+	}
+	h.StorageErrors = s.health.reasons()
 	stale := h.LastRound.IsZero() && now.Sub(s.started) > 3*s.cfg.Reconcile || !h.LastRound.IsZero() && now.Sub(h.LastRound) > 3*s.cfg.Reconcile
-	if h.LastError != "" || stale {
+	if h.LastError != "" || stale || len(h.StorageErrors) > 0 {
 		h.Status = "degraded"
 	}
 	return h
+}
+
+// probeStore tries a small write while the store is failing (at most every 5 s), so health
+// recovers when the disk does even if nothing else is written.
+func (s *Service) probeStore(now time.Time) {
+	s.health.mu.Lock()
+	due := now.Sub(s.health.probed) >= 5*time.Second
+	if due {
+		s.health.probed = now
+	}
+	s.health.mu.Unlock()
+	if due {
+		s.health.set(healthStore, s.store.PutMeta("health_probe", now.UTC().Format(time.RFC3339Nano)))
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"sync"
@@ -205,9 +206,10 @@ func TestLearnFromFinishedRunUnlessDriverPosted(t *testing.T) {
 	h.Nomad.Register(servicetest.HeldJob("l2", 1, 1, meta))
 	h.Round()
 	start := time.Now().Add(-2 * time.Minute)
-	// The driver reports l2 itself.
+	// The driver reports l2's allocation itself (claim alloc/<id>/train).
+	a2 := h.Nomad.Allocs("default", "l2")[0]
 	err := h.Service.Observe(context.Background(), cluster.Observation{Namespace: "default", JobID: "l2", Group: "train",
-		GPUType: "NVIDIA A100-SXM4-40GB", GPUs: 1, Throughput: 650, EnergyJ: 1000, RuntimeS: 60}, service.SourceDriver)
+		Task: "train", AllocID: a2.ID, GPUType: "NVIDIA A100-SXM4-40GB", GPUs: 1, Throughput: 650, EnergyJ: 1000, RuntimeS: 60}, service.SourceDriver)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,6 +232,43 @@ func TestLearnFromFinishedRunUnlessDriverPosted(t *testing.T) {
 	if body := scrape(t, h); !strings.Contains(body, `hetgpu_observations_total{source="sidecar"} 1`) ||
 		!strings.Contains(body, `hetgpu_prediction_relative_error_count{quantity="throughput"} 2`) {
 		t.Errorf("metrics:\n%s", body)
+	}
+	// The driver's late report of l1's allocation, after a restart, is a duplicate of the
+	// sidecar's record: stored and learned once.
+	a1 := h.Nomad.Allocs("default", "l1")[0]
+	h.Stop()
+	h.Start()
+	res, err := h.Service.ObserveBatch(context.Background(), []cluster.Observation{{Namespace: "default", JobID: "l1", Group: "train",
+		Task: "train", AllocID: a1.ID, GPUType: "a100", GPUs: 1, Throughput: 640, RuntimeS: 99}}, service.SourceDriver, "")
+	if err != nil || res.Duplicates != 1 || res.Accepted != 0 || res.Records[0].DuplicateOf != "alloc/"+a1.ID {
+		t.Errorf("driver report after the sidecar's: %+v %v, want a duplicate of alloc/%s", res, err, a1.ID)
+	}
+	if n := len(h.Pred.Learned()); n != 2 || h.Store.ObservationCount() != 2 {
+		t.Errorf("learned %d, stored %d; want 2 and 2", n, h.Store.ObservationCount())
+	}
+}
+
+// A partial or failed run is stored but never reaches the learner or the tuner.
+func TestPartialRunsNotLearned(t *testing.T) {
+	tuner := &countingTuner{}
+	h := servicetest.NewHarness(t, nil)
+	h.Stop()
+	h.Tuner = tuner
+	h.Start()
+	base := cluster.Observation{Namespace: "default", JobID: "p", Group: "train", GPUType: "v100", GPUs: 1, Throughput: 10, RuntimeS: 60}
+	partial, failed, ok := base, base, base
+	partial.Partial, partial.AllocID = true, "A"
+	failed.ExitCode, failed.AllocID = 1, "B"
+	ok.AllocID = "C"
+	res, err := h.Service.ObserveBatch(context.Background(), []cluster.Observation{partial, failed, ok}, service.SourceDriver, "")
+	if err != nil || res.Accepted != 3 || res.Partial != 2 || res.Learned != 1 {
+		t.Fatalf("result %+v %v, want 3 accepted, 2 partial, 1 learned", res, err)
+	}
+	if n := len(h.Pred.Learned()); n != 1 {
+		t.Errorf("learner got %d runs, want 1", n)
+	}
+	if observed, _, _ := tuner.counts(); observed != 1 {
+		t.Errorf("tuner got %d runs, want 1", observed)
 	}
 }
 
@@ -429,5 +468,146 @@ func TestExplainDuringPin(t *testing.T) {
 	ex, err := h.Service.Explain("default", "p")
 	if err != nil || ex.Groups[0].Status != store.StatusPinned {
 		t.Errorf("explain after the round = %+v, %v", ex, err)
+	}
+}
+
+// failingLearner fails while fail is set, as a catalog on a full disk or read-only file does.
+type failingLearner struct {
+	servicetest.Table
+	fail atomic.Bool
+}
+
+func (f *failingLearner) Observe(ctx context.Context, o cluster.Observation) error {
+	if f.fail.Load() {
+		return errors.New("append to catalog: read-only file system")
+	}
+	return f.Table.Observe(ctx, o)
+}
+
+// Health is degraded (with the reason) while the catalog or the store cannot be written, and
+// recovers when writes succeed again; a run stored while learning failed is still stored.
+func TestHealthDegradedWhileStorageFails(t *testing.T) {
+	h := servicetest.NewHarness(t, nil)
+	h.Round()
+	if hl := h.Service.Health(); hl.Status != "ok" {
+		t.Fatalf("health before = %+v", hl)
+	}
+	o := cluster.Observation{Namespace: "default", JobID: "h", Group: "train", GPUType: "v100", GPUs: 1, Throughput: 10, RuntimeS: 60}
+	fl := &failingLearner{}
+	fl.fail.Store(true)
+	svc, err := service.New(service.Config{Reconcile: time.Hour}, h.Backend, service.Stages{Ranker: servicetest.FIFO{}, Predictor: fl,
+		Placer: servicetest.FirstFit{}, Learner: fl}, h.Store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := svc.ObserveBatch(context.Background(), []cluster.Observation{o}, service.SourceDriver, "")
+	if err != nil || res.Accepted != 1 || res.LearnError == "" {
+		t.Fatalf("result %+v %v: want stored, with the learning error", res, err)
+	}
+	hl := svc.Health()
+	if hl.Status != "degraded" || len(hl.StorageErrors) != 1 || !strings.Contains(hl.StorageErrors[0], "catalog: append to catalog: read-only") {
+		t.Errorf("health while the catalog fails = %+v", hl)
+	}
+	fl.fail.Store(false)
+	o.JobID = "h2"
+	if _, err := svc.ObserveBatch(context.Background(), []cluster.Observation{o}, service.SourceDriver, ""); err != nil {
+		t.Fatal(err)
+	}
+	if hl := svc.Health(); len(hl.StorageErrors) != 0 {
+		t.Errorf("health after a good write = %+v", hl)
+	}
+	// The store closed under the service: writes fail, health says so.
+	h.Stop()
+	o.JobID = "h3"
+	if _, err := svc.ObserveBatch(context.Background(), []cluster.Observation{o}, service.SourceDriver, ""); err == nil {
+		t.Fatal("write to a closed store succeeded")
+	}
+	if hl := svc.Health(); hl.Status != "degraded" || len(hl.StorageErrors) == 0 || !strings.HasPrefix(hl.StorageErrors[0], "store: ") {
+		t.Errorf("health while the store fails = %+v", hl)
+	}
+}
+
+// panickyLearner panics once.
+type panickyLearner struct {
+	servicetest.Table
+	done atomic.Bool
+}
+
+func (p *panickyLearner) Observe(ctx context.Context, o cluster.Observation) error {
+	if !p.done.Swap(true) {
+		panic("learner bug")
+	}
+	return p.Table.Observe(ctx, o)
+}
+
+// A learner that panics fails its request (the API recovers it) and does not block the next.
+func TestLearnerPanicDoesNotBlock(t *testing.T) {
+	h := servicetest.NewHarness(t, nil)
+	pl := &panickyLearner{}
+	svc, err := service.New(service.Config{}, h.Backend, service.Stages{Ranker: servicetest.FIFO{}, Predictor: pl,
+		Placer: servicetest.FirstFit{}, Learner: pl}, h.Store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := cluster.Observation{Namespace: "default", JobID: "p1", Group: "train", GPUType: "v100", GPUs: 1, Throughput: 10, RuntimeS: 60}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("the learner's panic vanished")
+			}
+		}()
+		_, _ = svc.ObserveBatch(context.Background(), []cluster.Observation{o}, service.SourceDriver, "")
+	}()
+	o.JobID = "p2"
+	done := make(chan error, 1)
+	go func() {
+		_, err := svc.ObserveBatch(context.Background(), []cluster.Observation{o}, service.SourceDriver, "")
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("learning blocked after a panic")
+	}
+	if n := len(pl.Learned()); n != 1 {
+		t.Errorf("learned %d, want 1", n)
+	}
+}
+
+// lifetimeBackend is the Nomad backend that also knows one allocation's lifetime.
+type lifetimeBackend struct {
+	*nomad.Backend
+	start, end time.Time
+}
+
+func (l lifetimeBackend) AllocLifetime(id string) (time.Time, time.Time, bool) {
+	return l.start, l.end, id == "A1"
+}
+
+// A run longer than the allocation it names lived is refused, naming the allocation.
+func TestRuntimeWithinAllocation(t *testing.T) {
+	h := servicetest.NewHarness(t, nil)
+	now := time.Now()
+	be := lifetimeBackend{Backend: h.Backend, start: now.Add(-10 * time.Minute), end: now.Add(-5 * time.Minute)}
+	svc, err := service.New(service.Config{}, be, service.Stages{Ranker: servicetest.FIFO{}, Predictor: h.Pred,
+		Placer: servicetest.FirstFit{}, Learner: h.Pred}, h.Store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		alloc   string
+		runtime float64
+		ok      bool
+	}{{"A1", 300, true}, {"A1", 3600, false}, {"B2", 3600, true}} {
+		o := cluster.Observation{Namespace: "default", JobID: "l" + tt.alloc + fmt.Sprint(tt.runtime), Group: "train", AllocID: tt.alloc,
+			GPUType: "v100", GPUs: 1, Throughput: 10, RuntimeS: tt.runtime}
+		_, err := svc.ObserveBatch(context.Background(), []cluster.Observation{o}, service.SourceDriver, "")
+		var ve *service.ValidationError
+		if tt.ok != (err == nil) || !tt.ok && (!errors.As(err, &ve) || ve.Field != "runtime_s" || !ve.OutOfRange || !strings.Contains(ve.Expected, "allocation A1 ran from")) {
+			t.Errorf("alloc %s runtime %v: %v, want ok=%v", tt.alloc, tt.runtime, err, tt.ok)
+		}
 	}
 }

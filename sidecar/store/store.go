@@ -13,7 +13,9 @@ package store
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,6 +24,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/hetgpu/hetgpu/sidecar/cluster"
@@ -33,6 +36,7 @@ var (
 	bHistory  = []byte("decision_history")
 	bLearned  = []byte("learned")
 	bMeta     = []byte("meta")
+	bClaims   = []byte("claims")
 	keyPolicy = []byte("policy_checkpoint")
 )
 
@@ -42,6 +46,8 @@ type Options struct {
 	MaxObservations int
 	// MaxHistory decisions kept in the history; default 20000.
 	MaxHistory int
+	// Logger says what Open found (an empty or missing file); default none.
+	Logger hclog.Logger
 }
 
 // Store is the state file. Safe for concurrent use.
@@ -72,8 +78,32 @@ func Open(path string, opts Options) (*Store, error) {
 	if opts.MaxHistory <= 0 {
 		opts.MaxHistory = 20000
 	}
+	if opts.Logger == nil {
+		opts.Logger = hclog.NewNullLogger()
+	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("state directory for %s: %w", path, err)
+	}
+	// bbolt trusts the file: a truncated or overwritten one makes it fault (SIGSEGV) or
+	// silently serve garbage. Check it first, so damage is an error that says what to do.
+	rep, err := Check(path)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case rep.Missing:
+		opts.Logger.Info("no state file; starting a new one", "path", path)
+	case rep.Empty:
+		// bbolt would quietly initialise it; a state file is never empty once written, so
+		// what it held is lost. Say so and keep the evidence.
+		aside := path + ".empty-" + time.Now().UTC().Format("20060102T150405Z")
+		if err := os.Rename(path, aside); err != nil {
+			return nil, fmt.Errorf("state file %s is empty (0 bytes); moving it aside: %w", path, err)
+		}
+		opts.Logger.Warn("state file was empty (0 bytes): the observations and decisions it held are lost; starting a new one",
+			"path", path, "kept_as", aside)
+	case !rep.OK():
+		return nil, &CorruptError{Path: path, Problems: rep.Problems}
 	}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second})
 	if err != nil {
@@ -83,7 +113,7 @@ func Open(path string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("open state file %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bObs, bLatest, bHistory, bLearned, bMeta} {
+		for _, b := range [][]byte{bObs, bLatest, bHistory, bLearned, bMeta, bClaims} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -116,31 +146,152 @@ type ObservationRecord struct {
 	// Source is "driver" (POST /v1/observations) or "sidecar" (a finished allocation).
 	Source   string    `json:"source"`
 	Received time.Time `json:"received"`
+	// Claims are the keys the record was stored under (see NewObservation); they are
+	// dropped with the record when it leaves the window.
+	Claims []string `json:"claims,omitempty"`
 }
 
-// AddObservation appends an observation to the catalog.
+// NewObservation is an observation to store under its claims.
+type NewObservation struct {
+	Obs    cluster.Observation
+	Source string
+	// Claims key the record: "alloc/<alloc id>[/<task>]" for a run of a known allocation,
+	// "idem/<Idempotency-Key>[/<index>]" for a request's key, "run/<key>" for a reporter's
+	// own run key, "hash/<content hash>" otherwise. Two claims conflict when they are equal
+	// or one is a '/'-boundary prefix of the other ("alloc/A" and "alloc/A/train"); a record
+	// with any claim conflicting with a stored one is a duplicate. Empty: the content hash.
+	Claims []string
+}
+
+// Outcome is what happened to one NewObservation.
+type Outcome struct {
+	// Seq is the stored record's sequence number; 0 for a duplicate.
+	Seq uint64 `json:"seq,omitempty"`
+	// Duplicate is set when a claim was already stored; DuplicateOf names it.
+	Duplicate   bool   `json:"duplicate,omitempty"`
+	DuplicateOf string `json:"duplicate_of,omitempty"`
+}
+
+// ContentClaim is the claim of a record with no other key: a hash of its content, so an
+// identical retry is not stored twice.
+func ContentClaim(o *cluster.Observation) string {
+	b, _ := json.Marshal(o)
+	sum := sha256.Sum256(b)
+	return "hash/" + hex.EncodeToString(sum[:16])
+}
+
+// claimConflict returns the stored claim c conflicts with, "" when none: c itself, an
+// ancestor of c at a '/' boundary, or a descendant of c.
+func claimConflict(b *bolt.Bucket, c string) string {
+	if b.Get([]byte(c)) != nil {
+		return c
+	}
+	for i := len(c) - 1; i > 0; i-- {
+		if c[i] == '/' && b.Get([]byte(c[:i])) != nil {
+			return c[:i]
+		}
+	}
+	prefix := []byte(c + "/")
+	if k, _ := b.Cursor().Seek(prefix); k != nil && bytes.HasPrefix(k, prefix) {
+		return string(k)
+	}
+	return ""
+}
+
+// AddObservation stores one observation under its content claim; see AddObservations.
 func (s *Store) AddObservation(o cluster.Observation, source string, received time.Time) (uint64, error) {
-	var seq uint64
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bObs)
-		n, err := b.NextSequence()
-		if err != nil {
-			return err
+	out, err := s.AddObservations([]NewObservation{{Obs: o, Source: source}}, received)
+	if err != nil {
+		return 0, err
+	}
+	return out[0].Seq, nil
+}
+
+// AddObservations stores a request's observations in one transaction: all of them (less the
+// duplicates) or, on error, none. Concurrent calls share transactions (bbolt's Batch), so
+// many small requests cost one fsync between them; a failing call is retried alone, so one
+// request's failure never fails another's.
+func (s *Store) AddObservations(recs []NewObservation, received time.Time) ([]Outcome, error) {
+	if len(recs) == 0 {
+		return nil, nil
+	}
+	for i := range recs {
+		if len(recs[i].Claims) == 0 {
+			recs[i].Claims = []string{ContentClaim(&recs[i].Obs)}
 		}
-		seq = n
-		data, err := json.Marshal(ObservationRecord{Seq: n, Obs: o, Source: source, Received: received})
-		if err != nil {
-			return err
+	}
+	out := make([]Outcome, len(recs))
+	err := s.db.Batch(func(tx *bolt.Tx) error {
+		// Batch may run this more than once; start clean each time.
+		clear(out)
+		b, cl := tx.Bucket(bObs), tx.Bucket(bClaims)
+		var n uint64
+		for i := range recs {
+			r := &recs[i]
+			dup := ""
+			for _, c := range r.Claims {
+				if dup = claimConflict(cl, c); dup != "" {
+					break
+				}
+			}
+			if dup != "" {
+				out[i] = Outcome{Duplicate: true, DuplicateOf: dup}
+				continue
+			}
+			var err error
+			if n, err = b.NextSequence(); err != nil {
+				return err
+			}
+			data, err := json.Marshal(ObservationRecord{Seq: n, Obs: r.Obs, Source: r.Source, Received: received, Claims: r.Claims})
+			if err != nil {
+				return fmt.Errorf("encode observation %d: %w", i, err)
+			}
+			if err := b.Put(seqKey(n), data); err != nil {
+				return err
+			}
+			for _, c := range r.Claims {
+				if err := cl.Put([]byte(c), seqKey(n)); err != nil {
+					return err
+				}
+			}
+			out[i] = Outcome{Seq: n}
 		}
-		if err := b.Put(seqKey(n), data); err != nil {
-			return err
+		if n == 0 {
+			return nil
 		}
-		return trim(b, n, s.opts.MaxObservations)
+		return trimObservations(b, cl, n, s.opts.MaxObservations)
 	})
 	if err != nil {
-		return 0, fmt.Errorf("store observation of %s/%s: %w", o.Namespace, o.JobID, err)
+		return nil, fmt.Errorf("store %d observation(s), first of %s/%s: %w", len(recs), recs[0].Obs.Namespace, recs[0].Obs.JobID, err)
 	}
-	return seq, nil
+	return out, nil
+}
+
+// trimObservations drops the observations older than the newest max, with their claims.
+func trimObservations(b, cl *bolt.Bucket, newest uint64, max int) error {
+	if newest <= uint64(max) {
+		return nil
+	}
+	cutoff := seqKey(newest - uint64(max))
+	var old [][]byte
+	c := b.Cursor()
+	for k, v := c.First(); k != nil && bytes.Compare(k, cutoff) <= 0; k, v = c.Next() {
+		old = append(old, append([]byte(nil), k...))
+		var r ObservationRecord
+		if json.Unmarshal(v, &r) == nil {
+			for _, claim := range r.Claims {
+				if err := cl.Delete([]byte(claim)); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	for _, k := range old {
+		if err := b.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // trim drops the entries older than the newest max of a sequence-keyed bucket.
@@ -175,6 +326,24 @@ func (s *Store) Observations(fn func(ObservationRecord) error) error {
 	})
 }
 
+// ObservationsAfter calls fn for every stored observation with a sequence number above seq,
+// oldest first.
+func (s *Store) ObservationsAfter(seq uint64, fn func(ObservationRecord) error) error {
+	return s.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bObs).Cursor()
+		for k, v := c.Seek(seqKey(seq + 1)); k != nil; k, v = c.Next() {
+			var r ObservationRecord
+			if err := json.Unmarshal(v, &r); err != nil {
+				return fmt.Errorf("corrupt observation record %x: %w", k, err)
+			}
+			if err := fn(r); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
 // ObservationCount is the catalog size.
 func (s *Store) ObservationCount() int {
 	n := 0
@@ -183,31 +352,6 @@ func (s *Store) ObservationCount() int {
 		return nil
 	})
 	return n
-}
-
-// DriverObservedSince reports whether the task driver posted an observation for the group
-// (namespace, job, group) at or after t.
-func (s *Store) DriverObservedSince(ns, job, group string, t time.Time) bool {
-	found := false
-	_ = s.db.View(func(tx *bolt.Tx) error {
-		c := tx.Bucket(bObs).Cursor()
-		// Newest first; stop at records older than t.
-		for k, v := c.Last(); k != nil; k, v = c.Prev() {
-			var r ObservationRecord
-			if json.Unmarshal(v, &r) != nil {
-				continue
-			}
-			if r.Received.Before(t) && r.Obs.Time.Before(t) {
-				break
-			}
-			if r.Source == "driver" && r.Obs.Namespace == ns && r.Obs.JobID == job && (r.Obs.Group == group || r.Obs.Group == "") {
-				found = true
-				return nil
-			}
-		}
-		return nil
-	})
-	return found
 }
 
 // MarkLearned records that a run was fed to the learner; it reports false when it already was.

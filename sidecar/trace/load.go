@@ -47,6 +47,9 @@ func Load(ref string, o LoadOptions) (*Trace, error) {
 	if err := t.Validate(); err != nil {
 		return nil, err
 	}
+	if len(t.Jobs) == 0 {
+		return nil, fmt.Errorf("trace %s holds no jobs: expected at least one job line", ref)
+	}
 	return t, nil
 }
 

@@ -147,6 +147,14 @@ func ResolveWork(jobs []Job, thr ThroughputFunc) error {
 
 // Validate checks what the simulator relies on: unique IDs, positive GPUs and work, finite
 // non-negative arrivals.
+// Bounds of a trace job: beyond them a value is a typo or corruption (1e12 steps run for
+// three centuries at 100 steps/s).
+const (
+	MaxJobGPUs    = 100_000
+	MaxTotalSteps = 1e12
+	MaxArrivalS   = 100 * 365 * 24 * 3600.0
+)
+
 func (t *Trace) Validate() error {
 	seen := make(map[string]bool, len(t.Jobs))
 	for i := range t.Jobs {
@@ -160,12 +168,12 @@ func (t *Trace) Validate() error {
 			return fmt.Errorf("%s: field id is empty", where)
 		case seen[j.ID]:
 			return fmt.Errorf("%s: field id = %q is duplicated", where, j.ID)
-		case j.GPUs <= 0:
-			return fmt.Errorf("%s: field gpus = %d, expected a positive integer", where, j.GPUs)
-		case !(j.TotalSteps > 0) || math.IsInf(j.TotalSteps, 0):
-			return fmt.Errorf("%s: field total_steps = %v, expected a positive number", where, j.TotalSteps)
-		case !(j.ArrivalS >= 0) || math.IsInf(j.ArrivalS, 0):
-			return fmt.Errorf("%s: field arrival = %v, expected a non-negative number of seconds", where, j.ArrivalS)
+		case j.GPUs <= 0 || j.GPUs > MaxJobGPUs:
+			return fmt.Errorf("%s: field gpus = %d, expected an integer from 1 to %d", where, j.GPUs, MaxJobGPUs)
+		case !(j.TotalSteps > 0) || j.TotalSteps > MaxTotalSteps:
+			return fmt.Errorf("%s: field total_steps = %v, expected a positive number of at most %g", where, j.TotalSteps, MaxTotalSteps)
+		case !(j.ArrivalS >= 0) || j.ArrivalS > MaxArrivalS:
+			return fmt.Errorf("%s: field arrival = %v, expected seconds from 0 to %g (a century)", where, j.ArrivalS, MaxArrivalS)
 		case j.JobType == "":
 			return fmt.Errorf("%s: field job_type is empty", where)
 		}

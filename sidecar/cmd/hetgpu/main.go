@@ -32,6 +32,7 @@ func commands() []command {
 		{"sidecar", "run the scheduler sidecar (Nomad, or the embedded simulated cluster)", runSidecar},
 		{"release", "hand a held job back to plain Nomad scheduling", runRelease},
 		{"validate", "check a jobspec's hetgpu annotations and hold constraint", runValidate},
+		{"state", "check or repair the sidecar's state file and catalog: `state check`, `state repair`", runState},
 		{"place", "placement engine tools: `place bench` times the MILP on a random cluster", runPlace},
 	}
 }

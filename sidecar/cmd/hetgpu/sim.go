@@ -6,6 +6,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
+	"sort"
 	"strings"
 	"sync"
 
@@ -16,6 +18,7 @@ import (
 	"github.com/hetgpu/hetgpu/sidecar/policies"
 	"github.com/hetgpu/hetgpu/sidecar/sim"
 	"github.com/hetgpu/hetgpu/sidecar/sim/report"
+	"github.com/hetgpu/hetgpu/sidecar/throughput"
 	"github.com/hetgpu/hetgpu/sidecar/trace"
 )
 
@@ -37,8 +40,11 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *penalty < 0 {
-		return fmt.Errorf("%w: hetgpu sim --restart-penalty = %v, expected seconds >= 0", errUsage, *penalty)
+	if !(*penalty >= 0 && *penalty <= maxRestartPenaltyS) {
+		return fmt.Errorf("%w: hetgpu sim --restart-penalty = %v, expected seconds from 0 to %d (a day)", errUsage, *penalty, maxRestartPenaltyS)
+	}
+	if *parallel < 0 || *parallel > 1024 {
+		return fmt.Errorf("%w: hetgpu sim --parallel = %d, expected 0 (one per CPU) to 1024", errUsage, *parallel)
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: hetgpu sim: unexpected argument %q (all options are flags)", errUsage, fs.Arg(0))
@@ -46,6 +52,20 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	names, err := policies.ParseList(*policyList)
 	if err != nil {
 		return fmt.Errorf("%w: hetgpu sim --policies: %v", errUsage, err)
+	}
+	spec, err := sim.LoadSpec(*clusterRef)
+	if err != nil {
+		return fmt.Errorf("--cluster: %w", err)
+	}
+	engines := len(names)
+	if p := *parallel; p == 0 && runtime.NumCPU() < engines {
+		engines = runtime.NumCPU()
+	} else if p > 0 && p < engines {
+		engines = p
+	}
+	if need, avail := simMemory(spec.TotalGPUs(), engines), availableMemory(); need > avail/2 {
+		return fmt.Errorf("%w: hetgpu sim --cluster %s: %d GPUs would need about %.1f GiB (%d KiB per GPU x %d engines at once), more than half of the %.1f GiB available; use a smaller :scale",
+			errUsage, *clusterRef, spec.TotalGPUs(), float64(need)/(1<<30), simBytesPerGPU>>10, engines, float64(avail)/(1<<30))
 	}
 	level := hclog.LevelFromString(*logLevel)
 	if level == hclog.NoLevel {
@@ -83,9 +103,13 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+	unsched := unschedulable(cmp)
 	if *asJSON {
 		if err := report.WriteJSON(stdout, cmp.Results); err != nil {
 			return err
+		}
+		if unsched != "" {
+			fmt.Fprintln(stderr, unsched)
 		}
 	} else {
 		st := cmp.Trace.Stats()
@@ -93,6 +117,9 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			cmp.Spec.Name, cmp.Spec.TotalGPUs(), strings.Join(cmp.Spec.GPUTypes(), ", "), cmp.Trace.Name, st.Jobs, st.MultiGPU, st.SpanS/3600)
 		if err := report.WriteTable(stdout, cmp.Results); err != nil {
 			return err
+		}
+		if unsched != "" {
+			fmt.Fprintf(stdout, "\n%s\n", unsched)
 		}
 	}
 	if *outDir != "" {
@@ -107,4 +134,83 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprintf(w, "\nreport: %s\n", abs)
 	}
 	return nil
+}
+
+// maxRestartPenaltyS bounds --restart-penalty: more than a day of lost work per restart is a
+// typo, not a scenario.
+const maxRestartPenaltyS = 86400
+
+// simBytesPerGPU is what one engine holds per simulated GPU, with room to spare: measured
+// 0.7 KiB (fifo) to 1.8 KiB (hetgpu, snapshots and the MILP) on modern-mix x100.
+const simBytesPerGPU = 4 << 10
+
+func simMemory(gpus, engines int) int64 { return int64(gpus) * simBytesPerGPU * int64(max(engines, 1)) }
+
+// availableMemory is MemAvailable from /proc/meminfo; 8 GiB where it cannot be read.
+func availableMemory() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if rest, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
+				var kb int64
+				if _, err := fmt.Sscanf(strings.TrimSpace(rest), "%d kB", &kb); err == nil && kb > 0 {
+					return kb << 10
+				}
+			}
+		}
+	}
+	return 8 << 30
+}
+
+// unschedulable names the trace's jobs no GPU type of the cluster can run, by reason: an
+// unknown job type (no throughput for it anywhere), or more GPUs than the cluster has.
+func unschedulable(cmp *policies.Comparison) string {
+	n := 0
+	for _, r := range cmp.Results {
+		n = max(n, r.Unschedulable)
+	}
+	if n == 0 {
+		return ""
+	}
+	tab, err := throughput.Bundled()
+	if err != nil {
+		return fmt.Sprintf("unschedulable: %d jobs (no GPU type of the cluster can run them)", n)
+	}
+	known := map[string]bool{}
+	for _, jt := range tab.JobTypes() {
+		known[jt] = true
+	}
+	unknown := map[string]int{}
+	tooBig := 0
+	for _, j := range cmp.Trace.Jobs {
+		switch {
+		case !known[j.JobType]:
+			unknown[j.JobType]++
+		case j.GPUs > cmp.Spec.TotalGPUs():
+			tooBig++
+		}
+	}
+	var parts []string
+	if len(unknown) > 0 {
+		types := make([]string, 0, len(unknown))
+		for t := range unknown {
+			types = append(types, t)
+		}
+		sort.Strings(types)
+		for i, t := range types {
+			if i == 8 {
+				types = append(types[:8], fmt.Sprintf("and %d more", len(unknown)-8))
+				break
+			}
+			types[i] = fmt.Sprintf("%q x%d", t, unknown[t])
+		}
+		parts = append(parts, "unknown job types "+strings.Join(types, ", "))
+	}
+	if tooBig > 0 {
+		parts = append(parts, fmt.Sprintf("%d need more GPUs than the cluster has", tooBig))
+	}
+	if len(parts) == 0 {
+		parts = append(parts, "out of memory on every GPU type")
+	}
+	return fmt.Sprintf("unschedulable: %d jobs, left out of the metrics: %s", n, strings.Join(parts, "; "))
 }

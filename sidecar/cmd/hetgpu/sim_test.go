@@ -70,3 +70,43 @@ func TestSimUsageErrors(t *testing.T) {
 		}
 	}
 }
+
+// Absurd flag values are refused naming the flag; an empty trace is an error; unknown job
+// types are named under the table.
+func TestSimRefusesAbsurdInput(t *testing.T) {
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty.txt")
+	if err := os.WriteFile(empty, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"sim", "--restart-penalty", "NaN"}, 2, "--restart-penalty = NaN"},
+		{[]string{"sim", "--restart-penalty", "Inf"}, 2, "--restart-penalty = +Inf"},
+		{[]string{"sim", "--restart-penalty", "1e9"}, 2, "expected seconds from 0 to 86400"},
+		{[]string{"sim", "--parallel", "-3"}, 2, "--parallel = -3"},
+		{[]string{"sim", "--cluster", "modern-mix:scale=1e6", "--policies", "fifo"}, 2, "64000000 GPUs would need about"},
+		{[]string{"sim", "--cluster", "modern-mix:scale=NaN"}, 1, "--cluster: cluster modern-mix: scale = NaN"},
+		{[]string{"sim", "--trace", empty, "--policies", "fifo"}, 1, "holds no jobs"},
+	} {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), c.args, &out, &errb)
+		if code != c.code || !strings.Contains(errb.String(), c.want) {
+			t.Errorf("run(%q) = %d, stderr %q; want %d and %q", c.args, code, errb.String(), c.code, c.want)
+		}
+	}
+	// A Gavel trace line of a job type no table knows.
+	tr := filepath.Join(dir, "trace.txt")
+	lines := "ResNet-18 (batch size 64)\tcmd\t--steps\tfalse\t1000\t0\t1\n" + "Quantum (batch size 3)\tcmd\t--steps\tfalse\t1000\t10\t1\n"
+	if err := os.WriteFile(tr, []byte(lines), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"sim", "--cluster", "gavel-108", "--trace", tr, "--policies", "fifo"}, &out, &errb)
+	if code != 0 || !strings.Contains(out.String(), `unschedulable: 1 jobs, left out of the metrics: unknown job types "Quantum (batch size 3)" x1`) {
+		t.Errorf("exit %d\nstdout %s\nstderr %s", code, out.String(), errb.String())
+	}
+}

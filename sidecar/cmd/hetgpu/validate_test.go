@@ -64,3 +64,54 @@ func TestValidateReportsBadAnnotations(t *testing.T) {
 		t.Errorf("release without a job = %d, want 2", code)
 	}
 }
+
+// Case variants and repeated hetgpu.* keys are errors naming the key: Nomad would ignore the
+// first and keep only the last value of the second.
+func TestValidateKeyCaseAndDuplicates(t *testing.T) {
+	for _, tt := range []struct {
+		name, meta string
+		want       []string
+	}{
+		{"title case", `"Hetgpu.batch_size" = "64"`, []string{`meta key "Hetgpu.batch_size": hetgpu keys are lower case; write "hetgpu.batch_size"`}},
+		{"upper case", `"HETGPU.BATCH_SIZE" = "64"`, []string{`meta key "HETGPU.BATCH_SIZE": hetgpu keys are lower case`}},
+		{"duplicate", `"hetgpu.batch_size" = "64"
+    "hetgpu.batch_size" = "128"`, []string{`hetgpu.batch_size is given twice in one meta (first at line 3)`}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "job.nomad.hcl")
+			spec := `job "j" {
+  meta = {
+    "hetgpu.enable" = "true"
+    ` + tt.meta + `
+  }
+  constraint {
+    attribute = "${meta.hetgpu.queue}"
+    value     = "waiting-for-hetgpu"
+  }
+  group "g" {
+    task "t" {
+      driver = "hetgpu"
+      resources {
+        device "nvidia/gpu" { count = 1 }
+      }
+    }
+  }
+}`
+			spec = strings.Replace(spec, `"hetgpu.enable" = "true"
+    "hetgpu.batch_size" = "64"`, `"hetgpu.batch_size" = "64"`, 1)
+			if err := os.WriteFile(path, []byte(spec), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var out, errb bytes.Buffer
+			code := run(context.Background(), []string{"validate", path}, &out, &errb)
+			if code != 1 {
+				t.Errorf("validate = %d, want 1\n%s%s", code, out.String(), errb.String())
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(out.String(), w) {
+					t.Errorf("output lacks %q:\n%s", w, out.String())
+				}
+			}
+		})
+	}
+}
