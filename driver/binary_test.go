@@ -213,6 +213,10 @@ args    = ["-steps", "15", "-step-time", "60ms", "-batch", "32", "-log-every", "
 		obs.ModelFamily != "resnet" || obs.ModelName != "ResNet-50" || obs.BatchSize != 32 || obs.RuntimeS < 0.8 {
 		t.Errorf("observation = %+v", obs)
 	}
+	// A run that finished on its own: keyed by its allocation, complete, all 15 steps.
+	if obs.AllocID != cfg.AllocId || obs.Partial || obs.Steps != 15 {
+		t.Errorf("alloc_id %q (want %q), partial %v, steps %v (want 15)", obs.AllocID, cfg.AllocId, obs.Partial, obs.Steps)
+	}
 	// 32 samples per ~60 ms step.
 	if obs.SamplesPerSec < 300 || obs.SamplesPerSec > 700 {
 		t.Errorf("throughput = %v samples/s, want about 530", obs.SamplesPerSec)
@@ -336,19 +340,21 @@ args    = ["-steps", %q, "-step-time", "100ms", "-exit-code", "%d"]
 
 func TestBinaryStopEscalation(t *testing.T) {
 	_, toy := binaries(t)
-	l := launchBinary(t, t.TempDir(), "")
+	sc := newFakeSidecar(t)
+	l := launchBinary(t, t.TempDir(), fmt.Sprintf("sidecar_addr = %q\n", sc.srv.URL))
 	events := collectEvents(t, l.Driver)
 	ctx := context.Background()
 
 	t.Run("graceful", func(t *testing.T) {
 		cfg := testTask(t, "graceful", taskConfigBytes(t, l.Driver, fmt.Sprintf(`
 command = %q
-args    = ["-steps", "1000", "-step-time", "50ms"]
+args    = ["-steps", "1000", "-step-time", "50ms", "-batch", "32"]
 `, toy)))
+		cfg.DeviceEnv = map[string]string{"NVIDIA_VISIBLE_DEVICES": "GPU-1111", "CUDA_VISIBLE_DEVICES": "GPU-1111"}
 		if _, err := l.Driver.StartTask(ctx, &drivers.StartTaskRequest{Task: cfg}); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(700 * time.Millisecond)
 		if _, err := l.Driver.StopTask(ctx, &drivers.StopTaskRequest{TaskId: cfg.Id, Timeout: durationpb.New(5 * time.Second), Signal: "SIGTERM"}); err != nil {
 			t.Fatal(err)
 		}
@@ -359,6 +365,11 @@ args    = ["-steps", "1000", "-step-time", "50ms"]
 		out, _ := os.ReadFile(cfg.StdoutPath)
 		if !strings.Contains(string(out), "received terminated") {
 			t.Errorf("stdout = %q", out)
+		}
+		// It exited 0, but Nomad stopped it: a partial run, with the steps it did.
+		obs := sc.waitFor(t, 1)[0]
+		if !obs.Partial || obs.ExitCode != 0 || obs.AllocID != cfg.AllocId || obs.Steps <= 0 || obs.Steps >= 1000 {
+			t.Errorf("record of a stopped run: partial %v, exit %d, alloc %q, steps %v", obs.Partial, obs.ExitCode, obs.AllocID, obs.Steps)
 		}
 	})
 

@@ -915,6 +915,7 @@ func (d *Driver) StopTask(ctx context.Context, req *drivers.StopTaskRequest) (*d
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
+	h.stopRequested.Store(true)
 	timeout := req.GetTimeout().AsDuration()
 	if req.GetTimeout() == nil || timeout < 0 {
 		timeout = 5 * time.Second
@@ -957,6 +958,7 @@ func (d *Driver) DestroyTask(ctx context.Context, req *drivers.DestroyTaskReques
 		if !req.GetForce() {
 			return nil, status.Errorf(codes.FailedPrecondition, "task %s is still running; stop it first or destroy with force", req.GetTaskId())
 		}
+		h.stopRequested.Store(true)
 		_ = h.shim.Kill()
 		select {
 		case <-h.done:

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -64,6 +65,10 @@ type taskHandle struct {
 	// deferredEvent is sent deferredEventDelay after the monitor starts (or before the
 	// finish event, whichever comes first).
 	deferredEvent string
+
+	// stopRequested is set once Nomad asked to stop or kill the task: whatever its exit code,
+	// such a run did not finish its work and is reported partial.
+	stopRequested atomic.Bool
 
 	// done is closed when the exit is recorded and the run is reported; monitorDone when
 	// the monitor stopped (after done, or at driver shutdown while the task keeps running).
@@ -317,6 +322,7 @@ func (h *taskHandle) observation(res *drivers.ExitResult, completed time.Time, t
 		JobID:       job,
 		Group:       h.cfg.GetTaskGroupName(),
 		Task:        h.cfg.GetName(),
+		AllocID:     h.cfg.GetAllocId(),
 		ModelFamily: h.ann.ModelFamily,
 		ModelName:   h.ann.ModelName,
 		BatchSize:   h.ann.BatchSize,
@@ -331,6 +337,14 @@ func (h *taskHandle) observation(res *drivers.ExitResult, completed time.Time, t
 		Time:          completed.UTC(),
 	}
 	obs.Throughput = obs.StepsPerSec()
+	// A run Nomad stopped (a re-hold, preemption, drain deadline or job stop), that failed
+	// or was killed by a signal did not finish its work: the sidecar keeps it, never learns it.
+	obs.Partial = h.stopRequested.Load() || res.ExitCode != 0 || res.Signal != 0 || res.OomKilled
+	h.mu.Lock()
+	if samples, ok := h.progress.Samples(); ok && h.ann.BatchSize > 0 {
+		obs.Steps = samples / float64(h.ann.BatchSize)
+	}
+	h.mu.Unlock()
 	if names := h.gpuNames(); len(names) > 0 {
 		// The most common model among the task's GPUs (they are one device group in
 		// practice).

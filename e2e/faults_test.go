@@ -312,7 +312,7 @@ type runRecord struct {
 		AllocID  string  `json:"alloc_id"`
 		Partial  bool    `json:"partial"`
 		ExitCode int     `json:"exit_code"`
-		Energy   float64 `json:"energy_j"`
+		Steps    float64 `json:"steps"`
 	} `json:"observation"`
 }
 
@@ -428,3 +428,90 @@ func TestInfeasibleReported(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// TestRunEndingWhileSidecarDownLearnedOnce: a pinned run ends while the sidecar is down; on
+// restart the sidecar sees the finished allocation and the task driver delivers its spooled
+// record: exactly one finished-run record of the allocation is stored, whoever came first.
+func TestRunEndingWhileSidecarDownLearnedOnce(t *testing.T) {
+	nomadBin := nomadBinary(t, "exactly-once learning end to end")
+	bins := buildBinaries(t, binHetgpu, binDevice, binDriver, binToy)
+	killToys(t, bins)
+	port := freePort(t)
+	sidecarURL := fmt.Sprintf("http://127.0.0.1:%d", port)
+	c := startCluster(t, nomadBin, bins, []clusterClient{{Name: "v100", Fake: []string{"2x V100"}}},
+		fmt.Sprintf("    sidecar_addr = %q", sidecarURL))
+	sidecar := startSidecar(t, c, bins, port, `reconcile = "1s"`)
+
+	submitToy(t, c.API, bins, "once", 150, "100ms", nil)
+	runningOn(t, c.API, "once", 90*time.Second)
+	alloc := liveAllocs(c.API, "once")[0].ID
+	sidecar.Stop(syscall.SIGKILL)
+	waitDead(t, c.API, "once", 2*time.Minute)
+	down := time.Now()
+	sidecar.Start()
+	// Both reporters get their chance: the sidecar after its grace, the driver's spool
+	// after its back-off (it doubles while the sidecar is down; idle spools are rechecked
+	// every minute).
+	waitFor(t, 3*time.Minute, "the driver's spooled record delivered", func() bool {
+		left, _ := filepath.Glob(filepath.Join(spoolOf(c, "v100"), "*.json"))
+		return len(left) == 0 && len(runRecords(t, sidecarURL, "once")) > 0
+	})
+	time.Sleep(25 * time.Second) // past the sidecar's own grace, so both have reported
+	recs := runRecords(t, sidecarURL, "once")
+	var srcs []string
+	for _, r := range recs {
+		srcs = append(srcs, r.Source+":"+r.Observation.AllocID)
+	}
+	t.Logf("run records after the restart (%s after the sidecar came back): %v", time.Since(down).Round(time.Second), srcs)
+	if len(recs) != 1 || finishedRuns(t, sidecarURL, "once") != 1 {
+		t.Fatalf("want exactly one finished-run record for allocation %s, got %v", alloc, srcs)
+	}
+	if recs[0].Source == "driver" && recs[0].Observation.AllocID != alloc {
+		t.Errorf("the driver's record names allocation %q, want %q", recs[0].Observation.AllocID, alloc)
+	}
+}
+
+// spoolOf is the task driver's spool directory of the named client of a startCluster cluster.
+func spoolOf(c *cluster, client string) string {
+	for _, cl := range c.clients {
+		if strings.HasSuffix(cl.name, "-"+client) {
+			return filepath.Join(filepath.Dir(cl.logf.Name()), "driver", "spool")
+		}
+	}
+	return ""
+}
+
+// TestStoppedRunNotLearned: a pinned job stopped by `nomad job stop` mid-run is reported by
+// the task driver as a partial run (with the steps it did) and is never stored or learned as
+// a finished run.
+func TestStoppedRunNotLearned(t *testing.T) {
+	nomadBin := nomadBinary(t, "stopped runs end to end")
+	bins := buildBinaries(t, binHetgpu, binDevice, binDriver, binToy)
+	killToys(t, bins)
+	port := freePort(t)
+	sidecarURL := fmt.Sprintf("http://127.0.0.1:%d", port)
+	c := startCluster(t, nomadBin, bins, []clusterClient{{Name: "v100", Fake: []string{"2x V100"}}},
+		fmt.Sprintf("    sidecar_addr = %q", sidecarURL))
+	startSidecar(t, c, bins, port, `reconcile = "1s"`)
+
+	submitToy(t, c.API, bins, "stopped", 1500, "100ms", nil)
+	runningOn(t, c.API, "stopped", 90*time.Second)
+	alloc := liveAllocs(c.API, "stopped")[0].ID
+	time.Sleep(3 * time.Second)
+	_, _, err := c.API.Jobs().Deregister("stopped", false, nil)
+	must(t, err)
+	var recs []runRecord
+	waitFor(t, 60*time.Second, "the stopped run's record", func() bool {
+		recs = runRecords(t, sidecarURL, "stopped")
+		return len(recs) > 0
+	})
+	time.Sleep(25 * time.Second) // past the sidecar's own grace
+	recs = runRecords(t, sidecarURL, "stopped")
+	if len(recs) != 1 || !recs[0].Observation.Partial || recs[0].Observation.AllocID != alloc || recs[0].Source != "driver" {
+		t.Fatalf("want one partial driver record of allocation %s: %+v", alloc, recs)
+	}
+	if n := finishedRuns(t, sidecarURL, "stopped"); n != 0 {
+		t.Errorf("%d finished runs learned for a stopped job", n)
+	}
+	t.Logf("stopped run recorded partial after %.0f steps", recs[0].Observation.Steps)
+}

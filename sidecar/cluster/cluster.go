@@ -318,6 +318,9 @@ type Observation struct {
 	// Partial marks a run stopped, killed, preempted or failed before it finished: it is
 	// stored, but never learned from and never counted as a finished run.
 	Partial bool `json:"partial,omitempty"`
+	// Steps is how many steps (per-GPU batches, whole job) the run completed, where the
+	// reporter counted them; with Partial it says how far a stopped run got.
+	Steps float64 `json:"steps,omitempty"`
 }
 
 // Learnable reports whether the run finished normally, so its measurements describe the

@@ -48,6 +48,10 @@ type Config struct {
 	// ResyncEvery adds a full list resync besides the one on every (re)connect; default 1m,
 	// negative disables.
 	ResyncEvery time.Duration
+	// LearnGrace is how long after a group's last allocation ended the sidecar waits before
+	// it records the run itself, so the task driver's record (throughput and energy measured
+	// on the GPUs) is usually the one kept; default 20 s, negative reports at once.
+	LearnGrace time.Duration
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 	// RetryBackoff is the first wait before reconnecting (doubling to 30 s); default 1 s.
@@ -125,6 +129,9 @@ func New(cfg Config) (*Backend, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.LearnGrace == 0 {
+		cfg.LearnGrace = 20 * time.Second
 	}
 	if cfg.RetryBackoff <= 0 {
 		cfg.RetryBackoff = time.Second

@@ -560,9 +560,11 @@ func TestStoppedRunNotFinished(t *testing.T) {
 
 func TestLearnFinishedRun(t *testing.T) {
 	clock := time.Now()
+	now := clock
 	f, d := pinnedFixture(t, func(c *Config) {
 		c.SampleDeviceStats = true
 		c.SampleEvery = time.Nanosecond
+		c.Now = func() time.Time { return now }
 	})
 	for _, id := range d.Assign[0].InstanceIDs {
 		f.srv.SetPower(id, 250)
@@ -576,6 +578,11 @@ func TestLearnFinishedRun(t *testing.T) {
 	}
 	f.srv.SetAllocStatus(alloc.ID, api.AllocClientStatusComplete, start, start.Add(200*time.Second))
 	f.resync(t)
+	now = start.Add(210 * time.Second)
+	if m, _ := f.b.Maintain(context.Background()); len(m.Finished) != 0 {
+		t.Fatalf("run reported within the grace the task driver gets: %+v", m.Finished)
+	}
+	now = start.Add(221 * time.Second)
 	m, _ := f.b.Maintain(context.Background())
 	if len(m.Finished) != 1 {
 		t.Fatalf("finished = %+v", m.Finished)

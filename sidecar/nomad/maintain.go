@@ -352,8 +352,10 @@ func (b *Backend) sampleEnergy(ctx context.Context) {
 }
 
 // finishedRuns reports groups whose allocations all ended, at least one of them having
-// finished its work (finishedOK). Stopped, failed and lost allocations are never a finished
-// run: the task driver reports what they did, marked partial.
+// finished its work (finishedOK), once LearnGrace has passed since the last one ended.
+// Stopped, failed and lost allocations are never a finished run: the task driver reports
+// what they did, marked partial. Each run's record claims its allocations, so whichever of
+// the task driver and the sidecar reports it first is the one stored and learned.
 func (b *Backend) finishedRuns() []service.FinishedRun {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -385,6 +387,15 @@ func (b *Backend) finishedRuns() []service.FinishedRun {
 		r := runs[gk]
 		if r.live > 0 || len(r.complete) == 0 {
 			continue
+		}
+		last := time.Time{}
+		for _, al := range r.complete {
+			if al.End.After(last) {
+				last = al.End
+			}
+		}
+		if b.now().Sub(last) < b.cfg.LearnGrace {
+			continue // the task driver's record, measured on the GPUs, usually comes first
 		}
 		sort.Slice(r.complete, func(i, j int) bool { return r.complete[i].ID < r.complete[j].ID })
 		first := r.complete[0]

@@ -35,6 +35,7 @@ import (
 	"github.com/hetgpu/hetgpu/sidecar/cluster"
 	"github.com/hetgpu/hetgpu/sidecar/dashboard"
 	"github.com/hetgpu/hetgpu/sidecar/service"
+	"github.com/hetgpu/hetgpu/sidecar/store"
 )
 
 // DefaultListen is the API's default address.
@@ -75,6 +76,7 @@ func New(cfg Config, svc *service.Service) *Server {
 	s.mux.HandleFunc("GET /v1/decisions", s.decisions)
 	s.mux.HandleFunc("GET /v1/jobs/{ns}/{id}/explain", s.explain)
 	s.mux.HandleFunc("POST /v1/observations", s.observations)
+	s.mux.HandleFunc("GET /v1/observations", s.listObservations)
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(svc.Metrics().Registry, promhttp.HandlerOpts{}))
 	s.mux.HandleFunc("GET /{$}", s.index)
 	// The GPU fleet dashboard (/ui/…) and its JSON data (/v1/fleet, /v1/energy, /v1/learning).
@@ -310,6 +312,45 @@ func DecodeObservations(body []byte) ([]cluster.Observation, error) {
 		return nil, errors.New("observation JSON: trailing data after the object")
 	}
 	return obs, nil
+}
+
+// maxListed bounds GET /v1/observations' limit.
+const maxListed = 10000
+
+// listObservations lists stored run records, newest first, optionally of one job
+// (?namespace=&job=&group=), at most ?limit= (default 100).
+func (s *Server) listObservations(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	limit := 100
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxListed {
+			writeErr(w, http.StatusBadRequest, fmt.Errorf("limit = %q: expected an integer from 1 to %d", v, maxListed))
+			return
+		}
+		limit = n
+	}
+	ns, job, group := q.Get("namespace"), q.Get("job"), q.Get("group")
+	if ns == "" && job != "" {
+		ns = "default"
+	}
+	out := []store.ObservationRecord{}
+	err := s.svc.Store().ObservationsNewest(func(rec store.ObservationRecord) error {
+		o := rec.Obs
+		if (ns != "" && o.Namespace != ns) || (job != "" && o.JobID != job) || (group != "" && o.Group != group) {
+			return nil
+		}
+		out = append(out, rec)
+		if len(out) == limit {
+			return store.ErrStop
+		}
+		return nil
+	})
+	if err != nil {
+		writeErr(w, http.StatusInternalServerError, fmt.Errorf("read stored observations: %w", err))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"observations": out})
 }
 
 // jsonErr makes encoding/json's errors name the field.

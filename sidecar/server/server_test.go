@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +12,7 @@ import (
 	"github.com/hetgpu/hetgpu/sidecar/server"
 	"github.com/hetgpu/hetgpu/sidecar/service"
 	"github.com/hetgpu/hetgpu/sidecar/service/servicetest"
+	"github.com/hetgpu/hetgpu/sidecar/store"
 )
 
 type apiClient struct {
@@ -160,6 +162,7 @@ func TestObservations(t *testing.T) {
 		{"runtime 1e300", strings.Replace(good, `"runtime_s":600`, `"runtime_s":1e300`, 1), 422, "field runtime_s = 1e+300: expected at most 3.16224e+07 s"},
 		{"year 1", strings.Replace(good, `"exit_code":0`, `"exit_code":0,"time":"0001-01-01T00:00:01Z"`, 1), 422, "field time = 0001-01-01T00:00:01Z"},
 		{"500 KB model name", strings.Replace(good, `"exit_code":0`, `"exit_code":0,"model_name":"`+strings.Repeat("m", 500<<10)+`"`, 1), 422, "field model_name = a string of 512000 bytes: expected at most 256 bytes"},
+		{"steps beyond the runtime", strings.Replace(good, `"exit_code":0`, `"exit_code":0,"partial":true,"steps":1e9`, 1), 422, "field steps = 1e+09: expected at most"},
 		{"power above TDP", strings.Replace(good, `"exit_code":0`, `"exit_code":0,"avg_power_w":5000`, 1), 422, "field avg_power_w = 5000: expected at most 1000 W"},
 		{"control characters", strings.Replace(good, `"exit_code":0`, `"exit_code":0,"framework":"a\u0000b"`, 1), 400, "field framework"},
 	}
@@ -255,4 +258,44 @@ func FuzzObservations(f *testing.F) {
 			t.Fatalf("%d without an error message: %s", rec.Code, rec.Body)
 		}
 	})
+}
+
+// TestListObservations: GET /v1/observations lists stored records newest first, filtered by
+// job, bounded by limit.
+func TestListObservations(t *testing.T) {
+	_, c := setup(t, "")
+	rec := func(job, alloc string, partial bool) string {
+		return fmt.Sprintf(`{"namespace":"default","job_id":%q,"group":"train","alloc_id":%q,"partial":%v,"gpu_type":"a100","gpus":2,"throughput":812.5,"energy_j":5e5,"runtime_s":600}`, job, alloc, partial)
+	}
+	for _, b := range []string{rec("a", "a1", true), rec("b", "b1", false), rec("a", "a2", false)} {
+		if code, body, _ := c.do("POST", "/v1/observations", "", b); code != 202 {
+			t.Fatalf("POST = %d %s", code, body)
+		}
+	}
+	list := func(query string) []store.ObservationRecord {
+		t.Helper()
+		code, body, _ := c.do("GET", "/v1/observations"+query, "", "")
+		if code != 200 {
+			t.Fatalf("GET %s = %d %s", query, code, body)
+		}
+		var r struct {
+			Observations []store.ObservationRecord `json:"observations"`
+		}
+		if err := json.Unmarshal([]byte(body), &r); err != nil {
+			t.Fatal(err)
+		}
+		return r.Observations
+	}
+	if got := list("?job=a"); len(got) != 2 || got[0].Obs.AllocID != "a2" || got[1].Obs.AllocID != "a1" || !got[1].Obs.Partial || got[0].Source != "driver" {
+		t.Errorf("job a, newest first = %+v", got)
+	}
+	if got := list("?limit=1"); len(got) != 1 || got[0].Obs.AllocID != "a2" {
+		t.Errorf("limit 1 = %+v", got)
+	}
+	if got := list(""); len(got) != 3 {
+		t.Errorf("all = %d records, want 3", len(got))
+	}
+	if code, body, _ := c.do("GET", "/v1/observations?limit=0", "", ""); code != 400 || !strings.Contains(body, "limit") {
+		t.Errorf("bad limit = %d %s", code, body)
+	}
 }

@@ -113,6 +113,7 @@ func Validate(o *cluster.Observation, now time.Time) error {
 	}{
 		{"throughput", o.Throughput, false}, {"samples_per_sec", o.SamplesPerSec, false}, {"energy_j", o.EnergyJ, false}, {"avg_power_w", o.AvgPowerW, false},
 		{"peak_power_w", o.PeakPowerW, false}, {"param_count", o.ParamCount, false}, {"runtime_s", o.RuntimeS, true},
+		{"steps", o.Steps, false},
 	} {
 		if math.IsNaN(f.v) || math.IsInf(f.v, 0) || f.v < 0 || (f.positive && f.v == 0) {
 			exp := "a finite number >= 0"
@@ -140,6 +141,10 @@ func Validate(o *cluster.Observation, now time.Time) error {
 		return far("samples_per_sec", o.SamplesPerSec, fmt.Sprintf("at most %g samples/s (the throughput bound x batch_size %d)", maxSamples, o.BatchSize))
 	} else if o.BatchSize == 0 && o.SamplesPerSec > maxSteps*MaxBatchSize {
 		return far("samples_per_sec", o.SamplesPerSec, fmt.Sprintf("at most %g samples/s", maxSteps*MaxBatchSize))
+	}
+	// A run cannot have done more steps than its throughput bound allows in its runtime.
+	if lim := maxSteps*o.RuntimeS + 1; o.Steps > lim {
+		return far("steps", o.Steps, fmt.Sprintf("at most %g steps (%g steps/s x runtime_s %g)", lim, maxSteps, o.RuntimeS))
 	}
 	if o.ParamCount > MaxParamCount {
 		return far("param_count", o.ParamCount, fmt.Sprintf("at most %g parameters", MaxParamCount))

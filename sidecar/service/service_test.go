@@ -286,6 +286,7 @@ func TestObservationValidation(t *testing.T) {
 		{"throughput", func(o *cluster.Observation) { o.Throughput = -1 }},
 		{"runtime_s", func(o *cluster.Observation) { o.RuntimeS = 0 }},
 		{"energy_j", func(o *cluster.Observation) { o.EnergyJ = math.NaN() }},
+		{"steps", func(o *cluster.Observation) { o.Steps = -1 }},
 		{"time", func(o *cluster.Observation) { o.Time = time.Now().Add(48 * time.Hour) }},
 	} {
 		o := good

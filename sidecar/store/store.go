@@ -344,6 +344,31 @@ func (s *Store) ObservationsAfter(seq uint64, fn func(ObservationRecord) error) 
 	})
 }
 
+// ErrStop ends an iteration early without an error.
+var ErrStop = errors.New("stop iterating")
+
+// ObservationsNewest calls fn for the stored observations, newest first, until fn returns
+// ErrStop (not an error) or another error.
+func (s *Store) ObservationsNewest(fn func(ObservationRecord) error) error {
+	err := s.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bObs).Cursor()
+		for k, v := c.Last(); k != nil; k, v = c.Prev() {
+			var r ObservationRecord
+			if err := json.Unmarshal(v, &r); err != nil {
+				return fmt.Errorf("corrupt observation record %x: %w", k, err)
+			}
+			if err := fn(r); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if errors.Is(err, ErrStop) {
+		return nil
+	}
+	return err
+}
+
 // ObservationCount is the catalog size.
 func (s *Store) ObservationCount() int {
 	n := 0
