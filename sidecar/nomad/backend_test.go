@@ -393,8 +393,16 @@ func TestResyncCatchesEventsOutsideTheBuffer(t *testing.T) {
 
 func pinnedFixture(t *testing.T, mod func(*Config)) (*fixture, cluster.Decision) {
 	t.Helper()
+	return pinnedFixtureOf(t, mod, "batch")
+}
+
+// pinnedFixtureOf is pinnedFixture with a job of the given type.
+func pinnedFixtureOf(t *testing.T, mod func(*Config), typ string) (*fixture, cluster.Decision) {
+	t.Helper()
 	f := newFixture(t, mod)
-	f.srv.Register(heldJob("run", 2, 1, map[string]string{"hetgpu.enable": "true", "hetgpu.model": "resnet/ResNet-50", "hetgpu.steps": "1e6"}))
+	job := heldJob("run", 2, 1, map[string]string{"hetgpu.enable": "true", "hetgpu.model": "resnet/ResNet-50", "hetgpu.steps": "1e6"})
+	job.Type = &typ
+	f.srv.Register(job)
 	f.resync(t)
 	snap := f.snapshot(t)
 	d := decide(snap, snap.Pending[0], "node-v100-00")
@@ -423,7 +431,7 @@ func TestFaultsReholdAndDecideAgain(t *testing.T) {
 		{"node down", func(s *nomadtest.Server) {
 			s.UpdateNode(v100, "NodeStreamEvent", func(n *api.Node) { n.Status = api.NodeStatusDown })
 		}, false, nil, "pinned node v100 is down"},
-		{"node drained", func(s *nomadtest.Server) {
+		{"node drained, service job migrated at the deadline", func(s *nomadtest.Server) {
 			s.UpdateNode(v100, "NodeDrain", func(n *api.Node) { n.DrainStrategy = &api.DrainStrategy{} })
 		}, true, func(s *nomadtest.Server, _ string) { s.DrainDeadline(v100) }, "pinned node v100 is draining"},
 		{"node ineligible", func(s *nomadtest.Server) {
@@ -442,7 +450,11 @@ func TestFaultsReholdAndDecideAgain(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f, _ := pinnedFixture(t, nil)
+			typ := "batch"
+			if strings.Contains(tt.name, "service") {
+				typ = "service"
+			}
+			f, _ := pinnedFixtureOf(t, nil, typ)
 			m, _ := f.b.Maintain(context.Background())
 			if len(m.Reheld) != 0 {
 				t.Fatalf("healthy pin re-held: %+v", m.Reheld)
@@ -538,6 +550,23 @@ func TestMovedAnyNumberOfTimes(t *testing.T) {
 	}
 	if got := len(f.srv.Allocs("default", "run")); got != len(nodes) {
 		t.Errorf("%d allocations, want one per node", got)
+	}
+}
+
+// TestDrainDeadlineEndsBatchJob: a batch job killed by a drain's deadline is finished to
+// Nomad (its task did not fail), so nothing is placed anew: no re-hold, and no finished run
+// to learn either, since the allocation was told to stop.
+func TestDrainDeadlineEndsBatchJob(t *testing.T) {
+	f, _ := pinnedFixture(t, nil)
+	f.srv.UpdateNode("node-v100-00", "NodeDrain", func(n *api.Node) { n.DrainStrategy = &api.DrainStrategy{} })
+	f.srv.DrainDeadline("node-v100-00")
+	f.resync(t)
+	if st := *f.srv.Job("default", "run").Status; st != "dead" {
+		t.Fatalf("job status %s after the drain deadline, want dead", st)
+	}
+	m, _ := f.b.Maintain(context.Background())
+	if len(m.Reheld) != 0 || len(m.Finished) != 0 {
+		t.Errorf("re-held %+v, finished %+v; want neither", m.Reheld, m.Finished)
 	}
 }
 

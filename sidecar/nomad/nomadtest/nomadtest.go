@@ -767,9 +767,7 @@ func (s *Server) schedule(job *api.Job, evalID string) {
 			if a.Namespace != ns || a.JobID != *job.ID || a.TaskGroup != *tg.Name {
 				continue
 			}
-			doneNow := a.ClientStatus == api.AllocClientStatusComplete && a.DesiredStatus == api.AllocDesiredStatusRun &&
-				*a.Job.Version == *job.Version
-			if !terminal(a) || doneNow {
+			if !terminal(a) || (ranSuccessfully(job, a) && *a.Job.Version == *job.Version) {
 				live++
 			}
 		}
@@ -972,6 +970,25 @@ func (s *Server) place(job *api.Job, tg *api.TaskGroup, nodeIDs, devIDs []string
 }
 
 // updateJobStatus sets pending / running / dead from the allocations. Callers hold s.mu.
+// ranSuccessfully is Nomad's test for a batch allocation that needs no replacement: it
+// ended complete and no task failed, whether or not it was told to stop (a batch task killed
+// by a drain's deadline or an allocation stop counts as done, as a real agent shows). A
+// service allocation always needs one unless it is told to run and runs.
+func ranSuccessfully(job *api.Job, a *api.Allocation) bool {
+	if a.ClientStatus != api.AllocClientStatusComplete {
+		return false
+	}
+	if job.Type == nil || *job.Type != "batch" {
+		return a.DesiredStatus == api.AllocDesiredStatusRun
+	}
+	for _, ts := range a.TaskStates {
+		if ts.Failed {
+			return false
+		}
+	}
+	return true
+}
+
 func (s *Server) updateJobStatus(ns, id string) {
 	j, ok := s.jobs[ns+"/"+id]
 	if !ok {
@@ -985,7 +1002,7 @@ func (s *Server) updateJobStatus(ns, id string) {
 		total++
 		if !terminal(a) {
 			live++
-		} else if a.ClientStatus == api.AllocClientStatusComplete && a.DesiredStatus == api.AllocDesiredStatusRun {
+		} else if ranSuccessfully(j, a) && *a.Job.Version == *j.Version {
 			done++
 		}
 	}
@@ -997,7 +1014,7 @@ func (s *Server) updateJobStatus(ns, id string) {
 	switch {
 	case live > 0:
 		st = "running"
-	case done >= want && want > 0:
+	case (done >= want && want > 0) || (j.Stop != nil && *j.Stop):
 		st = "dead"
 	}
 	if st != *j.Status {
