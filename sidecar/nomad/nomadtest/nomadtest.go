@@ -36,6 +36,12 @@ type Server struct {
 	wake    *sync.Cond
 	// Requests records "METHOD path?query" of every request, for assertions.
 	requests []string
+	// calls counts requests by route (see Route); latency delays every request before it is
+	// handled, outside mu, so concurrent requests overlap as they do on a real agent.
+	calls   map[string]int
+	latency time.Duration
+	// record keeps requests (the default); benchmarks with millions of calls turn it off.
+	record bool
 	// Schedule places jobs that are neither held nor stopped (true by default).
 	Schedule bool
 	// RegisterHook, when set, runs before a register is applied; an error fails it (e.g. to
@@ -65,7 +71,7 @@ func New() *Server {
 		nodes: map[string]*api.Node{}, jobs: map[string]*api.Job{}, allocs: map[string]*api.Allocation{},
 		evals: map[string]*api.Evaluation{}, tags: map[string][]Tag{}, power: map[string]float64{},
 		topo: map[string]map[string]*api.StatValue{}, streams: map[chan struct{}]bool{}, Schedule: true,
-		index: 10,
+		index: 10, calls: map[string]int{}, record: true,
 	}
 	s.wake = sync.NewCond(&s.mu)
 	s.Server = httptest.NewServer(http.HandlerFunc(s.serve))
@@ -183,6 +189,19 @@ func (s *Server) stopAlloc(a *api.Allocation, clientStatus, why string) {
 	s.emitAlloc(a, "AllocationUpdated")
 }
 
+// jobAllocs is a job's allocations sorted by ID (cheaper than sorting all of them for each
+// register of a large fake). Callers hold s.mu.
+func (s *Server) jobAllocs(ns, id string) []*api.Allocation {
+	var out []*api.Allocation
+	for _, a := range s.allocs {
+		if a.Namespace == ns && a.JobID == id {
+			out = append(out, a)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
 func (s *Server) sortedAllocs() []*api.Allocation {
 	out := make([]*api.Allocation, 0, len(s.allocs))
 	for _, a := range s.allocs {
@@ -243,6 +262,74 @@ func (s *Server) Requests() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]string(nil), s.requests...)
+}
+
+// SetLatency delays every later request by d before it is handled (0: none), as a network
+// round trip and a server's work would; the event stream pays it once, when it opens.
+func (s *Server) SetLatency(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.latency = d
+}
+
+// RecordRequests turns the Requests log on or off (on by default); calls are counted either
+// way.
+func (s *Server) RecordRequests(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.record = on
+}
+
+// Calls returns how many requests each route got since the last ResetCalls (see Route).
+func (s *Server) Calls() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]int, len(s.calls))
+	for k, v := range s.calls {
+		out[k] = v
+	}
+	return out
+}
+
+// TotalCalls is the number of requests since the last ResetCalls, the event stream's
+// included.
+func (s *Server) TotalCalls() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, v := range s.calls {
+		n += v
+	}
+	return n
+}
+
+// ResetCalls zeroes the call counts and forgets the recorded requests.
+func (s *Server) ResetCalls() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls = map[string]int{}
+	s.requests = nil
+}
+
+// Route names a request by method and path with its IDs replaced, e.g. "GET /v1/job/:id" or
+// "GET /v1/client/allocation/:id/stats", so calls can be counted per endpoint.
+func Route(method, path string) string {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	// /v1/<collection>/<id>[/<sub>...]: the third element is an ID for the singular resources.
+	if len(parts) >= 3 {
+		switch parts[1] {
+		case "job", "node", "allocation", "evaluation":
+			parts[2] = ":id"
+			if parts[1] == "job" && len(parts) >= 5 && parts[3] == "versions" {
+				parts[4] = ":version"
+			}
+		case "client":
+			if len(parts) >= 4 && parts[2] == "allocation" {
+				parts[3] = ":id"
+			}
+		}
+	}
+	return method + " /" + strings.Join(parts, "/")
 }
 
 // Index is the fake's raft index.
@@ -359,8 +446,21 @@ func clone[T any](v *T) *T {
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
-	s.requests = append(s.requests, r.Method+" "+r.URL.Path+"?"+r.URL.RawQuery)
+	if s.record {
+		s.requests = append(s.requests, r.Method+" "+r.URL.Path+"?"+r.URL.RawQuery)
+	}
+	s.calls[Route(r.Method, r.URL.Path)]++
+	lat := s.latency
 	s.mu.Unlock()
+	if lat > 0 {
+		t := time.NewTimer(lat)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+			return
+		}
+	}
 	p := r.URL.Path
 	ns := r.URL.Query().Get("namespace")
 	if ns == "" {
@@ -731,19 +831,20 @@ func holds(cs []*api.Constraint) bool {
 func (s *Server) schedule(job *api.Job, evalID string) {
 	ns := *job.Namespace
 	if job.Stop != nil && *job.Stop {
-		for _, a := range s.sortedAllocs() {
-			if a.Namespace == ns && a.JobID == *job.ID && !terminal(a) {
+		for _, a := range s.jobAllocs(ns, *job.ID) {
+			if !terminal(a) {
 				s.stopAlloc(a, api.AllocClientStatusComplete, "alloc is not needed since job was stopped")
 			}
 		}
 		return
 	}
 	failed := map[string]*api.AllocationMetric{}
+	mine := s.jobAllocs(ns, *job.ID)
 	for _, tg := range job.TaskGroups {
 		held := holds(job.Constraints) || holds(tg.Constraints)
 		nodeIDs, devIDs := pinOf(tg)
-		for _, a := range s.sortedAllocs() {
-			if a.Namespace != ns || a.JobID != *job.ID || a.TaskGroup != *tg.Name || terminal(a) || *a.Job.JobModifyIndex == *job.JobModifyIndex {
+		for _, a := range mine {
+			if a.TaskGroup != *tg.Name || terminal(a) || *a.Job.JobModifyIndex == *job.JobModifyIndex {
 				continue
 			}
 			if Destructive(a.Job, job, *tg.Name) {
@@ -763,8 +864,8 @@ func (s *Server) schedule(job *api.Job, evalID string) {
 			continue
 		}
 		live := 0
-		for _, a := range s.allocs {
-			if a.Namespace != ns || a.JobID != *job.ID || a.TaskGroup != *tg.Name {
+		for _, a := range mine {
+			if a.TaskGroup != *tg.Name {
 				continue
 			}
 			if !terminal(a) || (ranSuccessfully(job, a) && *a.Job.Version == *job.Version) {

@@ -117,3 +117,102 @@ func TestNewVersionRerunsFinishedBatchGroup(t *testing.T) {
 		t.Errorf("a ui-only new version of a finished batch job: %+v, want a re-run", a)
 	}
 }
+
+func TestRoute(t *testing.T) {
+	for _, c := range []struct{ method, path, want string }{
+		{"GET", "/v1/nodes", "GET /v1/nodes"},
+		{"GET", "/v1/node/abc-123", "GET /v1/node/:id"},
+		{"GET", "/v1/job/train", "GET /v1/job/:id"},
+		{"PUT", "/v1/jobs", "PUT /v1/jobs"},
+		{"PUT", "/v1/job/train/versions/3/tag", "PUT /v1/job/:id/versions/:version/tag"},
+		{"GET", "/v1/client/stats", "GET /v1/client/stats"},
+		{"GET", "/v1/client/allocation/alloc-0001/stats", "GET /v1/client/allocation/:id/stats"},
+		{"PUT", "/v1/allocation/alloc-0001/stop", "PUT /v1/allocation/:id/stop"},
+		{"GET", "/v1/event/stream", "GET /v1/event/stream"},
+	} {
+		if got := Route(c.method, c.path); got != c.want {
+			t.Errorf("Route(%s, %s) = %q, want %q", c.method, c.path, got, c.want)
+		}
+	}
+}
+
+// TestCallCounting checks that every request is counted by route, with or without the
+// request log, and that ResetCalls starts over.
+func TestCallCounting(t *testing.T) {
+	s := New()
+	defer s.Close()
+	s.AddNode("node-1", "v100", "Tesla V100-SXM2-16GB", 2)
+	c := s.Client()
+	for i := 0; i < 3; i++ {
+		if _, _, err := c.Nodes().Info("node-1", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.RecordRequests(false)
+	if _, _, err := c.Nodes().List(nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Nodes().Stats("node-1", nil); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{"GET /v1/node/:id": 3, "GET /v1/nodes": 1, "GET /v1/client/stats": 1}
+	got := s.Calls()
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("calls[%q] = %d, want %d (all: %v)", k, got[k], v, got)
+		}
+	}
+	if len(got) != len(want) || s.TotalCalls() != 5 {
+		t.Errorf("calls = %v (total %d), want exactly %v", got, s.TotalCalls(), want)
+	}
+	if n := len(s.Requests()); n != 3 {
+		t.Errorf("recorded %d requests, want the 3 made before recording was turned off", n)
+	}
+	s.ResetCalls()
+	if s.TotalCalls() != 0 || len(s.Requests()) != 0 {
+		t.Errorf("after ResetCalls: %d calls, %d requests", s.TotalCalls(), len(s.Requests()))
+	}
+}
+
+// TestLatency checks that injected latency delays each call by at least its amount and that
+// concurrent calls wait for it side by side, not one after another.
+func TestLatency(t *testing.T) {
+	s := New()
+	defer s.Close()
+	s.AddNode("node-1", "v100", "Tesla V100-SXM2-16GB", 2)
+	c := s.Client()
+	const lat = 100 * time.Millisecond
+	s.SetLatency(lat)
+	t0 := time.Now()
+	if _, _, err := c.Nodes().Info("node-1", nil); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(t0); d < lat {
+		t.Errorf("one call took %v, want at least the injected %v", d, lat)
+	}
+	const n = 8
+	errs := make(chan error, n)
+	t0 = time.Now()
+	for i := 0; i < n; i++ {
+		go func() {
+			_, _, err := c.Nodes().Info("node-1", nil)
+			errs <- err
+		}()
+	}
+	for i := 0; i < n; i++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := time.Since(t0); d < lat || d >= n*lat/2 {
+		t.Errorf("%d concurrent calls took %v, want at least %v and well under %v (serialised)", n, d, lat, n*lat)
+	}
+	s.SetLatency(0)
+	t0 = time.Now()
+	if _, _, err := c.Nodes().Info("node-1", nil); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(t0); d >= lat {
+		t.Errorf("with the latency removed a call took %v", d)
+	}
+}
