@@ -189,6 +189,14 @@ func NomadClient(n *NomadConfig) (*api.Client, string, error) {
 	if ns == "" {
 		ns = "*"
 	}
+	if !strings.HasPrefix(cfg.Address, "unix:") {
+		// One keep-alive pool sized for the round's concurrent pins and stats reads.
+		hc, err := nomad.HTTPClient(cfg.TLSConfig)
+		if err != nil {
+			return nil, "", fmt.Errorf("nomad client for %s: %w", cfg.Address, err)
+		}
+		cfg.HttpClient = hc
+	}
 	c, err := api.NewClient(cfg)
 	if err != nil {
 		return nil, "", fmt.Errorf("nomad client for %s: %w", cfg.Address, err)

@@ -20,6 +20,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/hetgpu/hetgpu/internal/parallel"
 	"github.com/hetgpu/hetgpu/sidecar/annot"
 	"github.com/hetgpu/hetgpu/sidecar/cluster"
 	"github.com/hetgpu/hetgpu/sidecar/gpuspec"
@@ -56,6 +57,12 @@ type Config struct {
 	Now func() time.Time
 	// RetryBackoff is the first wait before reconnecting (doubling to 30 s); default 1 s.
 	RetryBackoff time.Duration
+	// Parallel bounds the API calls in flight at once for pins (jobs pinned side by side in a
+	// round) and for the node and job reads of a resync (default 16); StatsParallel the node
+	// stats requests for energy sampling and live readings (default 16; a server forwards each
+	// to a client).
+	Parallel      int
+	StatsParallel int
 }
 
 // Backend implements cluster.Cluster and service.Backend on Nomad.
@@ -78,6 +85,8 @@ type Backend struct {
 	gone      []string
 	lastFault map[string]time.Time
 	lastStats time.Time
+	// unmanaged: job key -> version of jobs read and found not hetgpu's (see knownUnmanaged).
+	unmanaged map[string]uint64
 }
 
 type nodeRec struct {
@@ -136,12 +145,18 @@ func New(cfg Config) (*Backend, error) {
 	if cfg.RetryBackoff <= 0 {
 		cfg.RetryBackoff = time.Second
 	}
+	if cfg.Parallel <= 0 {
+		cfg.Parallel = 16
+	}
+	if cfg.StatsParallel <= 0 {
+		cfg.StatsParallel = 16
+	}
 	return &Backend{
 		cfg: cfg, c: cfg.Client, log: cfg.Logger.Named("nomad"),
 		nodes: map[string]*nodeRec{}, jobs: map[string]*jobRec{}, allocs: map[string]*allocRec{},
 		blocked: map[string]*api.Evaluation{}, pending: map[string]cluster.Job{},
 		energy: map[string]*energyAcc{}, learned: map[string]bool{}, placed: map[string]bool{},
-		lastFault: map[string]time.Time{},
+		lastFault: map[string]time.Time{}, unmanaged: map[string]uint64{},
 	}, nil
 }
 
@@ -362,13 +377,14 @@ func (b *Backend) Snapshot(ctx context.Context) (*cluster.Snapshot, error) {
 	snap.Preemptible = b.preemptible(jobKeys, snap.Running, snap.Now)
 	// Pins issued but not placed yet hold their GPUs, or the next round would hand them out
 	// twice.
+	counts := b.groupCounts()
 	b.eachGroup(jobKeys, func(jr *jobRec, tg *api.TaskGroup) {
 		job := jr.job
 		if groupHeld(job, tg) {
 			return
 		}
 		_, devs, ok := PinOf(tg)
-		if !ok || !b.groupActive(job, tg) {
+		if !ok || !groupActive(job, tg, counts) {
 			return
 		}
 		byNode := map[string][]string{}
@@ -564,30 +580,34 @@ func copyJob(job *api.Job) (*api.Job, error) {
 	return &out, nil
 }
 
+// groupCount is a group's live allocations and those that finished their work.
+type groupCount struct{ live, done int }
+
+// groupCounts counts every group's allocations in one pass, so a snapshot or scan over
+// thousands of groups does not walk every allocation once per group. Callers hold b.mu.
+func (b *Backend) groupCounts() map[string]groupCount {
+	out := make(map[string]groupCount, len(b.allocs))
+	for _, a := range b.allocs {
+		gk := groupKey(a.Namespace, a.JobID, a.Group)
+		c := out[gk]
+		switch {
+		case !terminal(a):
+			c.live++
+		case finishedOK(a):
+			c.done++
+		}
+		out[gk] = c
+	}
+	return out
+}
+
 // groupActive reports whether a pinned group still has work to place or run: live
 // allocations, or fewer allocations that finished their work than its count. Allocations a
 // re-hold, preemption or drain stopped end "complete" too; they do not count as done, so a
-// group can be moved any number of times. Callers hold b.mu.
-func (b *Backend) groupActive(job *api.Job, tg *api.TaskGroup) bool {
-	live, done := b.groupAllocs(deref(job.Namespace, "default"), deref(job.ID, ""), *tg.Name)
-	return live > 0 || done < deref(tg.Count, 1)
-}
-
-// groupAllocs counts a group's live allocations and those that finished their work. Callers
-// hold b.mu.
-func (b *Backend) groupAllocs(ns, id, group string) (live, done int) {
-	for _, a := range b.allocs {
-		if a.Namespace != ns || a.JobID != id || a.Group != group {
-			continue
-		}
-		switch {
-		case !terminal(a):
-			live++
-		case finishedOK(a):
-			done++
-		}
-	}
-	return live, done
+// group can be moved any number of times. counts is groupCounts' answer.
+func groupActive(job *api.Job, tg *api.TaskGroup, counts map[string]groupCount) bool {
+	c := counts[groupKey(deref(job.Namespace, "default"), deref(job.ID, ""), *tg.Name)]
+	return c.live > 0 || c.done < deref(tg.Count, 1)
 }
 
 // ErrJobGone is the PinResult error of a job deregistered before its pin.
@@ -610,11 +630,16 @@ func (b *Backend) Pin(ctx context.Context, decisions []cluster.Decision) ([]clus
 		}
 		byJob[k].ds = append(byJob[k].ds, d)
 	}
-	var results []cluster.PinResult
-	for _, k := range order {
-		jp := byJob[k]
-		res := b.pinJob(ctx, jp.ns, jp.id, jp.ds)
-		results = append(results, res...)
+	// Each job's pin is three calls in sequence (read, register, tag); jobs are independent,
+	// so they go out side by side, results kept in decision order.
+	perJob := make([][]cluster.PinResult, len(order))
+	parallel.For(len(order), b.cfg.Parallel, func(i int) {
+		jp := byJob[order[i]]
+		perJob[i] = b.pinJob(ctx, jp.ns, jp.id, jp.ds)
+	})
+	results := make([]cluster.PinResult, 0, len(decisions))
+	for _, r := range perJob {
+		results = append(results, r...)
 	}
 	return results, ctx.Err()
 }
@@ -815,10 +840,13 @@ func (b *Backend) storeJob(job *api.Job) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !managed(job) {
-		// A job can lose its annotations (re-run without them): forget it.
+		// A job can lose its annotations (re-run without them): forget it, and remember its
+		// version so its allocations do not make us read it again.
 		delete(b.jobs, k)
+		b.unmanaged[k] = deref(job.Version, 0)
 		return
 	}
+	delete(b.unmanaged, k)
 	if old, ok := b.jobs[k]; ok {
 		if deref(old.job.ModifyIndex, 0) > deref(job.ModifyIndex, 0) && deref(job.ModifyIndex, 0) != 0 {
 			return // stale

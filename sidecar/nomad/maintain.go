@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/hetgpu/hetgpu/internal/parallel"
 	"github.com/hetgpu/hetgpu/sidecar/annot"
 	"github.com/hetgpu/hetgpu/sidecar/cluster"
 	"github.com/hetgpu/hetgpu/sidecar/gpuspec"
@@ -68,6 +69,7 @@ func (b *Backend) scan() ([]fault, []invalidJob, []service.Placement) {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
+	counts := b.groupCounts()
 	for _, k := range keys {
 		job := b.jobs[k].job
 		if jobStopped(job) {
@@ -99,13 +101,13 @@ func (b *Backend) scan() ([]fault, []invalidJob, []service.Placement) {
 				}
 				continue
 			}
-			if !b.groupActive(job, tg) {
+			if !groupActive(job, tg, counts) {
 				continue
 			}
 			if t, ok := b.lastFault[gk]; ok && now.Sub(t) < faultRetry {
 				continue
 			}
-			if reason := b.pinFault(job, tg, nodes, devs); reason != "" {
+			if reason := b.pinFault(job, tg, nodes, devs, counts[gk].live); reason != "" {
 				faults = append(faults, fault{ns: ns, id: id, group: *tg.Name, reason: reason})
 				b.lastFault[gk] = now
 			}
@@ -114,16 +116,16 @@ func (b *Backend) scan() ([]fault, []invalidJob, []service.Placement) {
 	return faults, invalid, placed
 }
 
-// pinFault says why a pin can no longer be honoured, or "". hetgpu decides again only for
+// pinFault says why a pin can no longer be honoured, or "" (live: the group's live
+// allocations). hetgpu decides again only for
 // what Nomad has to place anew: while the group has as many live allocations as its count,
 // a draining, down or disconnected node, an unhealthy GPU or an ineligible node is Nomad's to
 // handle (a drain runs batch work to its deadline and migrates service work; a lost node's
 // allocations are marked lost and replaced), and a re-hold then would itself stop the
 // running work, since it rewrites the group's device request (a destructive update). Callers
 // hold b.mu.
-func (b *Backend) pinFault(job *api.Job, tg *api.TaskGroup, nodes, devs []string) string {
+func (b *Backend) pinFault(job *api.Job, tg *api.TaskGroup, nodes, devs []string, live int) string {
 	ns, id := deref(job.Namespace, "default"), deref(job.ID, "")
-	live, _ := b.groupAllocs(ns, id, *tg.Name)
 	if live >= deref(tg.Count, 1) {
 		return ""
 	}
@@ -278,7 +280,11 @@ func (b *Backend) showInvalid(ctx context.Context, inv invalidJob) {
 	b.storeJob(job)
 }
 
-// sampleEnergy integrates the power of running hetgpu allocations' GPUs.
+// sampleEnergy integrates the power of running hetgpu allocations' GPUs. It reads each
+// node's device stats once (one call per node holding such allocations, side by side,
+// StatsParallel at a time) and sums each allocation's own instances, rather than asking for
+// every allocation's stats: the calls per cycle are bounded by the nodes, not the
+// allocations (1,280 nodes x 8 GPUs can run thousands of allocations).
 func (b *Backend) sampleEnergy(ctx context.Context) {
 	b.mu.Lock()
 	now := b.now()
@@ -287,68 +293,77 @@ func (b *Backend) sampleEnergy(ctx context.Context) {
 		return
 	}
 	b.lastStats = now
-	var todo []*allocRec
+	byNode := map[string][]*allocRec{}
 	for _, a := range b.allocs {
 		if a.ClientStatus == api.AllocClientStatusRunning && !terminal(a) && len(a.Devices) > 0 {
 			if _, ok := b.jobs[jobKey(a.Namespace, a.JobID)]; ok {
-				todo = append(todo, a)
+				byNode[a.NodeID] = append(byNode[a.NodeID], a)
 			}
 		}
 	}
 	b.mu.Unlock()
-	for _, a := range todo {
+	nodes := make([]string, 0, len(byNode))
+	for n := range byNode {
+		nodes = append(nodes, n)
+	}
+	sort.Strings(nodes)
+	parallel.For(len(nodes), b.cfg.StatsParallel, func(i int) {
+		if ctx.Err() != nil {
+			return
+		}
 		sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		u, err := b.c.Allocations().Stats(&api.Allocation{ID: a.ID, NodeID: a.NodeID, Namespace: a.Namespace}, (&api.QueryOptions{Namespace: a.Namespace}).WithContext(sctx))
+		hs, err := b.c.Nodes().Stats(nodes[i], (&api.QueryOptions{}).WithContext(sctx))
 		cancel()
-		if err != nil || u == nil {
-			continue
+		if err != nil || hs == nil {
+			b.log.Debug("node device stats unavailable; no energy sample", "node", nodes[i], "error", err)
+			return
 		}
-		want := map[string]bool{}
-		for _, id := range a.deviceIDs() {
-			want[id] = true
-		}
-		total, n := 0.0, 0
-		for _, tu := range u.Tasks {
-			if tu == nil || tu.ResourceUsage == nil {
+		power := map[string]float64{}
+		for _, g := range hs.DeviceStats {
+			if g == nil {
 				continue
 			}
-			for _, g := range tu.ResourceUsage.DeviceStats {
-				if g == nil {
+			for id, st := range g.InstanceStats {
+				if st == nil {
 					continue
 				}
-				for id, st := range g.InstanceStats {
-					if st == nil || !want[id] {
-						continue
-					}
-					if p, ok := powerW(st.Stats); ok {
-						total += p
-						n++
-						delete(want, id) // an instance shared by tasks counts once
-					}
+				if p, ok := powerW(st.Stats); ok {
+					power[id] = p
 				}
 			}
 		}
-		if n == 0 {
-			continue
-		}
-		b.mu.Lock()
-		acc := b.energy[a.ID]
-		if acc == nil {
-			acc = &energyAcc{}
-			b.energy[a.ID] = acc
-		}
 		t := b.now()
-		if !acc.last.IsZero() {
-			acc.joules += (acc.lastW + total) / 2 * t.Sub(acc.last).Seconds()
-		} else if !a.Start.IsZero() && a.Start.Before(t) {
-			// First sample: assume the draw since the task started was the same.
-			acc.joules += total * t.Sub(a.Start).Seconds()
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		for _, a := range byNode[nodes[i]] {
+			total, n := 0.0, 0
+			seen := map[string]bool{}
+			for _, id := range a.deviceIDs() {
+				if p, ok := power[id]; ok && !seen[id] {
+					total += p
+					n++
+					seen[id] = true // an instance listed twice counts once
+				}
+			}
+			if n == 0 {
+				continue
+			}
+			acc := b.energy[a.ID]
+			if acc == nil {
+				acc = &energyAcc{}
+				b.energy[a.ID] = acc
+			}
+			if !acc.last.IsZero() {
+				acc.joules += (acc.lastW + total) / 2 * t.Sub(acc.last).Seconds()
+			} else if !a.Start.IsZero() && a.Start.Before(t) {
+				// First sample: assume the draw since the task started was the same.
+				acc.joules += total * t.Sub(a.Start).Seconds()
+			}
+			acc.last, acc.lastW = t, total
+			acc.peak = max(acc.peak, total)
+			acc.samples++
 		}
-		acc.last, acc.lastW = t, total
-		acc.peak = max(acc.peak, total)
-		acc.samples++
-		b.mu.Unlock()
-	}
+	})
 }
 
 // finishedRuns reports groups whose allocations all ended, at least one of them having

@@ -12,9 +12,6 @@ import (
 	"github.com/hetgpu/hetgpu/sidecar/cluster"
 )
 
-// statsParallel bounds the node stats requests in flight (each is forwarded to a client).
-const statsParallel = 8
-
 // DeviceStats reads every GPU's live readings from the device stats of the ready nodes
 // (cluster.DeviceStatsReader): the hetgpu device plugin's power_draw, power_limit,
 // gpu_utilization, memory and temperature, or the NVIDIA plugin's "Power usage", "GPU
@@ -32,7 +29,7 @@ func (b *Backend) DeviceStats(ctx context.Context) (map[string]cluster.DeviceSta
 	var mu sync.Mutex
 	out := map[string]cluster.DeviceStats{}
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(statsParallel)
+	g.SetLimit(b.cfg.StatsParallel)
 	for _, id := range ids {
 		g.Go(func() error {
 			hs, err := b.c.Nodes().Stats(id, (&api.QueryOptions{}).WithContext(gctx))

@@ -3,11 +3,14 @@ package nomad
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/hetgpu/hetgpu/internal/parallel"
 )
 
 // Watch keeps the backend current: a full resync through the list APIs, then the event
@@ -135,6 +138,9 @@ func (b *Backend) apply(ctx context.Context, ev *api.Event) {
 			b.refreshJob(ctx, ns, ev.Key, true)
 			return
 		}
+		if b.jobCurrent(ns, ev) {
+			return
+		}
 		b.refreshJob(ctx, ns, ev.Key, false)
 	case api.TopicAllocation:
 		a, err := decodeAlloc(ev)
@@ -146,7 +152,7 @@ func (b *Backend) apply(ctx context.Context, ev *api.Event) {
 		b.mu.Lock()
 		_, known := b.jobs[jobKey(a.Namespace, a.JobID)]
 		b.mu.Unlock()
-		if !known && len(a.Devices) > 0 {
+		if !known && len(a.Devices) > 0 && !b.knownUnmanaged(a) {
 			// A GPU job we have not read yet (un-held annotated jobs are seen first here).
 			b.refreshJob(ctx, a.Namespace, a.JobID, false)
 		}
@@ -168,6 +174,34 @@ func (b *Backend) apply(ctx context.Context, ev *api.Event) {
 			b.refreshJob(ctx, e.Namespace, e.JobID, false)
 		}
 	}
+}
+
+// jobCurrent reports a job event the tracked job is already as new as: the sidecar's own
+// registers (pins, re-holds, ui lines) store the job they wrote, so the event each of them
+// causes needs no read. Only a job whose ModifyIndex the payload carries is skipped.
+func (b *Backend) jobCurrent(ns string, ev *api.Event) bool {
+	m, ok := ev.Payload["Job"].(map[string]any)
+	if !ok || ns == "" {
+		return false
+	}
+	mi, ok := m["ModifyIndex"].(float64)
+	if !ok || mi <= 0 {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	jr, ok := b.jobs[jobKey(ns, ev.Key)]
+	return ok && float64(deref(jr.job.ModifyIndex, 0)) >= mi
+}
+
+// knownUnmanaged reports an allocation of a job already read and found not to be hetgpu's, at
+// the job version the allocation runs: plain Nomad GPU jobs are read once per version, not
+// on every allocation event and resync.
+func (b *Backend) knownUnmanaged(a *allocRec) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	v, ok := b.unmanaged[jobKey(a.Namespace, a.JobID)]
+	return ok && v == a.JobVersion
 }
 
 func payloadNamespace(ev *api.Event, field string) string {
@@ -363,6 +397,7 @@ func (b *Backend) Resync(ctx context.Context) error {
 		return fmt.Errorf("list nodes: %w", err)
 	}
 	seenNodes := map[string]bool{}
+	var readNodes []string
 	for _, ns := range nodes {
 		seenNodes[ns.ID] = true
 		b.mu.Lock()
@@ -371,11 +406,21 @@ func (b *Backend) Resync(ctx context.Context) error {
 		if ok && old.api.ModifyIndex == ns.ModifyIndex {
 			continue
 		}
-		n, _, err := b.c.Nodes().Info(ns.ID, (&api.QueryOptions{}).WithContext(ctx))
+		readNodes = append(readNodes, ns.ID)
+	}
+	// Node reads (and their topology) go out side by side: at start a cluster of a thousand
+	// nodes would otherwise take a thousand round trips in a row.
+	nodeErrs := make([]error, len(readNodes))
+	parallel.For(len(readNodes), b.cfg.Parallel, func(i int) {
+		n, _, err := b.c.Nodes().Info(readNodes[i], (&api.QueryOptions{}).WithContext(ctx))
 		if err != nil {
-			return fmt.Errorf("read node %s: %w", ns.ID, err)
+			nodeErrs[i] = fmt.Errorf("read node %s: %w", readNodes[i], err)
+			return
 		}
 		b.putNode(ctx, n)
+	})
+	if err := errors.Join(nodeErrs...); err != nil {
+		return err
 	}
 	b.mu.Lock()
 	for id := range b.nodes {
@@ -400,6 +445,7 @@ func (b *Backend) Resync(ctx context.Context) error {
 		}
 	}
 	seenJobs := map[string]bool{}
+	var readJobs []*api.JobListStub
 	for _, s := range stubs {
 		k := jobKey(s.Namespace, s.ID)
 		seenJobs[k] = true
@@ -413,15 +459,24 @@ func (b *Backend) Resync(ctx context.Context) error {
 		if tracked && deref(old.job.ModifyIndex, 0) == s.ModifyIndex {
 			continue
 		}
+		readJobs = append(readJobs, s)
+	}
+	jobErrs := make([]error, len(readJobs))
+	parallel.For(len(readJobs), b.cfg.Parallel, func(i int) {
+		s := readJobs[i]
 		job, _, err := b.c.Jobs().Info(s.ID, (&api.QueryOptions{Namespace: s.Namespace}).WithContext(ctx))
 		if err != nil {
 			if statusCode(err) == 404 {
 				b.dropJob(s.Namespace, s.ID)
-				continue
+				return
 			}
-			return fmt.Errorf("read job %s: %w", k, err)
+			jobErrs[i] = fmt.Errorf("read job %s: %w", jobKey(s.Namespace, s.ID), err)
+			return
 		}
 		b.storeJob(job)
+	})
+	if err := errors.Join(jobErrs...); err != nil {
+		return err
 	}
 	b.mu.Lock()
 	var gone []*jobRec
@@ -431,6 +486,11 @@ func (b *Backend) Resync(ctx context.Context) error {
 		}
 	}
 	b.blocked = blockedJobs
+	for k := range b.unmanaged {
+		if !seenJobs[k] {
+			delete(b.unmanaged, k)
+		}
+	}
 	b.mu.Unlock()
 	for _, jr := range gone {
 		b.dropJob(deref(jr.job.Namespace, "default"), deref(jr.job.ID, ""))
@@ -449,7 +509,7 @@ func (b *Backend) Resync(ctx context.Context) error {
 		if terminal(a) && !managedJob {
 			continue
 		}
-		if !managedJob && len(a.Devices) > 0 {
+		if !managedJob && len(a.Devices) > 0 && !b.knownUnmanaged(a) {
 			// GPU allocations of jobs never seen: the job may be an un-held annotated one.
 			b.refreshJob(ctx, a.Namespace, a.JobID, false)
 		}

@@ -1,0 +1,90 @@
+package nomad
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/hetgpu/hetgpu/sidecar/cluster"
+)
+
+// TestRoundCallsIndependentOfRunningAllocations runs the backend's part of a round
+// (maintenance with energy sampling, snapshot, pins of nothing) on a cluster where nothing
+// changed, once with one running allocation per node and once with the nodes full of them.
+// The calls must be the same: a round that asks Nomad something per running allocation
+// (allocation stats, job reads) would not scale to thousands of them.
+func TestRoundCallsIndependentOfRunningAllocations(t *testing.T) {
+	perNode := func(n int) map[string]int {
+		return map[string]int{"node-t4-0000": n, "node-v100-00": n, "node-a100-00": n}
+	}
+	cases := []struct {
+		name   string
+		allocs map[string]int // node -> one-GPU allocations running there
+	}{
+		{"one per node", perNode(1)},
+		{"four per node", perNode(4)},
+	}
+	calls := make([]map[string]int, len(cases))
+	for i, c := range cases {
+		f := newFixture(t, func(cfg *Config) {
+			cfg.SampleDeviceStats = true
+			cfg.SampleEvery = time.Nanosecond
+		})
+		f.resync(t)
+		n := 0
+		for node, k := range c.allocs {
+			for j := 0; j < k; j++ {
+				id := fmt.Sprintf("run-%s-%d", node, j)
+				f.srv.Register(heldJob(id, 1, 1, nil))
+				f.resync(t)
+				snap := f.snapshot(t)
+				var job cluster.Job
+				for _, p := range snap.Pending {
+					if p.ID == id {
+						job = p
+					}
+				}
+				res, err := f.b.Pin(context.Background(), []cluster.Decision{decide(snap, job, node)})
+				if err != nil || len(res) != 1 || !res[0].Applied {
+					t.Fatalf("%s: pin %s on %s: %+v, %v", c.name, id, node, res, err)
+				}
+				n++
+			}
+		}
+		f.resync(t)
+		if got := len(f.snapshot(t).Running); got != n {
+			t.Fatalf("%s: %d running allocations in the snapshot, want %d", c.name, got, n)
+		}
+		f.srv.ResetCalls()
+		ctx := context.Background()
+		if _, err := f.b.Maintain(ctx); err != nil {
+			t.Fatal(err)
+		}
+		snap := f.snapshot(t)
+		if len(snap.Pending) != 0 {
+			t.Fatalf("%s: pending %+v", c.name, snap.Pending)
+		}
+		if _, err := f.b.Pin(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+		calls[i] = f.srv.Calls()
+		t.Logf("%s: %d running allocations, calls %v", c.name, n, calls[i])
+	}
+	total := func(m map[string]int) int {
+		s := 0
+		for _, v := range m {
+			s += v
+		}
+		return s
+	}
+	for i := range cases {
+		// One node stats read per node with running allocations, nothing else.
+		if got := total(calls[i]); got != 3 || calls[i]["GET /v1/client/stats"] != 3 {
+			t.Errorf("%s: a round without changes made calls %v, want exactly one node stats read per node (3)", cases[i].name, calls[i])
+		}
+	}
+	if a, b := total(calls[0]), total(calls[len(cases)-1]); a != b {
+		t.Errorf("calls grew with the running allocations: %d with %s, %d with %s", a, cases[0].name, b, cases[len(cases)-1].name)
+	}
+}
