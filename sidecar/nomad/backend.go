@@ -146,7 +146,7 @@ func New(cfg Config) (*Backend, error) {
 		cfg.RetryBackoff = time.Second
 	}
 	if cfg.Parallel <= 0 {
-		cfg.Parallel = 16
+		cfg.Parallel = 32
 	}
 	if cfg.StatsParallel <= 0 {
 		cfg.StatsParallel = 16
@@ -513,26 +513,37 @@ func (b *Backend) Preempt(ctx context.Context, ps []cluster.Preemption) ([]clust
 	return out, nil
 }
 
-// stillHeld names a decided GPU that another group's allocation still holds.
-func (b *Backend) stillHeld(ns, id string, ds []cluster.Decision) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	want := map[string]bool{}
-	for _, d := range ds {
-		for _, a := range d.Assign {
-			for _, g := range a.InstanceIDs {
-				want[g] = true
+// deviceHolders maps every GPU instance to the allocations that still hold it, once per Pin
+// call (each pin checks its GPUs against it instead of walking every allocation). Callers
+// hold b.mu.
+func (b *Backend) deviceHolders() map[string][]*allocRec {
+	out := map[string][]*allocRec{}
+	for _, a := range b.allocs {
+		if !holdsDevices(a) {
+			continue
+		}
+		for _, d := range a.Devices {
+			for _, g := range d.DeviceIDs {
+				out[g] = append(out[g], a)
 			}
 		}
 	}
-	for _, a := range b.allocs {
-		if (a.Namespace == ns && a.JobID == id) || !holdsDevices(a) {
-			continue
-		}
-		for _, g := range a.deviceIDs() {
-			if want[g] {
-				return fmt.Errorf("pin %s/%s: GPU %s is still held by allocation %s of %s (%s); decided again when it ends",
-					ns, id, g, a.ID, a.JobID, a.ClientStatus)
+	return out
+}
+
+// stillHeld names a decided GPU that another group's allocation still holds (holders is
+// deviceHolders' answer).
+func stillHeld(ns, id string, ds []cluster.Decision, holders map[string][]*allocRec) error {
+	for _, d := range ds {
+		for _, as := range d.Assign {
+			for _, g := range as.InstanceIDs {
+				for _, a := range holders[g] {
+					if a.Namespace == ns && a.JobID == id {
+						continue
+					}
+					return fmt.Errorf("pin %s/%s: GPU %s is still held by allocation %s of %s (%s); decided again when it ends",
+						ns, id, g, a.ID, a.JobID, a.ClientStatus)
+				}
 			}
 		}
 	}
@@ -630,12 +641,15 @@ func (b *Backend) Pin(ctx context.Context, decisions []cluster.Decision) ([]clus
 		}
 		byJob[k].ds = append(byJob[k].ds, d)
 	}
+	b.mu.Lock()
+	holders := b.deviceHolders()
+	b.mu.Unlock()
 	// Each job's pin is three calls in sequence (read, register, tag); jobs are independent,
 	// so they go out side by side, results kept in decision order.
 	perJob := make([][]cluster.PinResult, len(order))
 	parallel.For(len(order), b.cfg.Parallel, func(i int) {
 		jp := byJob[order[i]]
-		perJob[i] = b.pinJob(ctx, jp.ns, jp.id, jp.ds)
+		perJob[i] = b.pinJob(ctx, jp.ns, jp.id, jp.ds, holders)
 	})
 	results := make([]cluster.PinResult, 0, len(decisions))
 	for _, r := range perJob {
@@ -644,7 +658,7 @@ func (b *Backend) Pin(ctx context.Context, decisions []cluster.Decision) ([]clus
 	return results, ctx.Err()
 }
 
-func (b *Backend) pinJob(ctx context.Context, ns, id string, ds []cluster.Decision) []cluster.PinResult {
+func (b *Backend) pinJob(ctx context.Context, ns, id string, ds []cluster.Decision, holders map[string][]*allocRec) []cluster.PinResult {
 	fail := func(conflict bool, err error) []cluster.PinResult {
 		out := make([]cluster.PinResult, len(ds))
 		for i, d := range ds {
@@ -659,28 +673,44 @@ func (b *Backend) pinJob(ctx context.Context, ns, id string, ds []cluster.Decisi
 			want = p.JobModifyIndex
 		}
 	}
+	// Only the decided nodes: copying every node for each of a thousand pins would cost more
+	// than the pins.
 	nodes := map[string]cluster.Node{}
-	for id, n := range b.nodes {
-		nodes[id] = n.node
+	for _, d := range ds {
+		for _, a := range d.Assign {
+			if n, ok := b.nodes[a.NodeID]; ok {
+				nodes[a.NodeID] = n.node
+			}
+		}
+	}
+	// The job as the events left it is the one decided on when its JobModifyIndex is the
+	// snapshot's: the register below enforces that index, so reading the job again first
+	// would only cost a round trip per pin. Otherwise (or when unknown) read it.
+	var job *api.Job
+	if jr, ok := b.jobs[jobKey(ns, id)]; ok && want != 0 && deref(jr.job.JobModifyIndex, 0) == want {
+		job = jr.job
 	}
 	b.mu.Unlock()
-	q := (&api.QueryOptions{Namespace: ns}).WithContext(ctx)
-	job, _, err := b.c.Jobs().Info(id, q)
-	if err != nil {
-		if statusCode(err) == 404 {
-			b.dropJob(ns, id)
-			return fail(false, fmt.Errorf("pin %s/%s: %w", ns, id, ErrJobGone))
+	if job == nil {
+		q := (&api.QueryOptions{Namespace: ns}).WithContext(ctx)
+		var err error
+		job, _, err = b.c.Jobs().Info(id, q)
+		if err != nil {
+			if statusCode(err) == 404 {
+				b.dropJob(ns, id)
+				return fail(false, fmt.Errorf("pin %s/%s: %w", ns, id, ErrJobGone))
+			}
+			return fail(false, fmt.Errorf("pin %s/%s: read job: %w", ns, id, err))
 		}
-		return fail(false, fmt.Errorf("pin %s/%s: read job: %w", ns, id, err))
+		b.storeJob(job)
 	}
-	b.storeJob(job)
 	cur := deref(job.JobModifyIndex, 0)
 	if want != 0 && cur != want {
 		return fail(true, fmt.Errorf("pin %s/%s: job changed since the decision (JobModifyIndex %d, decided on %d)", ns, id, cur, want))
 	}
 	// GPUs a stopping allocation still holds (a job preempted this round) would make Nomad
 	// fail the placement: decide again once it ended.
-	if err := b.stillHeld(ns, id, ds); err != nil {
+	if err := stillHeld(ns, id, ds, holders); err != nil {
 		return fail(true, err)
 	}
 	var pins []GroupPin
@@ -709,7 +739,8 @@ func (b *Backend) pinJob(ctx context.Context, ns, id string, ds []cluster.Decisi
 		if isConflict(err) {
 			return fail(true, fmt.Errorf("pin %s/%s: %w", ns, id, err))
 		}
-		if statusCode(err) == 404 {
+		if statusCode(err) == 404 || strings.Contains(err.Error(), "job does not exist") {
+			// Purged since the snapshot: Nomad refuses the enforced register so.
 			b.dropJob(ns, id)
 			return fail(false, fmt.Errorf("pin %s/%s: %w", ns, id, ErrJobGone))
 		}

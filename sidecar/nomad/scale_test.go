@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/nomad/api"
+
 	"github.com/hetgpu/hetgpu/sidecar/cluster"
 )
 
@@ -86,5 +88,45 @@ func TestRoundCallsIndependentOfRunningAllocations(t *testing.T) {
 	}
 	if a, b := total(calls[0]), total(calls[len(cases)-1]); a != b {
 		t.Errorf("calls grew with the running allocations: %d with %s, %d with %s", a, cases[0].name, b, cases[len(cases)-1].name)
+	}
+}
+
+// TestJobEventsWithoutReads checks which job events the watcher answers from what it tracks
+// and which make it read the job: its own registers and status-only changes need no read; a
+// new job version does.
+func TestJobEventsWithoutReads(t *testing.T) {
+	f := newFixture(t, nil)
+	f.srv.Register(heldJob("j", 1, 1, nil))
+	f.resync(t)
+	tracked := f.b.jobs[jobKey("default", "j")].job
+	mi, jmi := float64(*tracked.ModifyIndex), float64(*tracked.JobModifyIndex)
+	ev := func(modify, jobModify float64, status string) *api.Event {
+		return &api.Event{Topic: api.TopicJob, Type: "JobRegistered", Key: "j", Payload: map[string]any{"Job": map[string]any{
+			"Namespace": "default", "ID": "j", "ModifyIndex": modify, "JobModifyIndex": jobModify, "Status": status}}}
+	}
+	for _, c := range []struct {
+		name       string
+		ev         *api.Event
+		handled    bool
+		wantStatus string
+	}{
+		{"as new as tracked", ev(mi, jmi, "pending"), true, "pending"},
+		{"older", ev(mi-1, jmi, "pending"), true, "pending"},
+		{"status only", ev(mi+5, jmi, "running"), true, "running"},
+		{"new version", ev(mi+9, mi+9, "pending"), false, "running"},
+		{"no index", &api.Event{Topic: api.TopicJob, Key: "j", Payload: map[string]any{"Job": map[string]any{"Namespace": "default"}}}, false, "running"},
+	} {
+		if got := f.b.jobCurrent("default", c.ev); got != c.handled {
+			t.Errorf("%s: handled = %v, want %v", c.name, got, c.handled)
+		}
+		if got := deref(f.b.jobs[jobKey("default", "j")].job.Status, ""); got != c.wantStatus {
+			t.Errorf("%s: tracked status %q, want %q", c.name, got, c.wantStatus)
+		}
+	}
+	if got := *f.b.jobs[jobKey("default", "j")].job.ModifyIndex; float64(got) != mi+5 {
+		t.Errorf("tracked ModifyIndex %d after the status-only event, want %v", got, mi+5)
+	}
+	if *tracked.Status != "pending" {
+		t.Errorf("the job object a reader may hold was changed in place: status %q", *tracked.Status)
 	}
 }

@@ -176,9 +176,12 @@ func (b *Backend) apply(ctx context.Context, ev *api.Event) {
 	}
 }
 
-// jobCurrent reports a job event the tracked job is already as new as: the sidecar's own
-// registers (pins, re-holds, ui lines) store the job they wrote, so the event each of them
-// causes needs no read. Only a job whose ModifyIndex the payload carries is skipped.
+// jobCurrent handles a job event without reading the job when it can: when the tracked job
+// is already as new (the sidecar's own registers, pins, re-holds and ui lines, store the job
+// they wrote), or when only the job's status moved on (same JobModifyIndex: the spec is the
+// one tracked; Nomad's scheduler changes Status and ModifyIndex, e.g. pending -> running
+// after a pin is placed), whose status and index it takes from the payload. It reports
+// whether the event is handled.
 func (b *Backend) jobCurrent(ns string, ev *api.Event) bool {
 	m, ok := ev.Payload["Job"].(map[string]any)
 	if !ok || ns == "" {
@@ -191,7 +194,23 @@ func (b *Backend) jobCurrent(ns string, ev *api.Event) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	jr, ok := b.jobs[jobKey(ns, ev.Key)]
-	return ok && float64(deref(jr.job.ModifyIndex, 0)) >= mi
+	if !ok {
+		return false
+	}
+	if float64(deref(jr.job.ModifyIndex, 0)) >= mi {
+		return true
+	}
+	jmi, ok := m["JobModifyIndex"].(float64)
+	status, sok := m["Status"].(string)
+	if !ok || !sok || status == "" || jmi != float64(deref(jr.job.JobModifyIndex, 0)) {
+		return false
+	}
+	// A shallow copy: tracked jobs are never changed in place, others may be reading this one.
+	cp := *jr.job
+	idx := uint64(mi)
+	cp.ModifyIndex, cp.Status = &idx, &status
+	b.jobs[jobKey(ns, ev.Key)] = &jobRec{job: &cp, firstSubmit: jr.firstSubmit}
+	return true
 }
 
 // knownUnmanaged reports an allocation of a job already read and found not to be hetgpu's, at

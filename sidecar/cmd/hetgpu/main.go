@@ -34,6 +34,7 @@ func commands() []command {
 		{"validate", "check a jobspec's hetgpu annotations and hold constraint", runValidate},
 		{"state", "check or repair the sidecar's state file and catalog: `state check`, `state repair`", runState},
 		{"place", "placement engine tools: `place bench` times the MILP on a random cluster", runPlace},
+		{"bench", "`bench live` measures the sidecar's rounds on the Nomad backend against a fake Nomad API at fleet scale", runBench},
 	}
 }
 

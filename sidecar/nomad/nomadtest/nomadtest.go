@@ -22,11 +22,15 @@ import (
 type Server struct {
 	*httptest.Server
 
-	mu      sync.Mutex
-	index   uint64
-	nodes   map[string]*api.Node
-	jobs    map[string]*api.Job // "ns/id"
-	allocs  map[string]*api.Allocation
+	mu     sync.Mutex
+	index  uint64
+	nodes  map[string]*api.Node
+	jobs   map[string]*api.Job // "ns/id"
+	allocs map[string]*api.Allocation
+	// byJob ("ns/id") and byNode index allocs (never removed, like allocs), so a register
+	// on a fake with thousands of allocations does not scan all of them.
+	byJob   map[string][]*api.Allocation
+	byNode  map[string][]*api.Allocation
 	evals   map[string]*api.Evaluation
 	tags    map[string][]Tag // "ns/id"
 	power   map[string]float64
@@ -69,6 +73,7 @@ type Tag struct {
 func New() *Server {
 	s := &Server{
 		nodes: map[string]*api.Node{}, jobs: map[string]*api.Job{}, allocs: map[string]*api.Allocation{},
+		byJob: map[string][]*api.Allocation{}, byNode: map[string][]*api.Allocation{},
 		evals: map[string]*api.Evaluation{}, tags: map[string][]Tag{}, power: map[string]float64{},
 		topo: map[string]map[string]*api.StatValue{}, streams: map[chan struct{}]bool{}, Schedule: true,
 		index: 10, calls: map[string]int{}, record: true,
@@ -192,12 +197,7 @@ func (s *Server) stopAlloc(a *api.Allocation, clientStatus, why string) {
 // jobAllocs is a job's allocations sorted by ID (cheaper than sorting all of them for each
 // register of a large fake). Callers hold s.mu.
 func (s *Server) jobAllocs(ns, id string) []*api.Allocation {
-	var out []*api.Allocation
-	for _, a := range s.allocs {
-		if a.Namespace == ns && a.JobID == id {
-			out = append(out, a)
-		}
-	}
+	out := append([]*api.Allocation(nil), s.byJob[ns+"/"+id]...)
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
 }
@@ -337,6 +337,17 @@ func (s *Server) Index() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.index
+}
+
+// LastEventIndex is the index of the newest event (0 without any): a watcher that has applied
+// it has seen everything.
+func (s *Server) LastEventIndex() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.events) == 0 {
+		return 0
+	}
+	return s.events[len(s.events)-1].Index
 }
 
 // DropStreams ends every open event stream (the client sees EOF and must reconnect).
@@ -662,12 +673,10 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 			delete(s.streams, done)
 			return
 		}
-		var batch []api.Events
-		for _, e := range s.events {
-			if e.Index >= next {
-				batch = append(batch, e)
-			}
-		}
+		// Events are appended in index order: find the first one due instead of scanning a
+		// long buffer on every wake-up.
+		first := sort.Search(len(s.events), func(i int) bool { return s.events[i].Index >= next })
+		batch := append([]api.Events(nil), s.events[first:]...)
 		if len(batch) == 0 {
 			s.wake.Wait()
 			continue
@@ -988,38 +997,46 @@ func terminal(a *api.Allocation) bool {
 
 // place puts one allocation of a group on a node with enough free GPUs. Callers hold s.mu.
 func (s *Server) place(job *api.Job, tg *api.TaskGroup, nodeIDs, devIDs []string) bool {
-	used := map[string]bool{}
 	perNode := map[string]bool{}
-	for _, a := range s.allocs {
-		if terminal(a) {
-			continue
-		}
-		if a.JobID == *job.ID && a.TaskGroup == *tg.Name {
+	for _, a := range s.byJob[*job.Namespace+"/"+*job.ID] {
+		if !terminal(a) && a.TaskGroup == *tg.Name {
 			perNode[a.NodeID] = true
 		}
-		for _, t := range a.AllocatedResources.Tasks {
-			for _, d := range t.Devices {
-				for _, id := range d.DeviceIDs {
-					used[id] = true
-				}
-			}
-		}
 	}
-	ids := make([]string, 0, len(s.nodes))
-	for id := range s.nodes {
-		ids = append(ids, id)
+	var ids []string
+	if len(nodeIDs) > 0 {
+		ids = append(ids, nodeIDs...)
+	} else {
+		ids = make([]string, 0, len(s.nodes))
+		for id := range s.nodes {
+			ids = append(ids, id)
+		}
 	}
 	sort.Strings(ids)
 	for _, nid := range ids {
-		n := s.nodes[nid]
-		if n.Status != api.NodeStatusReady || n.SchedulingEligibility != api.NodeSchedulingEligible || (len(nodeIDs) > 0 && !contains(nodeIDs, nid)) {
+		n, ok := s.nodes[nid]
+		if !ok || n.Status != api.NodeStatusReady || n.SchedulingEligibility != api.NodeSchedulingEligible {
 			continue
+		}
+		// GPUs held by the node's live allocations.
+		used := map[string]bool{}
+		for _, a := range s.byNode[nid] {
+			if terminal(a) {
+				continue
+			}
+			for _, t := range a.AllocatedResources.Tasks {
+				for _, d := range t.Devices {
+					for _, id := range d.DeviceIDs {
+						used[id] = true
+					}
+				}
+			}
 		}
 		if len(nodeIDs) > 1 && perNode[nid] {
 			continue
 		}
 		tasks := map[string]*api.AllocatedTaskResources{}
-		ok := true
+		ok = true
 		taken := map[string]bool{}
 		for _, t := range tg.Tasks {
 			tr := &api.AllocatedTaskResources{}
@@ -1064,6 +1081,8 @@ func (s *Server) place(job *api.Job, tg *api.TaskGroup, nodeIDs, devIDs []string
 			a.TaskStates[t.Name] = &api.TaskState{State: "running", StartedAt: time.Now()}
 		}
 		s.allocs[a.ID] = a
+		s.byJob[*job.Namespace+"/"+*job.ID] = append(s.byJob[*job.Namespace+"/"+*job.ID], a)
+		s.byNode[nid] = append(s.byNode[nid], a)
 		s.emitAlloc(a, "PlanResult")
 		return true
 	}
@@ -1096,10 +1115,7 @@ func (s *Server) updateJobStatus(ns, id string) {
 		return
 	}
 	live, done, total := 0, 0, 0
-	for _, a := range s.allocs {
-		if a.Namespace != ns || a.JobID != id {
-			continue
-		}
+	for _, a := range s.byJob[ns+"/"+id] {
 		total++
 		if !terminal(a) {
 			live++
