@@ -135,6 +135,9 @@ type Result struct {
 	PeakRSSMB        float64            `json:"peak_rss_mb"`
 	HeapMB           float64            `json:"heap_mb"`
 	SetupS           float64            `json:"setup_s"`
+	// ResyncMS and ResyncCalls are one full resync through the list APIs after the rounds.
+	ResyncMS    float64 `json:"resync_ms"`
+	ResyncCalls int     `json:"resync_calls"`
 }
 
 // Quant is a phase's p50 and p99 in milliseconds.
@@ -183,6 +186,16 @@ func Run(ctx context.Context, cfg Config) (*Result, []RoundStats, error) {
 			cfg.Progress(i, rs)
 		}
 	}
+	// One full resync as the watcher does on every reconnect and every ResyncEvery, with
+	// nothing changed since the last round.
+	h.srv.SetLatency(cfg.Latency)
+	h.srv.ResetCalls()
+	t1 := time.Now()
+	if err := h.b.Resync(ctx); err != nil {
+		return nil, rounds, fmt.Errorf("resync: %w", err)
+	}
+	resync, resyncCalls := time.Since(t1), h.srv.TotalCalls()
+	h.srv.SetLatency(0)
 	if cfg.HeapProfile != nil {
 		runtime.GC()
 		if err := pprof.WriteHeapProfile(cfg.HeapProfile); err != nil {
@@ -191,6 +204,7 @@ func Run(ctx context.Context, cfg Config) (*Result, []RoundStats, error) {
 	}
 	res := Summarise(cfg, rounds)
 	res.SetupS = setup.Seconds()
+	res.ResyncMS, res.ResyncCalls = ms(resync), resyncCalls
 	res.RSSMB, res.PeakRSSMB = rss()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
@@ -237,6 +251,13 @@ func Summarise(cfg Config, rounds []RoundStats) *Result {
 	}
 	if pinTime > 0 {
 		res.PinsPerSec = float64(applied) / pinTime.Seconds()
+	}
+	for _, p := range []*float64{&res.CallsPerRnd, &res.CatchUpCalls, &res.MaintenanceCalls, &res.PinsPerRound, &res.PinsPerSec} {
+		*p = math.Round(*p*10) / 10
+	}
+	res.CPUPerRoundS = math.Round(res.CPUPerRoundS*1000) / 1000
+	for k, v := range res.CallsByRoute {
+		res.CallsByRoute[k] = math.Round(v*10) / 10
 	}
 	return res
 }

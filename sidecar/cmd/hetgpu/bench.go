@@ -128,6 +128,7 @@ func runBenchLive(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	for _, k := range routes {
 		row("  "+k, "%.0f", res.CallsByRoute[k])
 	}
+	row("full resync", "%.1f ms, %d calls (list APIs, nothing changed)", res.ResyncMS, res.ResyncCalls)
 	row("CPU", "%.2f s per round (process: the fake's handlers included)", res.CPUPerRoundS)
 	row("memory", "RSS %.0f MiB (peak %.0f MiB), Go heap in use %.0f MiB (the fake's state included)", res.RSSMB, res.PeakRSSMB, res.HeapMB)
 	return tw.Flush()
