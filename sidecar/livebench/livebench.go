@@ -13,6 +13,7 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -189,12 +190,10 @@ func Run(ctx context.Context, cfg Config) (*Result, []RoundStats, error) {
 	// One full resync as the watcher does on every reconnect and every ResyncEvery, with
 	// nothing changed since the last round.
 	h.srv.SetLatency(cfg.Latency)
-	h.srv.ResetCalls()
-	t1 := time.Now()
-	if err := h.b.Resync(ctx); err != nil {
-		return nil, rounds, fmt.Errorf("resync: %w", err)
+	resync, resyncCalls, err := h.sc.Resync(ctx)
+	if err != nil {
+		return nil, rounds, err
 	}
-	resync, resyncCalls := time.Since(t1), h.srv.TotalCalls()
 	h.srv.SetLatency(0)
 	if cfg.HeapProfile != nil {
 		runtime.GC()
@@ -275,17 +274,11 @@ func quantile(ds []time.Duration, p float64) time.Duration {
 
 // harness is the fake cluster with the sidecar on it.
 type harness struct {
-	cfg    Config
-	srv    *nomadtest.Server
-	b      *nomad.Backend
-	svc    *service.Service
-	st     *store.Store
-	timed  *timedBackend
-	stages *stageTimes
-	cancel context.CancelFunc
-	done   chan struct{}
-	rng    *rand.Rand
-	nodes  []string
+	cfg   Config
+	srv   *nomadtest.Server
+	sc    *Sidecar
+	rng   *rand.Rand
+	nodes []string
 	// batch: the job IDs submitted for the current round.
 	batch []string
 }
@@ -321,71 +314,24 @@ func newHarness(ctx context.Context, cfg Config, dir string) (*harness, error) {
 		srv.Register(job)
 		srv.SetPower(dev, 150)
 	}
-	hc, err := nomad.HTTPClient(nil)
+	sc, err := NewSidecar(ctx, srv.URL, dir, cfg.Logger)
 	if err != nil {
 		return fail(err)
 	}
-	client, err := api.NewClient(&api.Config{Address: srv.URL, HttpClient: hc})
-	if err != nil {
-		return fail(fmt.Errorf("client: %w", err))
-	}
-	b, err := nomad.New(nomad.Config{Client: client, Logger: cfg.Logger, ExplainBaseURL: "http://127.0.0.1:4656",
-		SampleDeviceStats: true, SampleEvery: time.Nanosecond, Topology: true, ResyncEvery: -1, RetryBackoff: 10 * time.Millisecond})
-	if err != nil {
-		return fail(err)
-	}
-	h.b = b
-	acfg, err := app.LoadConfig("")
-	if err != nil {
-		return fail(err)
-	}
-	stages, _, err := app.Stages(acfg, dir, cfg.Logger)
-	if err != nil {
-		return fail(err)
-	}
-	if pl, ok := stages.Placer.(*place.Placer); ok {
-		if err := pl.Warm(ctx, 256, 1024); err != nil {
-			cfg.Logger.Warn("placement warm-up failed", "error", err)
-		}
-	}
-	stages.Tuner = nil
-	h.stages = &stageTimes{}
-	stages = h.stages.wrap(stages)
-	st, err := store.Open(filepath.Join(dir, "sidecar.db"), store.Options{})
-	if err != nil {
-		return fail(err)
-	}
-	h.st = st
-	h.timed = &timedBackend{Backend: b, t: h.stages, srv: srv}
-	svc, err := service.New(service.Config{BackendName: "nomad", Logger: cfg.Logger}, h.timed, stages, st)
-	if err != nil {
-		return fail(err)
-	}
-	h.svc = svc
-	wctx, cancel := context.WithCancel(ctx)
-	h.cancel = cancel
-	h.done = make(chan struct{})
-	go func() {
-		defer close(h.done)
-		_ = b.Watch(wctx, func() {})
-	}()
+	h.sc = sc
 	if err := h.caughtUp(ctx); err != nil {
 		return fail(err)
 	}
 	// One unmeasured round: heap growth, first solves, the running jobs' first records.
-	if _, err := svc.Round(ctx); err != nil {
+	if _, err := sc.Service.Round(ctx); err != nil {
 		return fail(fmt.Errorf("first round: %w", err))
 	}
 	return h, nil
 }
 
 func (h *harness) close() {
-	if h.cancel != nil {
-		h.cancel()
-		<-h.done
-	}
-	if h.st != nil {
-		h.st.Close()
+	if h.sc != nil {
+		h.sc.Close()
 	}
 	h.srv.Close()
 }
@@ -396,7 +342,7 @@ func (h *harness) close() {
 func (h *harness) caughtUp(ctx context.Context) error {
 	deadline := time.Now().Add(10 * time.Minute)
 	for {
-		if last := h.srv.LastEventIndex(); h.b.Index() >= last {
+		if last := h.srv.LastEventIndex(); h.sc.Backend.Index() >= last {
 			h.srv.TrimEvents(last)
 			return nil
 		}
@@ -446,34 +392,21 @@ func (h *harness) round(ctx context.Context, i int) (RoundStats, error) {
 	}
 	// The measured round.
 	h.srv.SetLatency(h.cfg.Latency)
-	h.srv.ResetCalls()
-	h.stages.reset()
-	cpu0 := cpuTime()
-	t0 := time.Now()
-	r, err := h.svc.Round(ctx)
+	rs, err := h.sc.Round(ctx)
 	if err != nil {
 		return RoundStats{}, err
 	}
-	rs := RoundStats{Service: time.Since(t0), Round: r.Latency, CPU: cpuTime() - cpu0, Pins: len(r.Pins)}
-	rs.CallsByRoute = h.srv.Calls()
-	rs.Calls = h.srv.TotalCalls()
-	rs.Phases, rs.MaintenanceCalls = h.stages.snapshot()
-	for _, p := range r.Pins {
-		if p.Applied {
-			rs.Applied++
-		}
+	if rs.Applied < rs.Pins {
+		h.cfg.Logger.Warn("pins not applied", "round", i, "pins", rs.Pins, "applied", rs.Applied)
 	}
-	if rs.Applied < len(r.Pins) {
-		h.cfg.Logger.Warn("pins not applied", "round", i+1, "pins", len(r.Pins), "applied", rs.Applied)
-	}
-	// The watcher reads what the pins changed (job status); that is the round's cost too.
-	h.srv.ResetCalls()
+	// The watcher reads what the pins changed; that is the round's cost too.
+	c0 := h.sc.Calls.Total()
 	t1 := time.Now()
 	if err := h.caughtUp(ctx); err != nil {
 		return RoundStats{}, err
 	}
 	rs.CatchUp = time.Since(t1)
-	rs.CatchUpCalls = h.srv.TotalCalls()
+	rs.CatchUpCalls = h.sc.Calls.Total() - c0
 	h.srv.SetLatency(0)
 	return rs, nil
 }
@@ -584,8 +517,8 @@ func (p timedPlacer) HonorsMinThroughput() bool {
 // ShowWaits, DeviceStats, AllocLifetime) is the Nomad backend's own.
 type timedBackend struct {
 	*nomad.Backend
-	t   *stageTimes
-	srv *nomadtest.Server
+	t     *stageTimes
+	calls *CallCounter
 }
 
 func (b *timedBackend) Snapshot(ctx context.Context) (*cluster.Snapshot, error) {
@@ -602,19 +535,170 @@ func (b *timedBackend) Pin(ctx context.Context, ds []cluster.Decision) ([]cluste
 
 func (b *timedBackend) Maintain(ctx context.Context) (*service.Maintenance, error) {
 	t0 := time.Now()
-	var c0 int
-	if b.srv != nil {
-		c0 = b.srv.TotalCalls()
-	}
+	c0 := b.calls.Total()
 	defer func() {
 		b.t.add("maintenance", time.Since(t0))
-		if b.srv != nil {
-			b.t.mu.Lock()
-			b.t.maintCall += b.srv.TotalCalls() - c0
-			b.t.mu.Unlock()
-		}
+		b.t.mu.Lock()
+		b.t.maintCall += b.calls.Total() - c0
+		b.t.mu.Unlock()
 	}()
 	return b.Backend.Maintain(ctx)
+}
+
+// Sidecar is the sidecar's Nomad backend and service with the production stages, each stage
+// timed and every API call counted, on any Nomad HTTP API (the fake or a real agent).
+type Sidecar struct {
+	Backend *nomad.Backend
+	Service *service.Service
+	Calls   *CallCounter
+	st      *store.Store
+	times   *stageTimes
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+// NewSidecar builds the backend and service on the Nomad API at addr, with state in dir,
+// starts watching, and waits for the first resync. Energy is sampled every round (as every
+// 5 s, the default, would at rounds that far apart); the periodic resync is off (Resync
+// measures one).
+func NewSidecar(ctx context.Context, addr, dir string, log hclog.Logger) (*Sidecar, error) {
+	hc, err := nomad.HTTPClient(nil)
+	if err != nil {
+		return nil, err
+	}
+	calls := &CallCounter{next: hc.Transport, byRoute: map[string]int{}}
+	hc.Transport = calls
+	client, err := api.NewClient(&api.Config{Address: addr, HttpClient: hc})
+	if err != nil {
+		return nil, fmt.Errorf("nomad client for %s: %w", addr, err)
+	}
+	b, err := nomad.New(nomad.Config{Client: client, Logger: log, ExplainBaseURL: "http://127.0.0.1:4656",
+		SampleDeviceStats: true, SampleEvery: time.Nanosecond, Topology: true, ResyncEvery: -1, RetryBackoff: 10 * time.Millisecond})
+	if err != nil {
+		return nil, err
+	}
+	acfg, err := app.LoadConfig("")
+	if err != nil {
+		return nil, err
+	}
+	stages, _, err := app.Stages(acfg, dir, log)
+	if err != nil {
+		return nil, err
+	}
+	if pl, ok := stages.Placer.(*place.Placer); ok {
+		if err := pl.Warm(ctx, 256, 1024); err != nil {
+			log.Warn("placement warm-up failed", "error", err)
+		}
+	}
+	stages.Tuner = nil
+	times := &stageTimes{}
+	stages = times.wrap(stages)
+	st, err := store.Open(filepath.Join(dir, "sidecar.db"), store.Options{})
+	if err != nil {
+		return nil, err
+	}
+	svc, err := service.New(service.Config{BackendName: "nomad", Logger: log}, &timedBackend{Backend: b, t: times, calls: calls}, stages, st)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	sc := &Sidecar{Backend: b, Service: svc, Calls: calls, st: st, times: times, done: make(chan struct{})}
+	wctx, cancel := context.WithCancel(ctx)
+	sc.cancel = cancel
+	first := make(chan struct{})
+	var once sync.Once
+	go func() {
+		defer close(sc.done)
+		_ = b.Watch(wctx, func() { once.Do(func() { close(first) }) })
+	}()
+	select {
+	case <-first:
+	case <-ctx.Done():
+		sc.Close()
+		return nil, ctx.Err()
+	}
+	return sc, nil
+}
+
+// Close stops watching and closes the store.
+func (s *Sidecar) Close() {
+	s.cancel()
+	<-s.done
+	s.st.Close()
+}
+
+// Round runs one service round and reports what it took.
+func (s *Sidecar) Round(ctx context.Context) (RoundStats, error) {
+	s.Calls.Reset()
+	s.times.reset()
+	cpu0 := cpuTime()
+	t0 := time.Now()
+	r, err := s.Service.Round(ctx)
+	if err != nil {
+		return RoundStats{}, err
+	}
+	rs := RoundStats{Service: time.Since(t0), Round: r.Latency, CPU: cpuTime() - cpu0, Pins: len(r.Pins)}
+	rs.CallsByRoute = s.Calls.ByRoute()
+	rs.Calls = s.Calls.Total()
+	rs.Phases, rs.MaintenanceCalls = s.times.snapshot()
+	for _, p := range r.Pins {
+		if p.Applied {
+			rs.Applied++
+		}
+	}
+	return rs, nil
+}
+
+// Resync runs one full resync and reports its time and calls.
+func (s *Sidecar) Resync(ctx context.Context) (time.Duration, int, error) {
+	c0 := s.Calls.Total()
+	t0 := time.Now()
+	if err := s.Backend.Resync(ctx); err != nil {
+		return 0, 0, fmt.Errorf("resync: %w", err)
+	}
+	return time.Since(t0), s.Calls.Total() - c0, nil
+}
+
+// CallCounter is an http.RoundTripper that counts requests by route (nomadtest.Route).
+type CallCounter struct {
+	next    http.RoundTripper
+	mu      sync.Mutex
+	byRoute map[string]int
+	total   int
+}
+
+// RoundTrip counts the request and passes it on.
+func (c *CallCounter) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.mu.Lock()
+	c.byRoute[nomadtest.Route(r.Method, r.URL.Path)]++
+	c.total++
+	c.mu.Unlock()
+	return c.next.RoundTrip(r)
+}
+
+// Total is the requests since the last Reset.
+func (c *CallCounter) Total() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.total
+}
+
+// ByRoute is the requests per route since the last Reset.
+func (c *CallCounter) ByRoute() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]int, len(c.byRoute))
+	for k, v := range c.byRoute {
+		out[k] = v
+	}
+	return out
+}
+
+// Reset zeroes the counts.
+func (c *CallCounter) Reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.byRoute, c.total = map[string]int{}, 0
 }
 
 // cpuTime is the process's user and system CPU time (the fake's handlers included).
