@@ -139,7 +139,37 @@ func TestLiveRoundsRealAgent(t *testing.T) {
 					ids = append(ids, a.ID+" "+a.JobID)
 				}
 			}
-			return fmt.Sprintf("%d running (others: %v), %d pending", len(s.Running), ids, len(s.Pending))
+			_, qm, _ := c.API.Allocations().List(nil)
+			var li uint64
+			if qm != nil {
+				li = qm.LastIndex
+			}
+			var evs []string
+			if len(ids) > 0 {
+				id := strings.Fields(ids[0])[0]
+				sctx, scancel := context.WithTimeout(ctx, 3*time.Second)
+				ch, err := c.API.EventStream().Stream(sctx, map[api.Topic][]string{api.TopicAllocation: {"*"}}, 0, &api.QueryOptions{Namespace: "*"})
+				if err == nil {
+					for e := range ch {
+						for _, ev := range e.Events {
+							if ev.Key == id {
+								a, _ := ev.Allocation()
+								if a != nil {
+									evs = append(evs, fmt.Sprintf("%d %s %s/%s mi=%d", ev.Index, ev.Type, a.DesiredStatus, a.ClientStatus, a.ModifyIndex))
+								}
+							}
+						}
+					}
+				}
+				scancel()
+				info, _, err := c.API.Allocations().Info(id, nil)
+				if err == nil {
+					evs = append(evs, fmt.Sprintf("now %s/%s mi=%d", info.DesiredStatus, info.ClientStatus, info.ModifyIndex))
+				} else {
+					evs = append(evs, err.Error())
+				}
+			}
+			return fmt.Sprintf("%d running (others: %v), %d pending; watcher at index %d, allocations at %d; events of the first: %v", len(s.Running), ids, len(s.Pending), sc.Backend.Index(), li, evs)
 		})
 	}
 	res := livebench.Summarise(livebench.Config{Nodes: n, GPUsPerNode: 8, GPUTypes: min(n, len(types)), Pending: per, Running: base}, stats)
@@ -149,4 +179,3 @@ func TestLiveRoundsRealAgent(t *testing.T) {
 	out, _ := json.MarshalIndent(res, "", "  ")
 	t.Logf("real agent, %d clients x 8 fake GPUs, %d running, %d groups per round:\n%s", n, base, per, out)
 }
-

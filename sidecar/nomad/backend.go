@@ -87,6 +87,8 @@ type Backend struct {
 	lastStats time.Time
 	// unmanaged: job key -> version of jobs read and found not hetgpu's (see knownUnmanaged).
 	unmanaged map[string]uint64
+	// orphans: live allocations of jobs that are gone, to ask Nomad about (checkOrphans).
+	orphans map[string]bool
 }
 
 type nodeRec struct {
@@ -156,7 +158,7 @@ func New(cfg Config) (*Backend, error) {
 		nodes: map[string]*nodeRec{}, jobs: map[string]*jobRec{}, allocs: map[string]*allocRec{},
 		blocked: map[string]*api.Evaluation{}, pending: map[string]cluster.Job{},
 		energy: map[string]*energyAcc{}, learned: map[string]bool{}, placed: map[string]bool{},
-		lastFault: map[string]time.Time{}, unmanaged: map[string]uint64{},
+		lastFault: map[string]time.Time{}, unmanaged: map[string]uint64{}, orphans: map[string]bool{},
 	}, nil
 }
 
@@ -905,11 +907,56 @@ func (b *Backend) dropJob(ns, id string) {
 	delete(b.jobs, k)
 	delete(b.blocked, k)
 	for aid, a := range b.allocs {
-		if a.Namespace == ns && a.JobID == id && terminal(a) {
+		if a.Namespace != ns || a.JobID != id {
+			continue
+		}
+		if terminal(a) {
 			delete(b.allocs, aid)
 			delete(b.energy, aid)
+		} else {
+			// A purged job's allocations may vanish without an event (a real agent deletes
+			// them with the job): Maintain asks after them.
+			b.orphans[aid] = true
 		}
 	}
+}
+
+// checkOrphans reads the live allocations of jobs that are gone (dropJob) and forgets those
+// Nomad no longer has or that ended, so their GPUs do not look busy until the next full
+// resync. One read per such allocation, once it is known, StatsParallel at a time.
+func (b *Backend) checkOrphans(ctx context.Context) {
+	b.mu.Lock()
+	ids := make([]string, 0, len(b.orphans))
+	for id := range b.orphans {
+		if a, ok := b.allocs[id]; !ok || terminal(a) {
+			delete(b.orphans, id)
+			continue
+		}
+		ids = append(ids, id)
+	}
+	b.mu.Unlock()
+	sort.Strings(ids)
+	parallel.For(len(ids), b.cfg.StatsParallel, func(i int) {
+		b.mu.Lock()
+		a, ok := b.allocs[ids[i]]
+		b.mu.Unlock()
+		if !ok {
+			return
+		}
+		full, _, err := b.c.Allocations().Info(ids[i], (&api.QueryOptions{Namespace: a.Namespace}).WithContext(ctx))
+		switch {
+		case err != nil && statusCode(err) == 404:
+			b.mu.Lock()
+			if cur, ok := b.allocs[ids[i]]; ok && cur == a {
+				delete(b.allocs, ids[i])
+				delete(b.energy, ids[i])
+			}
+			delete(b.orphans, ids[i])
+			b.mu.Unlock()
+		case err == nil:
+			b.putAlloc(allocFromFull(full)) // forgotten once terminal (its job is gone)
+		}
+	})
 }
 
 var _ service.Backend = (*Backend)(nil)

@@ -24,6 +24,7 @@ const faultRetry = 10 * time.Second
 // Maintain does the housekeeping between rounds (see service.Backend).
 func (b *Backend) Maintain(ctx context.Context) (*service.Maintenance, error) {
 	m := &service.Maintenance{}
+	b.checkOrphans(ctx)
 	if b.cfg.SampleDeviceStats {
 		b.sampleEnergy(ctx)
 	}

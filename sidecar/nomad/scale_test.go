@@ -130,3 +130,45 @@ func TestJobEventsWithoutReads(t *testing.T) {
 		t.Errorf("the job object a reader may hold was changed in place: status %q", *tracked.Status)
 	}
 }
+
+// TestPurgedJobFreesItsGPUs purges a running pinned job as a real agent does (the job and its
+// allocations deleted, no allocation event): the next maintenance finds the allocation gone
+// and the snapshot no longer counts its GPUs as busy, without waiting for a full resync.
+func TestPurgedJobFreesItsGPUs(t *testing.T) {
+	f, _ := pinnedFixture(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = f.b.Watch(ctx, func() {})
+	}()
+	defer func() { cancel(); <-done }()
+	waitUntil(t, "the running allocation in the snapshot", func() bool { return len(f.snapshot(t).Running) == 1 })
+	f.srv.Purge("default", "run")
+	waitUntil(t, "the job dropped", func() bool {
+		f.b.mu.Lock()
+		defer f.b.mu.Unlock()
+		return f.b.index >= f.srv.LastEventIndex() && f.b.jobs[jobKey("default", "run")] == nil
+	})
+	if got := len(f.snapshot(t).Running); got != 1 {
+		t.Fatalf("before maintenance: %d running, want the allocation still counted (no event said it ended)", got)
+	}
+	if _, err := f.b.Maintain(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.snapshot(t).Running; len(got) != 0 {
+		t.Errorf("after maintenance the purged job's allocation still holds GPUs: %+v", got)
+	}
+}
+
+func waitUntil(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

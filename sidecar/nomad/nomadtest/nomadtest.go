@@ -408,6 +408,32 @@ func (s *Server) SetAllocStatus(allocID, status string, start, end time.Time) {
 	s.updateJobStatus(a.Namespace, a.JobID)
 }
 
+// Purge is `nomad job stop -purge` as a real agent (Nomad 2.0) shows it: the job and its
+// allocations are gone at once, running or not; the stream carries JobDeregistered and no
+// event for the allocations (they are deleted, not updated), and reading one answers 404
+// "alloc not found".
+func (s *Server) Purge(ns, id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	j := s.jobs[ns+"/"+id]
+	delete(s.jobs, ns+"/"+id)
+	for _, a := range s.byJob[ns+"/"+id] {
+		delete(s.allocs, a.ID)
+	}
+	delete(s.byJob, ns+"/"+id)
+	for n, as := range s.byNode {
+		keep := as[:0]
+		for _, a := range as {
+			if a.Namespace != ns || a.JobID != id {
+				keep = append(keep, a)
+			}
+		}
+		s.byNode[n] = keep
+	}
+	s.bump()
+	s.emit(api.TopicJob, "JobDeregistered", id, map[string]any{"Job": j})
+}
+
 // Deregister purges a job.
 func (s *Server) Deregister(ns, id string) {
 	s.mu.Lock()
@@ -576,6 +602,19 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.mu.Unlock()
 		if !ok {
 			http.Error(w, "job not found", http.StatusNotFound)
+			return
+		}
+		s.reply(w, c)
+	case strings.HasPrefix(p, "/v1/allocation/") && !strings.Contains(strings.TrimPrefix(p, "/v1/allocation/"), "/") && r.Method == http.MethodGet:
+		s.mu.Lock()
+		a, ok := s.allocs[strings.TrimPrefix(p, "/v1/allocation/")]
+		var c *api.Allocation
+		if ok {
+			c = clone(a)
+		}
+		s.mu.Unlock()
+		if !ok {
+			http.Error(w, "alloc not found", http.StatusNotFound)
 			return
 		}
 		s.reply(w, c)
