@@ -126,6 +126,11 @@ func TestLiveRoundsRealAgent(t *testing.T) {
 		waitFor(t, 5*time.Minute, "the round's allocations to stop", func() bool { return running() == base },
 			func() string { return fmt.Sprintf("%d running", running()) })
 		waitFor(t, 2*time.Minute, "the sidecar to see the GPUs free", func() bool {
+			// Maintenance (every round, at least every 5 s in the sidecar) finds the purged
+			// jobs' allocations gone.
+			if _, err := sc.Backend.Maintain(ctx); err != nil {
+				return false
+			}
 			s, err := sc.Backend.Snapshot(ctx)
 			return err == nil && len(s.Running) == base && len(s.Pending) == 0
 		}, func() string {

@@ -926,6 +926,20 @@ func (b *Backend) dropJob(ns, id string) {
 // resync. One read per such allocation, once it is known, StatsParallel at a time.
 func (b *Backend) checkOrphans(ctx context.Context) {
 	b.mu.Lock()
+	// Also any live GPU allocation whose job is neither tracked nor known to be a plain
+	// Nomad job: whatever the order its events came in, its job is gone.
+	for id, a := range b.allocs {
+		if len(a.Devices) == 0 || terminal(a) {
+			continue
+		}
+		k := jobKey(a.Namespace, a.JobID)
+		if _, ok := b.jobs[k]; ok {
+			continue
+		}
+		if _, ok := b.unmanaged[k]; !ok {
+			b.orphans[id] = true
+		}
+	}
 	ids := make([]string, 0, len(b.orphans))
 	for id := range b.orphans {
 		if a, ok := b.allocs[id]; !ok || terminal(a) {
