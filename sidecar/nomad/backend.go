@@ -926,14 +926,18 @@ func (b *Backend) dropJob(ns, id string) {
 // resync. One read per such allocation, once it is known, StatsParallel at a time.
 func (b *Backend) checkOrphans(ctx context.Context) {
 	b.mu.Lock()
-	// Also any live GPU allocation whose job is neither tracked nor known to be a plain
-	// Nomad job: whatever the order its events came in, its job is gone.
+	// Also any live GPU allocation whose job is stopped, or neither tracked nor known to be a
+	// plain Nomad job: whatever the order its events came in (a purge read just before the
+	// job was deleted leaves it tracked as stopped), its job is gone or going.
 	for id, a := range b.allocs {
 		if len(a.Devices) == 0 || terminal(a) {
 			continue
 		}
 		k := jobKey(a.Namespace, a.JobID)
-		if _, ok := b.jobs[k]; ok {
+		if jr, ok := b.jobs[k]; ok {
+			if jobStopped(jr.job) {
+				b.orphans[id] = true
+			}
 			continue
 		}
 		if _, ok := b.unmanaged[k]; !ok {
