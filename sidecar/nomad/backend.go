@@ -930,7 +930,9 @@ func (b *Backend) checkOrphans(ctx context.Context) {
 	// plain Nomad job: whatever the order its events came in (a purge read just before the
 	// job was deleted leaves it tracked as stopped), its job is gone or going.
 	for id, a := range b.allocs {
-		if len(a.Devices) == 0 || terminal(a) {
+		// A stopping allocation (desired stop, client still running) holds its GPUs too, and
+		// a purge deletes it before its client reports the end.
+		if len(a.Devices) == 0 || !holdsDevices(a) {
 			continue
 		}
 		k := jobKey(a.Namespace, a.JobID)
@@ -946,7 +948,7 @@ func (b *Backend) checkOrphans(ctx context.Context) {
 	}
 	ids := make([]string, 0, len(b.orphans))
 	for id := range b.orphans {
-		if a, ok := b.allocs[id]; !ok || terminal(a) {
+		if a, ok := b.allocs[id]; !ok || !holdsDevices(a) {
 			delete(b.orphans, id)
 			continue
 		}
