@@ -125,11 +125,22 @@ func TestLiveRoundsRealAgent(t *testing.T) {
 		}
 		waitFor(t, 5*time.Minute, "the round's allocations to stop", func() bool { return running() == base },
 			func() string { return fmt.Sprintf("%d running", running()) })
+		purged := time.Now()
+		resynced := false
 		waitFor(t, 2*time.Minute, "the sidecar to see the GPUs free", func() bool {
 			// Maintenance (every round, at least every 5 s in the sidecar) finds the purged
-			// jobs' allocations gone.
+			// jobs' allocations gone; the sidecar's periodic resync (every minute) is the
+			// safety net for what it misses, run here after 30 s.
 			if _, err := sc.Backend.Maintain(ctx); err != nil {
 				return false
+			}
+			if !resynced && time.Since(purged) > 30*time.Second {
+				resynced = true
+				s, _ := sc.Backend.Snapshot(ctx)
+				t.Logf("round %d: %d of the purged groups' allocations still counted after 30 s of maintenance; resyncing", r, len(s.Running)-base)
+				if _, _, err := sc.Resync(ctx); err != nil {
+					t.Logf("resync: %v", err)
+				}
 			}
 			s, err := sc.Backend.Snapshot(ctx)
 			return err == nil && len(s.Running) == base && len(s.Pending) == 0
