@@ -296,6 +296,28 @@ func TestMultiNodePin(t *testing.T) {
 	if len(allocs) != 2 || allocs[0].NodeID == allocs[1].NodeID {
 		t.Errorf("allocations %+v, want one per pinned node", allocs)
 	}
+
+	// One of the two nodes goes down: its allocation is lost and Nomad cannot place the
+	// replacement on the pin, so the group is re-held as a whole.
+	f.resync(t)
+	if m, _ := f.b.Maintain(context.Background()); len(m.Reheld) != 0 {
+		t.Fatalf("healthy multi-node pin re-held: %+v", m.Reheld)
+	}
+	f.srv.UpdateNode("node-a100-01", "NodeStreamEvent", func(n *api.Node) { n.Status = api.NodeStatusDown })
+	f.resync(t)
+	m, _ := f.b.Maintain(context.Background())
+	if len(m.Reheld) != 1 || !m.Reheld[0].Applied || !strings.Contains(m.Reheld[0].Reason, "a100b is down") {
+		t.Fatalf("re-held = %+v", m.Reheld)
+	}
+	live := 0
+	for _, a := range f.srv.Allocs("default", "ddp") {
+		if a.DesiredStatus == "run" && a.ClientStatus == "running" {
+			live++
+		}
+	}
+	if live != 0 {
+		t.Errorf("%d allocations still run after the group was re-held (the new device pin is destructive)", live)
+	}
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {
