@@ -14,6 +14,7 @@ import (
 
 	"gonum.org/v1/plot/plotter"
 
+	"github.com/hetgpu/hetgpu/internal/httpjson"
 	"github.com/hetgpu/hetgpu/sidecar/gpuspec"
 	"github.com/hetgpu/hetgpu/sidecar/store"
 )
@@ -107,7 +108,7 @@ var pageTemplates = func() map[string]*template.Template {
 func (d *Dashboard) render(w http.ResponseWriter, r *http.Request, name string, fl *Fleet, body any) {
 	css, err := assets.ReadFile("assets/style.css")
 	if err != nil {
-		writeErr(w, http.StatusInternalServerError, err)
+		httpjson.Error(w, http.StatusInternalServerError, err)
 		return
 	}
 	if fl == nil {
@@ -123,7 +124,7 @@ func (d *Dashboard) render(w http.ResponseWriter, r *http.Request, name string, 
 	var buf bytes.Buffer
 	if err := pageTemplates[name].ExecuteTemplate(&buf, "layout", p); err != nil {
 		d.log.Error("rendering a dashboard page failed", "page", name, "error", err)
-		writeErr(w, http.StatusInternalServerError, fmt.Errorf("render %s: %w", name, err))
+		httpjson.Error(w, http.StatusInternalServerError, fmt.Errorf("render %s: %w", name, err))
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
@@ -141,7 +142,7 @@ type fleetBody struct {
 func (d *Dashboard) fleetPage(w http.ResponseWriter, r *http.Request) {
 	f, err := fleetFilter(r)
 	if err != nil {
-		writeErr(w, http.StatusBadRequest, err)
+		httpjson.Error(w, http.StatusBadRequest, err)
 		return
 	}
 	whole := d.Fleet(r.Context(), FleetFilter{})
@@ -203,7 +204,7 @@ func (d *Dashboard) queuePage(w http.ResponseWriter, r *http.Request) {
 		err = json.Unmarshal(raw, &q)
 	}
 	if err != nil {
-		writeErr(w, http.StatusInternalServerError, fmt.Errorf("queue: %w", err))
+		httpjson.Error(w, http.StatusInternalServerError, fmt.Errorf("queue: %w", err))
 		return
 	}
 	q.Free = d.freeAfterRound(fl.Totals, q.Jobs)
@@ -384,7 +385,7 @@ func (d *Dashboard) decisionsPage(w http.ResponseWriter, r *http.Request) {
 	b.Shown = len(b.Records)
 	svg, err := decisionTimeline(kept)
 	if err != nil {
-		writeErr(w, http.StatusInternalServerError, err)
+		httpjson.Error(w, http.StatusInternalServerError, err)
 		return
 	}
 	b.TimelineSVG = svg
@@ -426,7 +427,7 @@ type learningBody struct {
 func (d *Dashboard) learningPage(w http.ResponseWriter, r *http.Request) {
 	l, err := d.Learning()
 	if err != nil {
-		writeErr(w, http.StatusInternalServerError, err)
+		httpjson.Error(w, http.StatusInternalServerError, err)
 		return
 	}
 	b := learningBody{Learning: l}
@@ -450,7 +451,7 @@ func (d *Dashboard) learningPage(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if err != nil {
-		writeErr(w, http.StatusInternalServerError, err)
+		httpjson.Error(w, http.StatusInternalServerError, err)
 		return
 	}
 	if pi := l.PolicyInfo; pi != nil {
@@ -466,7 +467,7 @@ func (d *Dashboard) learningPage(w http.ResponseWriter, r *http.Request) {
 			b.CurveSVG, err = CurveSVG("Ranking policy training (reward > 0 beats the baseline)", "epoch", "ln(baseline / policy score)",
 				[]Series{{Name: "rollouts (mean)", Points: train}, {Name: "greedy evaluation", Points: eval}})
 			if err != nil {
-				writeErr(w, http.StatusInternalServerError, err)
+				httpjson.Error(w, http.StatusInternalServerError, err)
 				return
 			}
 		}
@@ -515,7 +516,7 @@ type energyBody struct {
 func (d *Dashboard) energyPage(w http.ResponseWriter, r *http.Request) {
 	en, err := d.Energy()
 	if err != nil {
-		writeErr(w, http.StatusInternalServerError, err)
+		httpjson.Error(w, http.StatusInternalServerError, err)
 		return
 	}
 	fl := d.Fleet(r.Context(), FleetFilter{})
@@ -548,7 +549,7 @@ func (d *Dashboard) energyPage(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if err != nil {
-		writeErr(w, http.StatusInternalServerError, err)
+		httpjson.Error(w, http.StatusInternalServerError, err)
 		return
 	}
 	d.render(w, r, "energy", &fl, b)
