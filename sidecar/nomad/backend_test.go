@@ -826,3 +826,25 @@ func TestPinOntoGPUsStillHeld(t *testing.T) {
 		t.Fatalf("pin after the allocation ended = %+v", res)
 	}
 }
+
+// TestAllocLifetime: the service checks a run record's runtime against the lifetime of the
+// allocation it names; the backend answers from the allocations it tracks.
+func TestAllocLifetime(t *testing.T) {
+	f, _ := pinnedFixture(t, nil)
+	alloc := f.srv.Allocs("default", "run")[0]
+	start := time.Now().Add(-10 * time.Minute).Truncate(time.Second)
+	f.srv.SetAllocStatus(alloc.ID, api.AllocClientStatusRunning, start, time.Time{})
+	f.resync(t)
+	if s, e, ok := f.b.AllocLifetime(alloc.ID); !ok || !s.Equal(start) || !e.IsZero() {
+		t.Errorf("running: %v %v %v", s, e, ok)
+	}
+	end := start.Add(5 * time.Minute)
+	f.srv.SetAllocStatus(alloc.ID, api.AllocClientStatusComplete, start, end)
+	f.resync(t)
+	if s, e, ok := f.b.AllocLifetime(alloc.ID); !ok || !s.Equal(start) || !e.Equal(end) {
+		t.Errorf("complete: %v %v %v", s, e, ok)
+	}
+	if _, _, ok := f.b.AllocLifetime("no-such-alloc"); ok {
+		t.Error("an unknown allocation has a lifetime")
+	}
+}

@@ -455,3 +455,21 @@ func (b *Backend) finishedRuns() []service.FinishedRun {
 	}
 	return out
 }
+
+var _ service.AllocLifetimes = (*Backend)(nil)
+
+// AllocLifetime is when an allocation's first task started and its last one finished (end
+// zero while it runs), as the event stream reported them; ok is false for an allocation
+// the backend does not track.
+func (b *Backend) AllocLifetime(allocID string) (start, end time.Time, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	a, ok := b.allocs[allocID]
+	if !ok {
+		return time.Time{}, time.Time{}, false
+	}
+	if !terminal(a) {
+		return a.Start, time.Time{}, true
+	}
+	return a.Start, a.End, true
+}
