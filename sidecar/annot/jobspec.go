@@ -419,7 +419,9 @@ func Check(js *Jobspec) []Finding {
 		}
 		if v, ok := merged[KeyEnable]; ok {
 			if b, err := parseBool(strings.TrimSpace(v.Text)); err == nil && !b && held {
-				add("error", v.Range, g.Name, "%s is false but the group carries the hold constraint: it would wait forever; remove the hold or set %s = \"true\"", KeyEnable, KeyEnable)
+				// The sidecar decides for every held group (the hold alone hands it over), so
+				// this is no dead end, only a contradiction worth pointing out.
+				add("warning", v.Range, g.Name, "%s is false but the group carries the hold constraint: the hold wins and hetgpu decides for it; remove the hold to leave the group to Nomad", KeyEnable)
 			}
 		}
 		gpus, perAlloc := 0, 0
