@@ -97,7 +97,7 @@ func (d *Dashboard) Fleet(ctx context.Context, f FleetFilter) Fleet {
 	if err != nil {
 		d.log.Warn("live device readings unavailable; the fleet view shows none", "error", err)
 	}
-	return BuildFleet(d.svc.LastSnapshot(), stats, d.svc.BackendName(), f)
+	return BuildFleet(d.svc.FleetSnapshot(), stats, d.svc.BackendName(), f)
 }
 
 func fleetFilter(r *http.Request) (FleetFilter, error) {

@@ -113,7 +113,7 @@ func (d *Dashboard) render(w http.ResponseWriter, r *http.Request, name string, 
 	}
 	if fl == nil {
 		// The header needs counts only: no device readings (one request per node on Nomad).
-		f := BuildFleet(d.svc.LastSnapshot(), nil, d.svc.BackendName(), FleetFilter{})
+		f := BuildFleet(d.svc.FleetSnapshot(), nil, d.svc.BackendName(), FleetFilter{})
 		fl = &f
 	}
 	p := page{Name: name, Pages: pageNames, Backend: fl.Backend, SnapTime: fl.Time, NodeCount: fl.NodeCount, GPUCount: fl.GPUCount,
@@ -197,7 +197,7 @@ type queueBody struct {
 const maxQueueRows = 500
 
 func (d *Dashboard) queuePage(w http.ResponseWriter, r *http.Request) {
-	fl := BuildFleet(d.svc.LastSnapshot(), nil, d.svc.BackendName(), FleetFilter{})
+	fl := BuildFleet(d.svc.FleetSnapshot(), nil, d.svc.BackendName(), FleetFilter{})
 	raw, err := json.Marshal(d.svc.Queue())
 	var q queueBody
 	if err == nil {
@@ -207,7 +207,7 @@ func (d *Dashboard) queuePage(w http.ResponseWriter, r *http.Request) {
 		httpjson.Error(w, http.StatusInternalServerError, fmt.Errorf("queue: %w", err))
 		return
 	}
-	q.Free = d.freeAfterRound(fl.Totals, q.Jobs)
+	q.Free = fl.Totals
 	q.Total = len(q.Jobs)
 	if len(q.Jobs) > maxQueueRows {
 		q.Jobs = q.Jobs[:maxQueueRows]
@@ -226,27 +226,6 @@ func (d *Dashboard) queuePage(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	d.render(w, r, "queue", &fl, q)
-}
-
-// freeAfterRound is the free GPUs per type once the round's own placements (the queue's
-// "decided" jobs, whose GPUs the snapshot still shows free) are taken.
-func (d *Dashboard) freeAfterRound(totals []TypeTotals, jobs []queueRow) []TypeTotals {
-	out := append([]TypeTotals(nil), totals...)
-	for _, j := range jobs {
-		if j.Status != "decided" {
-			continue
-		}
-		r, ok := d.svc.Store().Latest(j.JobKey)
-		if !ok || r.Decision == nil {
-			continue
-		}
-		for i := range out {
-			if out[i].GPUType == r.Decision.GPUType {
-				out[i].Free = max(0, out[i].Free-r.Decision.GPUs())
-			}
-		}
-	}
-	return out
 }
 
 // whyWaiting explains a queue entry. The queue's own fields (wait kind, reason, infeasible)

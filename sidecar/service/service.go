@@ -81,6 +81,9 @@ type Service struct {
 	lastRound time.Time
 	lastErr   string
 	lastSnap  *cluster.Snapshot
+	// lastPinned: the decisions of the last round that were pinned; their GPUs are taken
+	// although lastSnap, made before the round, still shows them free.
+	lastPinned []cluster.Decision
 	queue     []QueueEntry
 	invalid   map[string]string
 	// shadowDone: job key -> JobModifyIndex already decided in shadow mode.
@@ -470,6 +473,7 @@ func (s *Service) record(ctx context.Context, round uint64, r *sched.Round, pred
 	for _, p := range r.Pins {
 		pinRes[p.JobKey] = p
 	}
+	var pinned []cluster.Decision
 	var recs []*store.DecisionRecord
 	decided := map[string]bool{}
 	var capOnce *capacity
@@ -529,6 +533,9 @@ func (s *Service) record(ctx context.Context, round uint64, r *sched.Round, pred
 			}
 		}
 		recs = append(recs, rec)
+		if rec.Status == store.StatusPinned {
+			pinned = append(pinned, d)
+		}
 		if rec.Status == store.StatusPinned || rec.Status == store.StatusShadow {
 			s.log.Info("decision", "job", key, "status", rec.Status, "gpu_type", d.GPUType, "gpus", d.GPUs(),
 				"nodes", len(d.Assign), "rank", rec.Rank, "score", rec.Score)
@@ -560,6 +567,7 @@ func (s *Service) record(ctx context.Context, round uint64, r *sched.Round, pred
 	}
 	s.mu.Lock()
 	s.lastSnap = full
+	s.lastPinned = pinned
 	s.queue = queue
 	for k := range decided {
 		delete(s.pinning, k)
