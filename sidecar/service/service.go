@@ -84,8 +84,8 @@ type Service struct {
 	// lastPinned: the decisions of the last round that were pinned; their GPUs are taken
 	// although lastSnap, made before the round, still shows them free.
 	lastPinned []cluster.Decision
-	queue     []QueueEntry
-	invalid   map[string]string
+	queue      []QueueEntry
+	invalid    map[string]string
 	// shadowDone: job key -> JobModifyIndex already decided in shadow mode.
 	shadowDone map[string]uint64
 	// placed: Nomad's own placements of shadow jobs not yet compared.
