@@ -40,17 +40,24 @@ func submitToy(t *testing.T, c *api.Client, bins binaries, id string, steps int,
 	}
 }
 
-// killToys ends toy workloads a test leaves behind (a client killed with SIGKILL does not
-// stop its tasks).
-func killToys(t *testing.T, bins binaries) {
+// killToys ends the toy workloads of the cluster's allocations that outlive the test (a
+// client killed with SIGKILL does not stop its tasks); a task's working directory lies in its
+// allocation directory under the cluster's, so other tests' workloads are left alone.
+func killToys(t *testing.T, c *cluster, bins binaries) {
 	t.Cleanup(func() {
 		procs, _ := filepath.Glob("/proc/[0-9]*/exe")
 		for _, p := range procs {
-			if exe, err := os.Readlink(p); err == nil && exe == bins.Toy {
-				var pid int
-				if _, err := fmt.Sscanf(p, "/proc/%d/exe", &pid); err == nil {
-					_ = syscall.Kill(pid, syscall.SIGKILL)
-				}
+			exe, err := os.Readlink(p)
+			if err != nil || exe != bins.Toy {
+				continue
+			}
+			cwd, err := os.Readlink(filepath.Join(filepath.Dir(p), "cwd"))
+			if err != nil || !strings.HasPrefix(cwd, c.dir+string(filepath.Separator)) {
+				continue
+			}
+			var pid int
+			if _, err := fmt.Sscanf(p, "/proc/%d/exe", &pid); err == nil {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
 		}
 	})
@@ -160,9 +167,9 @@ func newFaultEnv(t *testing.T, purpose string, clients []clusterClient, serverEx
 	t.Helper()
 	nomadBin := nomadBinary(t, purpose)
 	e := &faultEnv{bins: buildBinaries(t, binHetgpu, binDevice, binDriver, binToy), port: freePort(t)}
-	killToys(t, e.bins)
 	e.sidecarURL = fmt.Sprintf("http://127.0.0.1:%d", e.port)
 	e.cluster = startClusterWith(t, nomadBin, e.bins, clients, fmt.Sprintf("    sidecar_addr = %q", e.sidecarURL), serverExtra)
+	killToys(t, e.cluster, e.bins)
 	return e
 }
 
