@@ -69,6 +69,29 @@ func TestSidecarPinsJobspecs(t *testing.T) {
 		scCheckPinned(t, c.API, sidecarURL, id)
 	}
 
+	// The dashboard's fleet on the real agent: every node and GPU, the pinned ones held.
+	var fleet struct {
+		NodeCount int  `json:"node_count"`
+		GPUCount  int  `json:"gpu_count"`
+		Readings  bool `json:"readings"`
+		Totals    []struct {
+			GPUType string `json:"gpu_type"`
+			Busy    int    `json:"busy"`
+		} `json:"totals"`
+	}
+	must(t, scGet(sidecarURL+"/v1/fleet", &fleet))
+	busy := 0
+	for _, tt := range fleet.Totals {
+		busy += tt.Busy
+	}
+	t.Logf("fleet: %d GPUs on %d nodes, %d busy, live readings %v", fleet.GPUCount, fleet.NodeCount, busy, fleet.Readings)
+	if fleet.NodeCount != 3 || fleet.GPUCount != 24 || busy == 0 {
+		t.Errorf("fleet = %d GPUs on %d nodes, %d busy; want 24 GPUs on 3 nodes, some busy", fleet.GPUCount, fleet.NodeCount, busy)
+	}
+	if page, err := httpGet(sidecarURL + "/ui/fleet"); err != nil || !strings.Contains(page, "GPUs on") {
+		t.Errorf("the fleet page: %v", err)
+	}
+
 	// 4. Kill the sidecar mid-run; a job submitted meanwhile waits; after a restart nothing is
 	// lost.
 	var before scDecisions
