@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/hetgpu/hetgpu/sidecar/cluster"
@@ -116,6 +117,12 @@ type Round struct {
 	Preempted []cluster.PinResult
 	// Latency is wall time from snapshot to pins issued.
 	Latency time.Duration
+	// DeferredGangs are the gangs ("namespace/id") a placement decided in part: they were
+	// taken out and the round placed again without them, so none of their groups was decided.
+	DeferredGangs []string
+	// PartialGangPins counts the gangs the backend pinned in part (see PartialGangPins); 0
+	// unless a backend applies part of one job's decisions.
+	PartialGangPins int
 }
 
 // Pipeline runs decision rounds against a cluster backend.
@@ -143,6 +150,7 @@ func (p *Pipeline) RunRound(ctx context.Context) (*Round, error) {
 		if err != nil {
 			return nil, err
 		}
+		plan.Preempt = GangPreemptions(snap, plan.Preempt)
 		if len(plan.Preempt) > 0 {
 			preempted, err = pre.Preempt(ctx, plan.Preempt)
 			if err != nil {
@@ -162,6 +170,7 @@ func (p *Pipeline) RunRound(ctx context.Context) (*Round, error) {
 		if err != nil {
 			return r, fmt.Errorf("pin %d decisions: %w", len(r.Decisions), err)
 		}
+		r.PartialGangPins = PartialGangPins(GangsOf(r.Snapshot.Pending), r.Pins)
 	}
 	r.Latency = time.Since(start)
 	return r, nil
@@ -253,11 +262,45 @@ func (p *Pipeline) decide(ctx context.Context, snap *cluster.Snapshot, order []R
 			return nil, fmt.Errorf("rank %d pending jobs: %w", len(snap.Pending), err)
 		}
 	}
+	gangs := GangsOf(snap.Pending)
+	ranked = GroupGangs(ranked, gangs)
 	r.Ranked = ranked
 	var err error
 	r.Decisions, r.Place, err = p.Placer.Place(ctx, snap, ranked, p.Predictor)
 	if err != nil {
 		return nil, fmt.Errorf("place %d ranked jobs: %w", len(ranked), err)
 	}
+	// A gang decided in part is taken out whole and the rest placed again, so its GPUs go to
+	// the jobs behind it this round; after maxGangRetries solves what is still partial is
+	// dropped. Placers know nothing of gangs: this keeps every solver (MILP, decomposed,
+	// greedy) all-or-nothing.
+	out := map[string]bool{}
+	for try := 0; ; try++ {
+		partial := PartialGangs(gangs, r.Decisions)
+		if len(partial) == 0 {
+			break
+		}
+		for _, g := range partial {
+			out[g] = true
+		}
+		if try == maxGangRetries {
+			r.Decisions = dropGangDecisions(r.Decisions, gangs, out)
+			break
+		}
+		ranked = withoutGangs(ranked, gangs, out)
+		if len(ranked) == 0 {
+			r.Decisions = nil
+			break
+		}
+		ds, st, err := p.Placer.Place(ctx, snap, ranked, p.Predictor)
+		if err != nil {
+			return nil, fmt.Errorf("place %d ranked jobs without %d partly placed gangs: %w", len(ranked), len(out), err)
+		}
+		r.Decisions, r.Place = ds, st
+	}
+	for g := range out {
+		r.DeferredGangs = append(r.DeferredGangs, g)
+	}
+	sort.Strings(r.DeferredGangs)
 	return r, nil
 }

@@ -453,6 +453,11 @@ func (s *Service) record(ctx context.Context, round uint64, r *sched.Round, pred
 			s.metrics.SolverOutcomes.WithLabelValues(r.Place.Solver, fmt.Sprint(r.Place.Fallback)).Inc()
 		}
 	}
+	s.metrics.GangsDeferred.Add(float64(len(r.DeferredGangs)))
+	if r.PartialGangPins > 0 {
+		s.metrics.GangPartialPins.Add(float64(r.PartialGangPins))
+		s.log.Error("gangs pinned in part: the backend applied some but not all of a job's decisions", "gangs", r.PartialGangPins)
+	}
 	for _, p := range r.Preempted {
 		switch {
 		case p.Applied:

@@ -77,7 +77,7 @@ func (s *Service) triage(snap *cluster.Snapshot, tri *roundTriage, pred sched.Pr
 	if len(snap.Pending) == 0 {
 		return snap
 	}
-	vs := s.feas.Triage(snap, pred)
+	vs := gangVerdicts(snap.Pending, s.feas.Triage(snap, pred))
 	out := *snap
 	out.Pending = make([]cluster.Job, 0, len(snap.Pending))
 	for i, v := range vs {
@@ -92,6 +92,39 @@ func (s *Service) triage(snap *cluster.Snapshot, tri *roundTriage, pred sched.Pr
 	}
 	sort.Slice(tri.held, func(a, b int) bool { return tri.held[a].job.Key() < tri.held[b].job.Key() })
 	return &out
+}
+
+// gangVerdicts sets a gang aside whole: a gang is placed all or nothing, so a member that can
+// never run (or cannot be evaluated) keeps its mates waiting too, with its reason.
+func gangVerdicts(jobs []cluster.Job, vs []feasible.Verdict) []feasible.Verdict {
+	gangs := sched.GangsOf(jobs)
+	if len(gangs) == 0 {
+		return vs
+	}
+	blocker := map[string]int{}
+	for i := range jobs {
+		g := sched.GangKey(&jobs[i])
+		if _, done := blocker[g]; gangs[g] != nil && !done && vs[i].Kind() != "" {
+			blocker[g] = i
+		}
+	}
+	if len(blocker) == 0 {
+		return vs
+	}
+	out := append([]feasible.Verdict(nil), vs...)
+	for i := range jobs {
+		g := sched.GangKey(&jobs[i])
+		b, ok := blocker[g]
+		if !ok || out[i].Kind() != "" || !gangs[g][jobs[i].Key()] {
+			continue
+		}
+		why := fmt.Sprintf("its gang's group %q cannot run on this cluster: %s", jobs[b].Group, vs[b].Reason)
+		if vs[b].Invalid {
+			why = fmt.Sprintf("its gang's group %q cannot be evaluated: %s", jobs[b].Group, vs[b].Reason)
+		}
+		out[i] = feasible.Verdict{Invalid: vs[b].Invalid, Reason: why}
+	}
+	return out
 }
 
 // classify fills Wait and Reason of the queue's undecided entries: a group that fits the GPUs
@@ -112,6 +145,11 @@ func (s *Service) classify(queue []QueueEntry, r *sched.Round, decided map[strin
 		return
 	}
 	vs := s.feas.Now(r.Snapshot, jobs, pred)
+	deferred := map[string]bool{}
+	for _, g := range r.DeferredGangs {
+		deferred[g] = true
+	}
+	gangs := sched.GangsOf(r.Snapshot.Pending)
 	placedAhead, next := 0, 0
 	for _, rk := range r.Ranked {
 		if rk.Job == nil {
@@ -134,6 +172,11 @@ func (s *Service) classify(queue []QueueEntry, r *sched.Round, decided map[strin
 			q.Wait, q.Reason = WaitInvalid, v.Reason
 		case !v.Fits:
 			q.Wait, q.Reason = WaitCapacity, v.Reason
+		case deferred[sched.GangKey(rk.Job)] && gangs[sched.GangKey(rk.Job)][k]:
+			n := len(gangs[sched.GangKey(rk.Job)])
+			q.Wait = WaitBehind
+			q.Reason = fmt.Sprintf("it fits the GPUs free at the start of the round, but its gang (the %d waiting groups of job %s) could not be placed whole; a gang is placed all or nothing",
+				n, rk.Job.ID)
 		case placedAhead > 0:
 			q.Wait = WaitBehind
 			q.Reason = fmt.Sprintf("it fits the GPUs free at the start of the round; the %d %s ranked ahead that were placed came first",
