@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/hetgpu/hetgpu/sidecar/cluster"
 )
@@ -126,9 +127,10 @@ func TestGangsNeverPartlyPinned(t *testing.T) {
 			}
 		}
 		rng.Shuffle(len(pending), func(a, b int) { pending[a], pending[b] = pending[b], pending[a] })
-		fc := &fakeCluster{snap: &cluster.Snapshot{Pending: pending}}
+		fc := &fakeCluster{snap: &cluster.Snapshot{Now: t0, Pending: pending}}
 		pl := &randomPlacer{rng: rng}
-		p := Pipeline{Cluster: fc, Ranker: &byID{}, Placer: pl}
+		// Every other round reserves for the head gang (all jobs have waited since year 1).
+		p := Pipeline{Cluster: fc, Ranker: &byID{}, Placer: pl, ReserveAfter: time.Duration(round%2) * time.Hour}
 		r, err := p.RunRound(context.Background())
 		if err != nil {
 			t.Fatal(err)

@@ -3,12 +3,14 @@ package service_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/hetgpu/hetgpu/sidecar/nomad"
 	"github.com/hetgpu/hetgpu/sidecar/place"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
+	"github.com/hetgpu/hetgpu/sidecar/service"
 	"github.com/hetgpu/hetgpu/sidecar/service/servicetest"
 	"github.com/hetgpu/hetgpu/sidecar/store"
 )
@@ -170,5 +172,34 @@ func TestGangWithInfeasibleMemberWaitsWhole(t *testing.T) {
 	}
 	if _, _, ok := nomad.PinOf(group(h.Nomad.Job("default", "gang"), "w1")); ok {
 		t.Fatal("w1 pinned without its infeasible mate")
+	}
+}
+
+// A gang that waited past gang.reserve_after and cannot be placed reserves GPUs: a long job
+// that would take the GPUs it needs waits (with the reservation as its reason), a small one
+// that fits in what is left over starts.
+func TestGangReservationHoldsBackLongJobs(t *testing.T) {
+	h := servicetest.NewHarness(t, func(c *service.Config, _ *nomad.Config) { c.GangReserveAfter = time.Nanosecond })
+	h.Nomad.Register(servicetest.HeldJob("filler", 8, 1, nil))
+	h.Round()
+	pinOf(t, h.Nomad.Job("default", "filler"))
+	h.Nomad.Register(gangJob("gang", 8, nil))
+	long := map[string]string{"hetgpu.enable": "true", "hetgpu.runtime": "10h"}
+	h.Nomad.Register(servicetest.HeldJob("long", 8, 1, long))
+	h.Nomad.Register(servicetest.HeldJob("small", 2, 1, nil))
+	h.Round()
+
+	q := queueByKey(h)
+	if e := q["default/long/train"]; e.Status == "decided" || !strings.Contains(e.Reason, "GPUs are reserved for gang default/gang (16 GPUs") {
+		t.Errorf("long = %+v, want held back by the gang's reservation", e)
+	}
+	if e := q["default/gang/w1"]; !strings.Contains(e.Reason, "reservation for 16 GPUs") {
+		t.Errorf("gang/w1 = %+v, want its reservation in the reason", e)
+	}
+	if r, ok := h.Store.Latest("default/small/train"); !ok || r.Status != store.StatusPinned {
+		t.Errorf("small not pinned (it fits in the GPUs left over beside the reservation): %+v", r)
+	}
+	if m := scrape(t, h); !strings.Contains(m, "hetgpu_gang_reserved_gpus 16") {
+		t.Errorf("gang metrics:\n%s", grepLines(m, "gang"))
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/hetgpu/hetgpu/sidecar/cluster"
 	"github.com/hetgpu/hetgpu/sidecar/feasible"
@@ -150,6 +151,12 @@ func (s *Service) classify(queue []QueueEntry, r *sched.Round, decided map[strin
 		deferred[g] = true
 	}
 	gangs := sched.GangsOf(r.Snapshot.Pending)
+	held := map[string]bool{}
+	if r.Reservation != nil {
+		for _, k := range r.Reservation.Held {
+			held[k] = true
+		}
+	}
 	placedAhead, next := 0, 0
 	for _, rk := range r.Ranked {
 		if rk.Job == nil {
@@ -170,6 +177,19 @@ func (s *Service) classify(queue []QueueEntry, r *sched.Round, decided map[strin
 		switch {
 		case v.Invalid:
 			q.Wait, q.Reason = WaitInvalid, v.Reason
+		case r.Reservation != nil && sched.GangKey(rk.Job) == r.Reservation.Gang && gangs[r.Reservation.Gang][k]:
+			q.Wait, q.Reason = WaitCapacity, v.Reason
+			if v.Fits {
+				q.Wait, q.Reason = WaitBehind, "it fits the GPUs free at the start of the round, but its gang could not be placed whole"
+			}
+			until := "when enough GPUs free up"
+			if !r.Reservation.Until.IsZero() {
+				until = "about " + r.Reservation.Until.UTC().Format(time.RFC3339)
+			}
+			q.Reason += fmt.Sprintf("; its gang holds a reservation for %d GPUs, expected free %s: jobs that would delay it wait",
+				r.Reservation.GPUs, until)
+		case held[k]:
+			q.Wait, q.Reason = WaitBehind, r.Reservation.Reason()
 		case !v.Fits:
 			q.Wait, q.Reason = WaitCapacity, v.Reason
 		case deferred[sched.GangKey(rk.Job)] && gangs[sched.GangKey(rk.Job)][k]:
