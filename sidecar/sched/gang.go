@@ -50,8 +50,8 @@ func GangsOf(jobs []cluster.Job) Gangs {
 	return gs
 }
 
-// of returns the gang whose waiting member the job key is, or "".
-func (gs Gangs) of(jobKey string) string {
+// Of returns the gang whose waiting member the job key is, or "".
+func (gs Gangs) Of(jobKey string) string {
 	i := strings.LastIndexByte(jobKey, '/')
 	if i < 0 {
 		return ""
@@ -71,14 +71,14 @@ func GroupGangs(ranked []Ranked, gs Gangs) []Ranked {
 	}
 	members := map[string][]Ranked{}
 	for _, r := range ranked {
-		if g := gs.of(r.Job.Key()); g != "" {
+		if g := gs.Of(r.Job.Key()); g != "" {
 			members[g] = append(members[g], r)
 		}
 	}
 	out := make([]Ranked, 0, len(ranked))
 	done := map[string]bool{}
 	for _, r := range ranked {
-		g := gs.of(r.Job.Key())
+		g := gs.Of(r.Job.Key())
 		if g == "" {
 			out = append(out, r)
 			continue
@@ -98,7 +98,7 @@ func PartialGangs(gs Gangs, ds []cluster.Decision) []string {
 	}
 	got := map[string]int{}
 	for i := range ds {
-		if g := gs.of(ds[i].JobKey()); g != "" {
+		if g := gs.Of(ds[i].JobKey()); g != "" {
 			got[g]++
 		}
 	}
@@ -116,7 +116,7 @@ func PartialGangs(gs Gangs, ds []cluster.Decision) []string {
 func dropGangDecisions(ds []cluster.Decision, gs Gangs, drop map[string]bool) []cluster.Decision {
 	out := ds[:0:0]
 	for _, d := range ds {
-		if !drop[gs.of(d.JobKey())] {
+		if !drop[gs.Of(d.JobKey())] {
 			out = append(out, d)
 		}
 	}
@@ -127,7 +127,7 @@ func dropGangDecisions(ds []cluster.Decision, gs Gangs, drop map[string]bool) []
 func withoutGangs(ranked []Ranked, gs Gangs, drop map[string]bool) []Ranked {
 	out := make([]Ranked, 0, len(ranked))
 	for _, r := range ranked {
-		if !drop[gs.of(r.Job.Key())] {
+		if !drop[gs.Of(r.Job.Key())] {
 			out = append(out, r)
 		}
 	}
@@ -144,7 +144,7 @@ func PartialGangPins(gs Gangs, pins []cluster.PinResult) int {
 	}
 	applied := map[string]int{}
 	for _, p := range pins {
-		if g := gs.of(p.JobKey); g != "" && p.Applied {
+		if g := gs.Of(p.JobKey); g != "" && p.Applied {
 			applied[g]++
 		}
 	}

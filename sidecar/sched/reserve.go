@@ -50,7 +50,7 @@ func (r *Reservation) Reason() string {
 // headGang returns the best-ranked gang that has waited at least after, or "".
 func headGang(snap *cluster.Snapshot, ranked []Ranked, gs Gangs, after time.Duration) (string, time.Time) {
 	for _, r := range ranked {
-		g := gs.of(r.Job.Key())
+		g := gs.Of(r.Job.Key())
 		if g == "" {
 			continue
 		}
@@ -76,12 +76,12 @@ func oldestSubmit(snap *cluster.Snapshot, gs Gangs, g string) time.Time {
 func toFront(ranked []Ranked, gs Gangs, g string) []Ranked {
 	out := make([]Ranked, 0, len(ranked))
 	for _, r := range ranked {
-		if gs.of(r.Job.Key()) == g {
+		if gs.Of(r.Job.Key()) == g {
 			out = append(out, r)
 		}
 	}
 	for _, r := range ranked {
-		if gs.of(r.Job.Key()) != g {
+		if gs.Of(r.Job.Key()) != g {
 			out = append(out, r)
 		}
 	}

@@ -381,7 +381,7 @@ func (p *Pipeline) backfillWhole(snap *cluster.Snapshot, ds []cluster.Decision, 
 	// The reserved gang itself is never held back (it may fit once others were held).
 	var own, others []cluster.Decision
 	for _, d := range ds {
-		if gangs.of(d.JobKey()) == res.Gang {
+		if gangs.Of(d.JobKey()) == res.Gang {
 			own = append(own, d)
 		} else {
 			others = append(others, d)
@@ -395,7 +395,7 @@ func (p *Pipeline) backfillWhole(snap *cluster.Snapshot, ds []cluster.Decision, 
 			drop[g] = true
 		}
 		for _, d := range kept {
-			if drop[gangs.of(d.JobKey())] {
+			if drop[gangs.Of(d.JobKey())] {
 				held = append(held, d.JobKey())
 			}
 		}
@@ -407,7 +407,7 @@ func (p *Pipeline) backfillWhole(snap *cluster.Snapshot, ds []cluster.Decision, 
 // decidesGang reports whether ds decides gang g (whole, as placeWhole leaves it).
 func decidesGang(ds []cluster.Decision, gangs Gangs, g string) bool {
 	for i := range ds {
-		if gangs.of(ds[i].JobKey()) == g {
+		if gangs.Of(ds[i].JobKey()) == g {
 			return true
 		}
 	}

@@ -100,7 +100,7 @@ func gangAllOrNothing(t *testing.T, placer sched.Placer) {
 		t.Errorf("launcher ui line %q", l)
 	}
 	q := queueByKey(h)
-	if e := q["default/gang/w1"]; e.Status == "decided" || !strings.Contains(e.Reason, "gang") {
+	if e := q["default/gang/w1"]; e.Status == "decided" || !strings.Contains(e.Reason, "gang") || e.Gang != "default/gang" {
 		t.Errorf("gang/w1 queue entry %+v, want waiting because of its gang", e)
 	}
 	// solo opted out: the group that fits is pinned, the other keeps waiting.
@@ -163,7 +163,7 @@ func TestGangWithInfeasibleMemberWaitsWhole(t *testing.T) {
 	h.Nomad.Register(j)
 	h.Round()
 	q := queueByKey(h)
-	if e := q["default/gang/w2"]; !e.Infeasible {
+	if e := q["default/gang/w2"]; !e.Infeasible || e.Gang != "default/gang" {
 		t.Fatalf("w2 (16 GPUs) = %+v, want infeasible", e)
 	}
 	e := q["default/gang/w1"]

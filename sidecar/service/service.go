@@ -566,6 +566,7 @@ func (s *Service) record(ctx context.Context, round uint64, r *sched.Round, pred
 	}
 	s.classify(queue, r, decided, pred)
 	queue = append(queue, heldEntries(tri, snap)...)
+	setGangs(queue, snap, tri)
 	full := snap
 	if len(tri.held) > 0 {
 		// Explanations of the groups set aside read their estimates from the snapshot.

@@ -128,6 +128,25 @@ func gangVerdicts(jobs []cluster.Job, vs []feasible.Verdict) []feasible.Verdict 
 	return out
 }
 
+// setGangs names the gang of every queue entry that belongs to one (over the ranked groups and
+// those set aside).
+func setGangs(queue []QueueEntry, snap *cluster.Snapshot, tri *roundTriage) {
+	jobs := snap.Pending
+	if len(tri.held) > 0 {
+		jobs = append(make([]cluster.Job, 0, len(snap.Pending)+len(tri.held)), snap.Pending...)
+		for _, h := range tri.held {
+			jobs = append(jobs, h.job)
+		}
+	}
+	gangs := sched.GangsOf(jobs)
+	if len(gangs) == 0 {
+		return
+	}
+	for i := range queue {
+		queue[i].Gang = gangs.Of(queue[i].JobKey)
+	}
+}
+
 // classify fills Wait and Reason of the queue's undecided entries: a group that fits the GPUs
 // free at the start of the round waits behind the jobs ranked ahead, one that does not waits
 // for capacity. The queue is in r.Ranked's order.
