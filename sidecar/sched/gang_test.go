@@ -192,3 +192,76 @@ func TestPartialGangPinsCounted(t *testing.T) {
 		t.Fatalf("PartialGangPins = %d, want 1 (gang default/g pinned in part)", r.PartialGangPins)
 	}
 }
+
+// TestGangPreemptionsProperty: whatever the planner asks, the list GangPreemptions returns
+// stops every running group of a gang or none of them, only groups listed preemptible, each
+// once, and keeps every asked-for group that is out of any gang.
+func TestGangPreemptionsProperty(t *testing.T) {
+	rng := rand.New(rand.NewPCG(18, 7))
+	whole := 0
+	for round := range 500 {
+		snap := &cluster.Snapshot{}
+		var ask []cluster.Preemption
+		for j := range 1 + rng.IntN(5) {
+			id := fmt.Sprintf("j%d", j)
+			for g := range 1 + rng.IntN(3) {
+				grp := fmt.Sprintf("g%d", g)
+				snap.Running = append(snap.Running, cluster.Alloc{ID: id + grp, Namespace: "default", JobID: id, Group: grp})
+				if rng.IntN(4) > 0 {
+					snap.Preemptible = append(snap.Preemptible, member(id, grp, rng.IntN(6) == 0))
+					if rng.IntN(2) == 0 {
+						ask = append(ask, cluster.Preemption{Namespace: "default", JobID: id, Group: grp, Reason: "r"})
+					}
+				}
+			}
+		}
+		got := GangPreemptions(snap, ask)
+		stopped := map[string]bool{}
+		for _, p := range got {
+			if stopped[p.JobKey()] {
+				t.Fatalf("round %d: %s stopped twice", round, p.JobKey())
+			}
+			stopped[p.JobKey()] = true
+		}
+		pre := map[string]cluster.Job{}
+		for _, j := range snap.Preemptible {
+			pre[j.Key()] = j
+		}
+		// Running groups of each job that are in its gang (not opted out).
+		inGang := map[string][]string{}
+		for _, a := range snap.Running {
+			k := a.Namespace + "/" + a.JobID + "/" + a.Group
+			if j, ok := pre[k]; ok && j.Hetgpu.NoGang {
+				continue
+			}
+			inGang[a.Namespace+"/"+a.JobID] = append(inGang[a.Namespace+"/"+a.JobID], k)
+		}
+		for k := range stopped {
+			if _, ok := pre[k]; !ok {
+				t.Fatalf("round %d: %s stopped but not preemptible", round, k)
+			}
+		}
+		for g, ms := range inGang {
+			n := 0
+			for _, k := range ms {
+				if stopped[k] {
+					n++
+				}
+			}
+			if n != 0 && n != len(ms) {
+				t.Fatalf("round %d: gang %s stopped in part: %d of %v", round, g, n, ms)
+			}
+			if n > 1 {
+				whole++
+			}
+		}
+		for _, p := range ask {
+			if pre[p.JobKey()].Hetgpu.NoGang && !stopped[p.JobKey()] {
+				t.Fatalf("round %d: %s is out of any gang and was asked for, but not stopped", round, p.JobKey())
+			}
+		}
+	}
+	if whole == 0 {
+		t.Fatal("no gang of several groups was ever stopped: the property was not exercised")
+	}
+}
