@@ -164,6 +164,39 @@ func TestCheck(t *testing.T) {
 			want: []string{"requests no GPU"},
 		},
 		{
+			name: "launcher beside gpu groups under the job hold",
+			spec: `job "j" {
+  constraint {
+    attribute = "${meta.hetgpu.queue}"
+    value = "waiting-for-hetgpu"
+  }
+  group "launcher" {
+    task "t" { driver = "exec" }
+  }
+  group "workers" {
+    task "t" {
+      resources {
+        device "nvidia/gpu" { count = 2 }
+      }
+    }
+  }
+}`,
+			want: nil,
+		},
+		{
+			name: "job hold without any gpu group",
+			spec: `job "j" {
+  constraint {
+    attribute = "${meta.hetgpu.queue}"
+    value = "waiting-for-hetgpu"
+  }
+  group "launcher" {
+    task "t" { driver = "exec" }
+  }
+}`,
+			want: []string{"requests no GPU"},
+		},
+		{
 			name: "enabled without hold is shadow only",
 			spec: `job "j" {
   meta = { "hetgpu.enable" = "true" }

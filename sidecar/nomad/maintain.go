@@ -56,6 +56,22 @@ type invalidJob struct {
 
 // scan finds pinned groups whose node or GPUs failed, held groups that cannot be decided, and
 // where Nomad placed un-held annotated groups.
+// gangCompanion reports a group without GPUs that only the job-level hold keeps waiting, in a
+// job with GPU groups: a launcher or parameter server that belongs with them. hetgpu does not
+// place it; the pin of the job's GPU groups lifts the job-level hold, which releases it to
+// Nomad in the same register, so it never starts before its workers are pinned.
+func gangCompanion(job *api.Job, tg *api.TaskGroup) bool {
+	if len(gpuDevices(tg)) > 0 || hasHold(tg.Constraints) || !hasHold(job.Constraints) {
+		return false
+	}
+	for _, g := range job.TaskGroups {
+		if g != nil && len(gpuDevices(g)) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 func (b *Backend) scan() ([]fault, []invalidJob, []service.Placement) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -81,6 +97,9 @@ func (b *Backend) scan() ([]fault, []invalidJob, []service.Placement) {
 			}
 			gk := groupKey(ns, id, *tg.Name)
 			if groupHeld(job, tg) {
+				if gangCompanion(job, tg) {
+					continue // released with the job's GPU groups, in the same register
+				}
 				if _, err := pendingJob(job, tg, time.Time{}); err != nil {
 					msg := err.Error()
 					line := GroupLine(*tg.Name, "**held: hetgpu cannot decide** — "+msg+". Fix the job and run it again, or `hetgpu release "+id+"`.")
