@@ -18,15 +18,11 @@ import (
 // job update pins both GPU groups and releases the launcher, and every allocation of the job
 // runs from that one version.
 func TestGangPinnedTogether(t *testing.T) {
-	nomadBin := nomadBinary(t, "gangs end to end")
-	bins := buildBinaries(t, binHetgpu, binDevice, binDriver, binToy)
-	killToys(t, bins)
-	port := freePort(t)
-	sidecarURL := fmt.Sprintf("http://127.0.0.1:%d", port)
-	c := startCluster(t, nomadBin, bins, []clusterClient{
+	e := newFaultEnv(t, "gangs end to end", []clusterClient{
 		{Name: "v100", Fake: []string{"8x V100"}}, {Name: "t4", Fake: []string{"4x T4"}},
-	}, fmt.Sprintf("    sidecar_addr = %q", sidecarURL))
-	startSidecar(t, c, bins, port, `reconcile = "1s"`)
+	}, "")
+	c, bins, sidecarURL := e.cluster, e.bins, e.sidecarURL
+	e.startSidecar(t)
 
 	// The blocker takes all 8 V100s for about 20 s.
 	src, err := os.ReadFile("../jobspecs/resnet50-train.nomad.hcl")
