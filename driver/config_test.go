@@ -258,6 +258,38 @@ func TestSetConfigStateDirPerClient(t *testing.T) {
 	}
 }
 
+// TestLegacySpoolAdopted: run records an earlier version spooled in the shared <base>/spool
+// move into the first configured client's own spool, each exactly once.
+func TestLegacySpoolAdopted(t *testing.T) {
+	stateBase := t.TempDir()
+	legacy := filepath.Join(stateBase, "spool")
+	if err := os.MkdirAll(legacy, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"001-a.json", "002-b.json"} {
+		if err := os.WriteFile(filepath.Join(legacy, n), []byte(`{}`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var spools []string
+	for _, c := range []string{"client1", "client2"} {
+		d := New(nil, Options{PluginPath: filepath.Join("/srv/nomad", c, "plugins", "nomad-driver-hetgpu"), StateBase: stateBase})
+		t.Cleanup(func() { _, _ = d.Shutdown(context.Background(), &drivers.ShutdownRequest{}) })
+		if _, err := d.BaseServer().SetConfig(context.Background(), &base.SetConfigRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		d.mu.Lock()
+		spools = append(spools, d.cfg.SpoolDir)
+		d.mu.Unlock()
+	}
+	first, _ := filepath.Glob(filepath.Join(spools[0], "*.json"))
+	second, _ := filepath.Glob(filepath.Join(spools[1], "*.json"))
+	left, _ := filepath.Glob(filepath.Join(legacy, "*.json"))
+	if len(first) != 2 || len(second) != 0 || len(left) != 0 {
+		t.Errorf("records: first client %v, second %v, left in the shared spool %v", first, second, left)
+	}
+}
+
 func TestAnnotationsFromMetaEnv(t *testing.T) {
 	a := parseAnnotations(map[string]string{
 		"NOMAD_META_hetgpu_model":      "resnet/ResNet-50",

@@ -153,6 +153,15 @@ func (d *Driver) configure(cfg PluginConfig) error {
 	if err := ensurePrivateDir(cfg.StateDir); err != nil {
 		return fmt.Errorf("state_dir: %w", err)
 	}
+	if base := d.opts.StateBase; cfg.StateDir == d.defaultStateDir() {
+		if base == "" {
+			base = defaultStateDir()
+		}
+		if err := ensurePrivateDir(cfg.SpoolDir); err != nil {
+			return fmt.Errorf("spool_dir: %w", err)
+		}
+		adoptLegacySpool(filepath.Join(base, "spool"), cfg.SpoolDir, d.logger)
+	}
 	var rep *report.Reporter
 	if cfg.SidecarAddr != "" {
 		var err error
@@ -178,6 +187,28 @@ func (d *Driver) configure(cfg PluginConfig) error {
 	}
 	d.logger.Info("configured", "state_dir", cfg.StateDir, "sidecar", cfg.SidecarAddr, "nvml", d.gpu.describe())
 	return nil
+}
+
+// adoptLegacySpool moves run records that a driver before per-client state directories
+// spooled in the shared <base>/spool into this client's spool, so an upgrade loses none. A
+// rename is atomic, so with several clients on the host each record lands in exactly one
+// spool; any client can deliver it, since the record names its job and allocation.
+func adoptLegacySpool(legacy, spool string, log hclog.Logger) {
+	if filepath.Clean(legacy) == filepath.Clean(spool) {
+		return
+	}
+	files, _ := filepath.Glob(filepath.Join(legacy, "*.json"))
+	moved := 0
+	for _, f := range files {
+		if err := os.Rename(f, filepath.Join(spool, filepath.Base(f))); err == nil {
+			moved++
+		} else if !os.IsNotExist(err) {
+			log.Warn("run record in the shared spool of an earlier version not moved; move it into spool_dir by hand", "file", f, "error", err)
+		}
+	}
+	if moved > 0 {
+		log.Info("moved run records from the shared spool of an earlier version", "records", moved, "from", legacy, "to", spool)
+	}
 }
 
 // config returns the plugin config, applying the defaults if Nomad never sent one.

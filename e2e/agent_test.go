@@ -485,6 +485,8 @@ type clusterClient struct {
 type cluster struct {
 	*agent  // the server
 	clients []*agent
+	// dir holds the agents' directories (data dirs, allocations, logs).
+	dir string
 }
 
 // startCluster starts a server and the clients with the hetgpu device plugin (fake backend)
@@ -502,7 +504,7 @@ func startClusterWith(t *testing.T, nomadBin string, bins binaries, clients []cl
 	dir := agentDir(t, "hetgpu-cluster-e2e-")
 	srvDir := filepath.Join(dir, "server")
 	rpcPort := freePort(t)
-	c := &cluster{agent: startAgent(t, nomadBin, srvDir, "nomad-server", agentConfig{
+	c := &cluster{dir: dir, agent: startAgent(t, nomadBin, srvDir, "nomad-server", agentConfig{
 		Name: "hetgpu-e2e-server", DataDir: filepath.Join(srvDir, "data"), LogLevel: "INFO",
 		HTTP: freePort(t), RPC: rpcPort, Serf: freePort(t), Server: true, ServerExtra: serverExtra,
 	})}

@@ -40,17 +40,24 @@ func submitToy(t *testing.T, c *api.Client, bins binaries, id string, steps int,
 	}
 }
 
-// killToys ends toy workloads a test leaves behind (a client killed with SIGKILL does not
-// stop its tasks).
-func killToys(t *testing.T, bins binaries) {
+// killToys ends the toy workloads of the cluster's allocations that outlive the test (a
+// client killed with SIGKILL does not stop its tasks); a task's working directory lies in its
+// allocation directory under the cluster's, so other tests' workloads are left alone.
+func killToys(t *testing.T, c *cluster, bins binaries) {
 	t.Cleanup(func() {
 		procs, _ := filepath.Glob("/proc/[0-9]*/exe")
 		for _, p := range procs {
-			if exe, err := os.Readlink(p); err == nil && exe == bins.Toy {
-				var pid int
-				if _, err := fmt.Sscanf(p, "/proc/%d/exe", &pid); err == nil {
-					_ = syscall.Kill(pid, syscall.SIGKILL)
-				}
+			exe, err := os.Readlink(p)
+			if err != nil || exe != bins.Toy {
+				continue
+			}
+			cwd, err := os.Readlink(filepath.Join(filepath.Dir(p), "cwd"))
+			if err != nil || !strings.HasPrefix(cwd, c.dir+string(filepath.Separator)) {
+				continue
+			}
+			var pid int
+			if _, err := fmt.Sscanf(p, "/proc/%d/exe", &pid); err == nil {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
 		}
 	})
@@ -146,18 +153,41 @@ func waitDead(t *testing.T, c *api.Client, id string, d time.Duration) {
 	}, func() string { return jobState(c, id) })
 }
 
+// faultEnv is a cluster whose task drivers report to a sidecar on port, for the fault tests.
+type faultEnv struct {
+	*cluster
+	bins       binaries
+	port       int
+	sidecarURL string
+}
+
+// newFaultEnv starts the cluster (serverExtra inside the server block) with the hetgpu
+// binaries, and ends leftover toy workloads with the test.
+func newFaultEnv(t *testing.T, purpose string, clients []clusterClient, serverExtra string) *faultEnv {
+	t.Helper()
+	nomadBin := nomadBinary(t, purpose)
+	e := &faultEnv{bins: buildBinaries(t, binHetgpu, binDevice, binDriver, binToy), port: freePort(t)}
+	e.sidecarURL = fmt.Sprintf("http://127.0.0.1:%d", e.port)
+	e.cluster = startClusterWith(t, nomadBin, e.bins, clients, fmt.Sprintf("    sidecar_addr = %q", e.sidecarURL), serverExtra)
+	killToys(t, e.cluster, e.bins)
+	return e
+}
+
+// startSidecar runs the sidecar against the cluster with a 1 s reconcile period.
+func (e *faultEnv) startSidecar(t *testing.T) *proc {
+	t.Helper()
+	return startSidecar(t, e.cluster, e.bins, e.port, `reconcile = "1s"`)
+}
+
 // TestDrainKeepsPinnedBatchRunning: `nomad node drain -deadline 10m` on the node a pinned
 // batch job runs on leaves it running to completion in its one allocation, as Nomad does
 // for a plain batch job; hetgpu does not re-hold it.
 func TestDrainKeepsPinnedBatchRunning(t *testing.T) {
-	nomadBin := nomadBinary(t, "drains end to end")
-	bins := buildBinaries(t, binHetgpu, binDevice, binDriver, binToy)
-	killToys(t, bins)
-	port := freePort(t)
-	c := startCluster(t, nomadBin, bins, []clusterClient{
+	e := newFaultEnv(t, "drains end to end", []clusterClient{
 		{Name: "v100a", Fake: []string{"4x V100"}}, {Name: "v100b", Fake: []string{"4x V100"}},
-	}, fmt.Sprintf("    sidecar_addr = \"http://127.0.0.1:%d\"", port))
-	sidecar := startSidecar(t, c, bins, port, `reconcile = "1s"`)
+	}, "")
+	c, bins := e.cluster, e.bins
+	sidecar := e.startSidecar(t)
 
 	submitToy(t, c.API, bins, "drain-run", 250, "100ms", nil)
 	node := runningOn(t, c.API, "drain-run", 90*time.Second)
@@ -188,14 +218,11 @@ func TestDrainKeepsPinnedBatchRunning(t *testing.T) {
 // has the lost allocation to replace and pins it on another node; that client dies too, and
 // the job moves to the third node.
 func TestJobMovedTwice(t *testing.T) {
-	nomadBin := nomadBinary(t, "repeated moves end to end")
-	bins := buildBinaries(t, binHetgpu, binDevice, binDriver, binToy)
-	killToys(t, bins)
-	port := freePort(t)
-	c := startClusterWith(t, nomadBin, bins, []clusterClient{
+	e := newFaultEnv(t, "repeated moves end to end", []clusterClient{
 		{Name: "v100a", Fake: []string{"2x V100"}}, {Name: "v100b", Fake: []string{"2x V100"}}, {Name: "v100c", Fake: []string{"2x V100"}},
-	}, fmt.Sprintf("    sidecar_addr = \"http://127.0.0.1:%d\"", port), fastHeartbeats)
-	sidecar := startSidecar(t, c, bins, port, `reconcile = "1s"`)
+	}, fastHeartbeats)
+	c, bins := e.cluster, e.bins
+	sidecar := e.startSidecar(t)
 	clientOf := func(nodeID string) *agent {
 		for _, cl := range c.clients {
 			if self, err := cl.API.Agent().Self(); err == nil && self.Stats["client"]["node_id"] == nodeID {
@@ -236,13 +263,9 @@ func TestJobMovedTwice(t *testing.T) {
 // TestClientRestartKeepsPinnedJob: restarting the Nomad client under a pinned running job
 // (SIGINT leaves its tasks running) keeps the job in its one allocation.
 func TestClientRestartKeepsPinnedJob(t *testing.T) {
-	nomadBin := nomadBinary(t, "client restarts end to end")
-	bins := buildBinaries(t, binHetgpu, binDevice, binDriver, binToy)
-	killToys(t, bins)
-	port := freePort(t)
-	c := startCluster(t, nomadBin, bins, []clusterClient{{Name: "v100", Fake: []string{"2x V100"}}},
-		fmt.Sprintf("    sidecar_addr = \"http://127.0.0.1:%d\"", port))
-	startSidecar(t, c, bins, port, `reconcile = "1s"`)
+	e := newFaultEnv(t, "client restarts end to end", []clusterClient{{Name: "v100", Fake: []string{"2x V100"}}}, "")
+	c, bins := e.cluster, e.bins
+	e.startSidecar(t)
 
 	submitToy(t, c.API, bins, "restart-run", 400, "100ms", nil)
 	node := runningOn(t, c.API, "restart-run", 90*time.Second)
@@ -276,15 +299,11 @@ func TestClientRestartKeepsPinnedJob(t *testing.T) {
 // Nomad kills its task and, since the task did not fail, counts the job finished and places
 // nothing anew, as for a plain batch job. hetgpu re-holds nothing and learns no finished run.
 func TestDrainDeadlineEndsBatchJob(t *testing.T) {
-	nomadBin := nomadBinary(t, "drain deadlines end to end")
-	bins := buildBinaries(t, binHetgpu, binDevice, binDriver, binToy)
-	killToys(t, bins)
-	port := freePort(t)
-	sidecarURL := fmt.Sprintf("http://127.0.0.1:%d", port)
-	c := startCluster(t, nomadBin, bins, []clusterClient{
+	e := newFaultEnv(t, "drain deadlines end to end", []clusterClient{
 		{Name: "v100a", Fake: []string{"2x V100"}}, {Name: "v100b", Fake: []string{"2x V100"}},
-	}, fmt.Sprintf("    sidecar_addr = %q", sidecarURL))
-	startSidecar(t, c, bins, port, `reconcile = "1s"`)
+	}, "")
+	c, bins, sidecarURL := e.cluster, e.bins, e.sidecarURL
+	e.startSidecar(t)
 
 	submitToy(t, c.API, bins, "deadline-run", 1500, "100ms", nil)
 	node := runningOn(t, c.API, "deadline-run", 90*time.Second)
@@ -343,14 +362,10 @@ func finishedRuns(t *testing.T, sidecarURL, job string) int {
 // both are reported infeasible with the requirement that rules them out (explain JSON, ui
 // line, queue, metric) within 30 s, and a group that fits, queued behind them, is pinned.
 func TestInfeasibleReported(t *testing.T) {
-	nomadBin := nomadBinary(t, "infeasible groups end to end")
-	bins := buildBinaries(t, binHetgpu, binDevice, binDriver, binToy)
-	killToys(t, bins)
-	port := freePort(t)
-	sidecarURL := fmt.Sprintf("http://127.0.0.1:%d", port)
-	c := startCluster(t, nomadBin, bins, []clusterClient{
+	e := newFaultEnv(t, "infeasible groups end to end", []clusterClient{
 		{Name: "v100", Fake: []string{"8x V100"}}, {Name: "t4", Fake: []string{"4x T4"}},
-	}, fmt.Sprintf("    sidecar_addr = %q", sidecarURL))
+	}, "")
+	c, bins, sidecarURL := e.cluster, e.bins, e.sidecarURL
 
 	// Submitted before the sidecar starts, so all three wait for its first round.
 	src, err := os.ReadFile("../jobspecs/resnet50-train.nomad.hcl")
@@ -369,7 +384,7 @@ func TestInfeasibleReported(t *testing.T) {
 	submitToy(t, c.API, bins, "fits", 100, "100ms", nil)
 
 	start := time.Now()
-	startSidecar(t, c, bins, port, `reconcile = "1s"`)
+	e.startSidecar(t)
 	reasons := map[string]string{}
 	for _, id := range []string{"big16", "ddp-resnet"} {
 		var why string
@@ -433,14 +448,9 @@ func ptrTo[T any](v T) *T { return &v }
 // restart the sidecar sees the finished allocation and the task driver delivers its spooled
 // record: exactly one finished-run record of the allocation is stored, whoever came first.
 func TestRunEndingWhileSidecarDownLearnedOnce(t *testing.T) {
-	nomadBin := nomadBinary(t, "exactly-once learning end to end")
-	bins := buildBinaries(t, binHetgpu, binDevice, binDriver, binToy)
-	killToys(t, bins)
-	port := freePort(t)
-	sidecarURL := fmt.Sprintf("http://127.0.0.1:%d", port)
-	c := startCluster(t, nomadBin, bins, []clusterClient{{Name: "v100", Fake: []string{"2x V100"}}},
-		fmt.Sprintf("    sidecar_addr = %q", sidecarURL))
-	sidecar := startSidecar(t, c, bins, port, `reconcile = "1s"`)
+	e := newFaultEnv(t, "exactly-once learning end to end", []clusterClient{{Name: "v100", Fake: []string{"2x V100"}}}, "")
+	c, bins, sidecarURL := e.cluster, e.bins, e.sidecarURL
+	sidecar := e.startSidecar(t)
 
 	submitToy(t, c.API, bins, "once", 150, "100ms", nil)
 	runningOn(t, c.API, "once", 90*time.Second)
@@ -485,14 +495,9 @@ func spoolOf(c *cluster, client string) string {
 // the task driver as a partial run (with the steps it did) and is never stored or learned as
 // a finished run.
 func TestStoppedRunNotLearned(t *testing.T) {
-	nomadBin := nomadBinary(t, "stopped runs end to end")
-	bins := buildBinaries(t, binHetgpu, binDevice, binDriver, binToy)
-	killToys(t, bins)
-	port := freePort(t)
-	sidecarURL := fmt.Sprintf("http://127.0.0.1:%d", port)
-	c := startCluster(t, nomadBin, bins, []clusterClient{{Name: "v100", Fake: []string{"2x V100"}}},
-		fmt.Sprintf("    sidecar_addr = %q", sidecarURL))
-	startSidecar(t, c, bins, port, `reconcile = "1s"`)
+	e := newFaultEnv(t, "stopped runs end to end", []clusterClient{{Name: "v100", Fake: []string{"2x V100"}}}, "")
+	c, bins, sidecarURL := e.cluster, e.bins, e.sidecarURL
+	e.startSidecar(t)
 
 	submitToy(t, c.API, bins, "stopped", 1500, "100ms", nil)
 	runningOn(t, c.API, "stopped", 90*time.Second)

@@ -20,8 +20,8 @@ import (
 func TestJobUpdateSemantics(t *testing.T) {
 	nomadBin := nomadBinary(t, "Nomad's job update semantics")
 	bins := buildBinaries(t, binDevice, binDriver, binToy)
-	killToys(t, bins)
 	c := startCluster(t, nomadBin, bins, []clusterClient{{Name: "v100", Fake: []string{"2x V100"}}}, "")
+	killToys(t, c, bins)
 
 	job, err := c.API.Jobs().ParseHCL(fmt.Sprintf(`
 job "semantics" {

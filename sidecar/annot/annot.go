@@ -25,6 +25,9 @@
 //	hetgpu.allow_sharing   bool      "true": the job may share its GPUs with another sharing job.
 //	hetgpu.preemptible     bool      "true": the job checkpoints; hetgpu may stop it and start it
 //	                                 again later or on faster GPUs (sidecar option preempt).
+//	hetgpu.gang            bool      "false": the job's groups are decided one by one; by default
+//	                                 the waiting GPU groups of one job form a gang, placed and
+//	                                 preempted all or nothing.
 //
 // Any other key under "hetgpu." is an error, so a typo never goes unnoticed.
 package annot
@@ -59,6 +62,7 @@ const (
 	KeyPriorityClass = "hetgpu.priority_class"
 	KeyAllowSharing  = "hetgpu.allow_sharing"
 	KeyPreemptible   = "hetgpu.preemptible"
+	KeyGang          = "hetgpu.gang"
 )
 
 // Limits of the numeric keys.
@@ -98,6 +102,7 @@ func Keys() []KeyDoc {
 		{KeyPriorityClass, "string", "one of " + strings.Join(priorityClasses, ", "), "normal"},
 		{KeyAllowSharing, "bool", "true or false", "false"},
 		{KeyPreemptible, "bool", "true or false", "false"},
+		{KeyGang, "bool", "true or false", "false"},
 	}
 }
 
@@ -220,7 +225,7 @@ var errInvalid = errors.New("invalid")
 func parseKey(a *cluster.Annotations, key, raw string) error {
 	v := strings.TrimSpace(raw)
 	switch key {
-	case KeyEnable, KeyAllowSharing, KeyPreemptible:
+	case KeyEnable, KeyAllowSharing, KeyPreemptible, KeyGang:
 		b, err := parseBool(v)
 		if err != nil {
 			return err
@@ -230,6 +235,8 @@ func parseKey(a *cluster.Annotations, key, raw string) error {
 			a.Enabled = b
 		case KeyAllowSharing:
 			a.AllowSharing = b
+		case KeyGang:
+			a.NoGang = !b
 		default:
 			a.Preemptible = b
 		}

@@ -43,6 +43,10 @@ func TestParse(t *testing.T) {
 			grp:  map[string]string{KeyBatchSize: " 16 "},
 			want: cluster.Annotations{BatchSize: 16},
 		},
+		{name: "gang off", job: map[string]string{KeyGang: "false"}, want: cluster.Annotations{NoGang: true}},
+		{name: "gang off in one group", job: map[string]string{KeyGang: "true"}, grp: map[string]string{KeyGang: "no"}, want: cluster.Annotations{NoGang: true}},
+		{name: "gang on", job: map[string]string{KeyGang: "true"}, want: cluster.Annotations{}},
+		{name: "bad gang", job: map[string]string{KeyGang: "all"}, errKeys: []string{KeyGang}, errSubstr: "true or false"},
 		{name: "bad batch", job: map[string]string{KeyBatchSize: "0"}, errKeys: []string{KeyBatchSize}, errSubstr: "integer from 1"},
 		{name: "bad bool", grp: map[string]string{KeyEnable: "maybe"}, errKeys: []string{KeyEnable}, errSubstr: `(group "g" meta)`},
 		{name: "bad runtime", job: map[string]string{KeyRuntime: "90"}, errKeys: []string{KeyRuntime}, errSubstr: "Go duration"},
@@ -143,7 +147,7 @@ func TestKeysDocumented(t *testing.T) {
 		}
 	}
 	for _, k := range []string{KeyEnable, KeyModel, KeyBatchSize, KeyParams, KeyFramework, KeyRuntime, KeySteps,
-		KeyMinThroughput, KeyMaxNodes, KeyEnergyWeight, KeyPriorityClass, KeyAllowSharing} {
+		KeyMinThroughput, KeyMaxNodes, KeyEnergyWeight, KeyPriorityClass, KeyAllowSharing, KeyPreemptible, KeyGang} {
 		if !seen[k] {
 			t.Errorf("key %s missing from Keys()", k)
 		}

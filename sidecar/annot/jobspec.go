@@ -384,6 +384,16 @@ func Check(js *Jobspec) []Finding {
 		caseVariants(g.Meta, g.Name)
 	}
 	jobMeta := plain(js.Meta)
+	jobHasGPUs := false
+	for _, g := range js.Groups {
+		for _, t := range g.Tasks {
+			for _, d := range t.Devices {
+				if IsGPU(d.Name) && d.Count > 0 {
+					jobHasGPUs = true
+				}
+			}
+		}
+	}
 	for _, g := range js.Groups {
 		groupHold := false
 		for _, c := range g.Constraints {
@@ -419,7 +429,9 @@ func Check(js *Jobspec) []Finding {
 		}
 		if v, ok := merged[KeyEnable]; ok {
 			if b, err := parseBool(strings.TrimSpace(v.Text)); err == nil && !b && held {
-				add("error", v.Range, g.Name, "%s is false but the group carries the hold constraint: it would wait forever; remove the hold or set %s = \"true\"", KeyEnable, KeyEnable)
+				// The sidecar decides for every held group (the hold alone hands it over), so
+				// this is no dead end, only a contradiction worth pointing out.
+				add("warning", v.Range, g.Name, "%s is false but the group carries the hold constraint: the hold wins and hetgpu decides for it; remove the hold to leave the group to Nomad", KeyEnable)
 			}
 		}
 		gpus, perAlloc := 0, 0
@@ -438,6 +450,9 @@ func Check(js *Jobspec) []Finding {
 		}
 		gpus = perAlloc * g.Count
 		switch {
+		case held && gpus == 0 && jobHold && !groupHold && jobHasGPUs:
+			// A launcher beside GPU groups under the job-level hold: the pin of the GPU groups
+			// releases it in the same job update (README, Gangs).
 		case held && gpus == 0:
 			add("error", g.Range, g.Name, "the group is held for hetgpu but requests no GPU (a device \"nvidia/gpu\" block with count >= 1): hetgpu only places GPU groups, so it would wait forever")
 		case !held && a.Enabled:

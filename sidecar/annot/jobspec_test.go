@@ -89,6 +89,25 @@ func TestCheck(t *testing.T) {
 		want []string // substrings of findings, in order; nil: no findings at all
 	}{
 		{
+			// The hold wins over hetgpu.enable = false: a warning, not an error.
+			name: "held with hetgpu.enable false",
+			spec: `job "j" {
+  meta = { "hetgpu.enable" = "false" }
+  constraint {
+    attribute = "${meta.hetgpu.queue}"
+    value = "waiting-for-hetgpu"
+  }
+  group "g" {
+    task "t" {
+      resources {
+        device "nvidia/gpu" { count = 2 }
+      }
+    }
+  }
+}`,
+			want: []string{"warning", "the hold wins and hetgpu decides for it"},
+		},
+		{
 			// The README: the hold alone hands a group to hetgpu; no warning about the missing
 			// hetgpu.enable.
 			name: "held without hetgpu.enable is fine",
@@ -140,6 +159,39 @@ func TestCheck(t *testing.T) {
     task "t" {
       driver = "exec"
     }
+  }
+}`,
+			want: []string{"requests no GPU"},
+		},
+		{
+			name: "launcher beside gpu groups under the job hold",
+			spec: `job "j" {
+  constraint {
+    attribute = "${meta.hetgpu.queue}"
+    value = "waiting-for-hetgpu"
+  }
+  group "launcher" {
+    task "t" { driver = "exec" }
+  }
+  group "workers" {
+    task "t" {
+      resources {
+        device "nvidia/gpu" { count = 2 }
+      }
+    }
+  }
+}`,
+			want: nil,
+		},
+		{
+			name: "job hold without any gpu group",
+			spec: `job "j" {
+  constraint {
+    attribute = "${meta.hetgpu.queue}"
+    value = "waiting-for-hetgpu"
+  }
+  group "launcher" {
+    task "t" { driver = "exec" }
   }
 }`,
 			want: []string{"requests no GPU"},

@@ -283,7 +283,7 @@ func New(c *Config, logOut io.Writer) (*Sidecar, error) {
 		backend = b
 	}
 	svc, err := service.New(service.Config{Reconcile: c.ReconcileD, Debounce: c.DebounceD, Shadow: c.Shadow,
-		BackendName: backendName, Logger: log, TuneEvery: c.Ranker.TuneEveryD}, backend, stages, st)
+		BackendName: backendName, Logger: log, TuneEvery: c.Ranker.TuneEveryD, GangReserveAfter: c.Gang.ReserveAfterD}, backend, stages, st)
 	if err != nil {
 		return fail(err)
 	}

@@ -67,6 +67,9 @@ import (
 //	  tune_runs     = 200      # finished runs between tuning steps
 //	}
 //	predictor { window = 1000  min_samples = 3 }
+//	gang {
+//	  reserve_after = "30m"    # a gang waiting this long reserves GPUs (backfill around it); "0" never
+//	}
 type Config struct {
 	Listen    string `hcl:"listen,optional"`
 	PublicURL string `hcl:"public_url,optional"`
@@ -84,6 +87,7 @@ type Config struct {
 	Preempt   *PreemptConfig   `hcl:"preemption,block"`
 	Ranker    *RankerConfig    `hcl:"ranker,block"`
 	Predictor *PredictorConfig `hcl:"predictor,block"`
+	Gang      *GangConfig      `hcl:"gang,block"`
 
 	// Parsed values (no hcl tag: gohcl ignores untagged fields).
 	ReconcileD, DebounceD, ResyncD time.Duration
@@ -114,6 +118,19 @@ type SimConfig struct {
 	Speed   float64 `hcl:"speed,optional"`
 	Seed    int     `hcl:"seed,optional"`
 }
+
+// GangConfig is the gang block.
+type GangConfig struct {
+	ReserveAfter string `hcl:"reserve_after,optional"`
+
+	// ReserveAfterD is ReserveAfter parsed (default DefaultReserveAfter; 0 never reserves).
+	ReserveAfterD time.Duration
+}
+
+// DefaultReserveAfter is how long a gang waits before it reserves GPUs: long enough that the
+// ordinary ranking decides most rounds, short enough that a big gang starts within hours on
+// a busy cluster.
+const DefaultReserveAfter = 30 * time.Minute
 
 // PlacementConfig is the placement block.
 type PlacementConfig struct {
@@ -294,6 +311,12 @@ func (c *Config) finish() error {
 	}
 	if c.Predictor.MinSamples < 0 {
 		return bad("predictor.min_samples", c.Predictor.MinSamples, "a positive number of runs (default 3)")
+	}
+	if c.Gang == nil {
+		c.Gang = &GangConfig{}
+	}
+	if c.Gang.ReserveAfterD, err = duration(c.Gang.ReserveAfter, DefaultReserveAfter); err != nil || c.Gang.ReserveAfterD < 0 {
+		return bad("gang.reserve_after", c.Gang.ReserveAfter, "a non-negative duration, e.g. \"30m\" (\"0\" never reserves)")
 	}
 	if c.StateDir == "" {
 		c.StateDir = filepath.Dir(store.DefaultPath())

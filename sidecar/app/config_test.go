@@ -44,6 +44,10 @@ preemption {
   hysteresis     = 2
   long_job_guard = false
 }
+
+gang {
+  reserve_after = "2h"
+}
 `
 	c, err := ParseConfig("s.hcl", []byte(src))
 	if err != nil {
@@ -56,7 +60,8 @@ preemption {
 		c.Nomad.Address != "https://nomad:4646" || c.Nomad.Namespace != "ml" || *c.Nomad.SampleDeviceStats || c.ResyncD != 30*time.Second ||
 		c.Simulator.Cluster != "gavel-108" || c.Simulator.Speed != 60 || c.Simulator.Trace != "bundled:default" ||
 		c.Placement.Preset != "gogh" || c.Predictor.Window != 500 || !c.UseNomad() ||
-		c.Preempt.Parsed.MinRun != time.Hour || c.Preempt.Parsed.Hysteresis != 2 || c.Preempt.Parsed.LongJobGuard {
+		c.Preempt.Parsed.MinRun != time.Hour || c.Preempt.Parsed.Hysteresis != 2 || c.Preempt.Parsed.LongJobGuard ||
+		c.Gang.ReserveAfterD != 2*time.Hour {
 		t.Errorf("config = %+v nomad %+v sim %+v", c, c.Nomad, c.Simulator)
 	}
 }
@@ -70,7 +75,7 @@ func TestConfigDefaults(t *testing.T) {
 	}
 	if c.Listen != "127.0.0.1:4656" || c.ReconcileD != 5*time.Second || c.Backend != "auto" || c.UseNomad() ||
 		c.Token != "from-env" || c.Simulator.Cluster != "modern-mix" || c.Placement.Preset != "hetgpu" || c.StateDir == "" ||
-		c.Preempt.Parsed != preempt.Default() {
+		c.Preempt.Parsed != preempt.Default() || c.Gang.ReserveAfterD != DefaultReserveAfter {
 		t.Errorf("defaults = %+v", c)
 	}
 	t.Setenv("NOMAD_ADDR", "http://127.0.0.1:4646")
@@ -95,6 +100,8 @@ func TestConfigErrors(t *testing.T) {
 		{"preemption {\n hysteresis = 0.5\n}", `config preemption.hysteresis = "0.5": expected a speed-up factor >= 1`},
 		{"preemption {\n min_run = \"-5m\"\n}", `config preemption.min_run = "-5m"`},
 		{"preemption {\n min_run = \"later\"\n}", `config preemption.min_run = "later"`},
+		{"gang {\n reserve_after = \"-1m\"\n}", `config gang.reserve_after = "-1m": expected a non-negative duration`},
+		{"gang {\n reserve_after = \"soon\"\n}", `config gang.reserve_after = "soon"`},
 		{`bogus = 1`, `An argument named "bogus" is not expected here`},
 		{`listen = `, "s.hcl:1"},
 	} {

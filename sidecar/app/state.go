@@ -115,7 +115,7 @@ func RepairState(ctx context.Context, dir string, pc PredictorConfig, force bool
 	if err != nil {
 		return nil, fmt.Errorf("repair catalog: %w", err)
 	}
-	if out.CatalogRuns, err = service.Replay(ctx, st, pred, 0); err != nil {
+	if out.CatalogRuns, err = service.Replay(ctx, st, pred, 0, nil); err != nil {
 		return nil, fmt.Errorf("repair catalog from the store: %w", err)
 	}
 	out.Rebuilt = true

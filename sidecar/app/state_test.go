@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -41,7 +42,7 @@ func fillState(t *testing.T, dir string, n int) {
 	if _, err := st.AddObservations(recs, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := service.Replay(context.Background(), st, pred, 0); err != nil || n != len(recs) {
+	if n, err := service.Replay(context.Background(), st, pred, 0, nil); err != nil || n != len(recs) {
 		t.Fatalf("learned %d of %d: %v", n, len(recs), err)
 	}
 }
@@ -151,11 +152,62 @@ func TestReplayOnlyTheWindow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := service.Replay(context.Background(), st, pred, 0)
+	n, err := service.Replay(context.Background(), st, pred, 0, nil)
 	if err != nil || n != 20 {
 		t.Fatalf("replayed %d (%v), want the newest 20", n, err)
 	}
 	if seq, _ := pred.LearnedThrough(); seq != 50 {
 		t.Errorf("learned through %d, want 50", seq)
+	}
+}
+
+// Runs learned out of order (concurrent requests), then a crash: the one stored but not
+// learned, below the highest learned, is learned at the next start, and nothing twice.
+func TestReplayFillsAGapBelowTheNewest(t *testing.T) {
+	t.Setenv("NOMAD_ADDR", "")
+	c, err := ParseConfig("sim.hcl", []byte("listen = \"127.0.0.1:0\"\nsimulator {\n  trace = \"synthetic:jobs=5,rate=3600,seed=3\"\n}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.StateDir = t.TempDir()
+	if err := c.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(c.StateDir, "simulated")
+	fillState(t, dir, 50)
+	// Drop the run with sequence number 25 from the catalog, as a crash between storing it
+	// and learning it (after 26..50 were learned) leaves it.
+	p := filepath.Join(dir, CatalogFile)
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept []string
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if !strings.Contains(l, `"seq":25,`) {
+			kept = append(kept, l)
+		}
+	}
+	if len(kept) != 49 {
+		t.Fatalf("catalog lines %d, want 49", len(kept))
+	}
+	if err := os.WriteFile(p, []byte(strings.Join(kept, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(c, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Store.Close()
+	recs, _, err := predict.ReadCatalogFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[uint64]int{}
+	for _, r := range recs {
+		seen[r.Seq]++
+	}
+	if len(recs) != 50 || seen[25] != 1 {
+		t.Errorf("catalog holds %d runs, seq 25 %d times; want 50 and once", len(recs), seen[25])
 	}
 }

@@ -232,6 +232,9 @@ type Annotations struct {
 	// Preemptible says the job checkpoints and may be stopped and restarted elsewhere
 	// (hetgpu.preemptible).
 	Preemptible bool
+	// NoGang takes the group out of its job's gang (hetgpu.gang = "false"); by default the
+	// waiting groups of one job are placed and preempted all or nothing.
+	NoGang bool
 }
 
 // Assignment is the part of a decision on one node.

@@ -11,7 +11,6 @@ package dashboard
 import (
 	"context"
 	"embed"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/hetgpu/hetgpu/internal/httpjson"
 	"github.com/hetgpu/hetgpu/sidecar/service"
 	"github.com/hetgpu/hetgpu/sidecar/store"
 )
@@ -76,7 +76,7 @@ func (d *Dashboard) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /favicon.ico", func(w http.ResponseWriter, _ *http.Request) {
 		icon, err := assets.ReadFile("assets/favicon.svg")
 		if err != nil {
-			writeErr(w, http.StatusInternalServerError, err)
+			httpjson.Error(w, http.StatusInternalServerError, err)
 			return
 		}
 		w.Header().Set("Content-Type", "image/svg+xml")
@@ -97,7 +97,7 @@ func (d *Dashboard) Fleet(ctx context.Context, f FleetFilter) Fleet {
 	if err != nil {
 		d.log.Warn("live device readings unavailable; the fleet view shows none", "error", err)
 	}
-	return BuildFleet(d.svc.LastSnapshot(), stats, d.svc.BackendName(), f)
+	return BuildFleet(d.svc.FleetSnapshot(), stats, d.svc.BackendName(), f)
 }
 
 func fleetFilter(r *http.Request) (FleetFilter, error) {
@@ -119,10 +119,10 @@ func fleetFilter(r *http.Request) (FleetFilter, error) {
 func (d *Dashboard) fleetJSON(w http.ResponseWriter, r *http.Request) {
 	f, err := fleetFilter(r)
 	if err != nil {
-		writeErr(w, http.StatusBadRequest, err)
+		httpjson.Error(w, http.StatusBadRequest, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, d.Fleet(r.Context(), f))
+	httpjson.Write(w, http.StatusOK, d.Fleet(r.Context(), f))
 }
 
 // observations reads every stored run, oldest first.
@@ -203,19 +203,19 @@ func (d *Dashboard) tuning() map[string]float64 {
 func (d *Dashboard) energyJSON(w http.ResponseWriter, _ *http.Request) {
 	en, err := d.Energy()
 	if err != nil {
-		writeErr(w, http.StatusInternalServerError, err)
+		httpjson.Error(w, http.StatusInternalServerError, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, en)
+	httpjson.Write(w, http.StatusOK, en)
 }
 
 func (d *Dashboard) learningJSON(w http.ResponseWriter, _ *http.Request) {
 	l, err := d.Learning()
 	if err != nil {
-		writeErr(w, http.StatusInternalServerError, err)
+		httpjson.Error(w, http.StatusInternalServerError, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, l)
+	httpjson.Write(w, http.StatusOK, l)
 }
 
 // explainURL is the job's explain page on this sidecar.
@@ -229,17 +229,4 @@ func (d *Dashboard) nomadJobURL(ns, id string) string {
 		return ""
 	}
 	return d.opts.NomadURL + "/ui/jobs/" + url.PathEscape(id+"@"+ns)
-}
-
-// writeJSON and writeErr answer as the rest of the API does.
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
-}
-
-func writeErr(w http.ResponseWriter, code int, err error) {
-	writeJSON(w, code, map[string]string{"error": err.Error()})
 }

@@ -14,6 +14,7 @@ import (
 
 	"gonum.org/v1/plot/plotter"
 
+	"github.com/hetgpu/hetgpu/internal/httpjson"
 	"github.com/hetgpu/hetgpu/sidecar/gpuspec"
 	"github.com/hetgpu/hetgpu/sidecar/store"
 )
@@ -107,12 +108,12 @@ var pageTemplates = func() map[string]*template.Template {
 func (d *Dashboard) render(w http.ResponseWriter, r *http.Request, name string, fl *Fleet, body any) {
 	css, err := assets.ReadFile("assets/style.css")
 	if err != nil {
-		writeErr(w, http.StatusInternalServerError, err)
+		httpjson.Error(w, http.StatusInternalServerError, err)
 		return
 	}
 	if fl == nil {
 		// The header needs counts only: no device readings (one request per node on Nomad).
-		f := BuildFleet(d.svc.LastSnapshot(), nil, d.svc.BackendName(), FleetFilter{})
+		f := BuildFleet(d.svc.FleetSnapshot(), nil, d.svc.BackendName(), FleetFilter{})
 		fl = &f
 	}
 	p := page{Name: name, Pages: pageNames, Backend: fl.Backend, SnapTime: fl.Time, NodeCount: fl.NodeCount, GPUCount: fl.GPUCount,
@@ -123,7 +124,7 @@ func (d *Dashboard) render(w http.ResponseWriter, r *http.Request, name string, 
 	var buf bytes.Buffer
 	if err := pageTemplates[name].ExecuteTemplate(&buf, "layout", p); err != nil {
 		d.log.Error("rendering a dashboard page failed", "page", name, "error", err)
-		writeErr(w, http.StatusInternalServerError, fmt.Errorf("render %s: %w", name, err))
+		httpjson.Error(w, http.StatusInternalServerError, fmt.Errorf("render %s: %w", name, err))
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
@@ -141,7 +142,7 @@ type fleetBody struct {
 func (d *Dashboard) fleetPage(w http.ResponseWriter, r *http.Request) {
 	f, err := fleetFilter(r)
 	if err != nil {
-		writeErr(w, http.StatusBadRequest, err)
+		httpjson.Error(w, http.StatusBadRequest, err)
 		return
 	}
 	whole := d.Fleet(r.Context(), FleetFilter{})
@@ -196,17 +197,17 @@ type queueBody struct {
 const maxQueueRows = 500
 
 func (d *Dashboard) queuePage(w http.ResponseWriter, r *http.Request) {
-	fl := BuildFleet(d.svc.LastSnapshot(), nil, d.svc.BackendName(), FleetFilter{})
+	fl := BuildFleet(d.svc.FleetSnapshot(), nil, d.svc.BackendName(), FleetFilter{})
 	raw, err := json.Marshal(d.svc.Queue())
 	var q queueBody
 	if err == nil {
 		err = json.Unmarshal(raw, &q)
 	}
 	if err != nil {
-		writeErr(w, http.StatusInternalServerError, fmt.Errorf("queue: %w", err))
+		httpjson.Error(w, http.StatusInternalServerError, fmt.Errorf("queue: %w", err))
 		return
 	}
-	q.Free = d.freeAfterRound(fl.Totals, q.Jobs)
+	q.Free = fl.Totals
 	q.Total = len(q.Jobs)
 	if len(q.Jobs) > maxQueueRows {
 		q.Jobs = q.Jobs[:maxQueueRows]
@@ -225,27 +226,6 @@ func (d *Dashboard) queuePage(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	d.render(w, r, "queue", &fl, q)
-}
-
-// freeAfterRound is the free GPUs per type once the round's own placements (the queue's
-// "decided" jobs, whose GPUs the snapshot still shows free) are taken.
-func (d *Dashboard) freeAfterRound(totals []TypeTotals, jobs []queueRow) []TypeTotals {
-	out := append([]TypeTotals(nil), totals...)
-	for _, j := range jobs {
-		if j.Status != "decided" {
-			continue
-		}
-		r, ok := d.svc.Store().Latest(j.JobKey)
-		if !ok || r.Decision == nil {
-			continue
-		}
-		for i := range out {
-			if out[i].GPUType == r.Decision.GPUType {
-				out[i].Free = max(0, out[i].Free-r.Decision.GPUs())
-			}
-		}
-	}
-	return out
 }
 
 // whyWaiting explains a queue entry. The queue's own fields (wait kind, reason, infeasible)
@@ -384,7 +364,7 @@ func (d *Dashboard) decisionsPage(w http.ResponseWriter, r *http.Request) {
 	b.Shown = len(b.Records)
 	svg, err := decisionTimeline(kept)
 	if err != nil {
-		writeErr(w, http.StatusInternalServerError, err)
+		httpjson.Error(w, http.StatusInternalServerError, err)
 		return
 	}
 	b.TimelineSVG = svg
@@ -426,7 +406,7 @@ type learningBody struct {
 func (d *Dashboard) learningPage(w http.ResponseWriter, r *http.Request) {
 	l, err := d.Learning()
 	if err != nil {
-		writeErr(w, http.StatusInternalServerError, err)
+		httpjson.Error(w, http.StatusInternalServerError, err)
 		return
 	}
 	b := learningBody{Learning: l}
@@ -450,7 +430,7 @@ func (d *Dashboard) learningPage(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if err != nil {
-		writeErr(w, http.StatusInternalServerError, err)
+		httpjson.Error(w, http.StatusInternalServerError, err)
 		return
 	}
 	if pi := l.PolicyInfo; pi != nil {
@@ -466,7 +446,7 @@ func (d *Dashboard) learningPage(w http.ResponseWriter, r *http.Request) {
 			b.CurveSVG, err = CurveSVG("Ranking policy training (reward > 0 beats the baseline)", "epoch", "ln(baseline / policy score)",
 				[]Series{{Name: "rollouts (mean)", Points: train}, {Name: "greedy evaluation", Points: eval}})
 			if err != nil {
-				writeErr(w, http.StatusInternalServerError, err)
+				httpjson.Error(w, http.StatusInternalServerError, err)
 				return
 			}
 		}
@@ -515,7 +495,7 @@ type energyBody struct {
 func (d *Dashboard) energyPage(w http.ResponseWriter, r *http.Request) {
 	en, err := d.Energy()
 	if err != nil {
-		writeErr(w, http.StatusInternalServerError, err)
+		httpjson.Error(w, http.StatusInternalServerError, err)
 		return
 	}
 	fl := d.Fleet(r.Context(), FleetFilter{})
@@ -548,7 +528,7 @@ func (d *Dashboard) energyPage(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if err != nil {
-		writeErr(w, http.StatusInternalServerError, err)
+		httpjson.Error(w, http.StatusInternalServerError, err)
 		return
 	}
 	d.render(w, r, "energy", &fl, b)

@@ -296,6 +296,28 @@ func TestMultiNodePin(t *testing.T) {
 	if len(allocs) != 2 || allocs[0].NodeID == allocs[1].NodeID {
 		t.Errorf("allocations %+v, want one per pinned node", allocs)
 	}
+
+	// One of the two nodes goes down: its allocation is lost and Nomad cannot place the
+	// replacement on the pin, so the group is re-held as a whole.
+	f.resync(t)
+	if m, _ := f.b.Maintain(context.Background()); len(m.Reheld) != 0 {
+		t.Fatalf("healthy multi-node pin re-held: %+v", m.Reheld)
+	}
+	f.srv.UpdateNode("node-a100-01", "NodeStreamEvent", func(n *api.Node) { n.Status = api.NodeStatusDown })
+	f.resync(t)
+	m, _ := f.b.Maintain(context.Background())
+	if len(m.Reheld) != 1 || !m.Reheld[0].Applied || !strings.Contains(m.Reheld[0].Reason, "a100b is down") {
+		t.Fatalf("re-held = %+v", m.Reheld)
+	}
+	live := 0
+	for _, a := range f.srv.Allocs("default", "ddp") {
+		if a.DesiredStatus == "run" && a.ClientStatus == "running" {
+			live++
+		}
+	}
+	if live != 0 {
+		t.Errorf("%d allocations still run after the group was re-held (the new device pin is destructive)", live)
+	}
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -802,5 +824,27 @@ func TestPinOntoGPUsStillHeld(t *testing.T) {
 	f.snapshot(t)
 	if res, _ := f.b.Pin(context.Background(), []cluster.Decision{dn}); !res[0].Applied {
 		t.Fatalf("pin after the allocation ended = %+v", res)
+	}
+}
+
+// TestAllocLifetime: the service checks a run record's runtime against the lifetime of the
+// allocation it names; the backend answers from the allocations it tracks.
+func TestAllocLifetime(t *testing.T) {
+	f, _ := pinnedFixture(t, nil)
+	alloc := f.srv.Allocs("default", "run")[0]
+	start := time.Now().Add(-10 * time.Minute).Truncate(time.Second)
+	f.srv.SetAllocStatus(alloc.ID, api.AllocClientStatusRunning, start, time.Time{})
+	f.resync(t)
+	if s, e, ok := f.b.AllocLifetime(alloc.ID); !ok || !s.Equal(start) || !e.IsZero() {
+		t.Errorf("running: %v %v %v", s, e, ok)
+	}
+	end := start.Add(5 * time.Minute)
+	f.srv.SetAllocStatus(alloc.ID, api.AllocClientStatusComplete, start, end)
+	f.resync(t)
+	if s, e, ok := f.b.AllocLifetime(alloc.ID); !ok || !s.Equal(start) || !e.Equal(end) {
+		t.Errorf("complete: %v %v %v", s, e, ok)
+	}
+	if _, _, ok := f.b.AllocLifetime("no-such-alloc"); ok {
+		t.Error("an unknown allocation has a lifetime")
 	}
 }

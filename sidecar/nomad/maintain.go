@@ -58,6 +58,22 @@ type invalidJob struct {
 
 // scan finds pinned groups whose node or GPUs failed, held groups that cannot be decided, and
 // where Nomad placed un-held annotated groups.
+// gangCompanion reports a group without GPUs that only the job-level hold keeps waiting, in a
+// job with GPU groups: a launcher or parameter server that belongs with them. hetgpu does not
+// place it; the pin of the job's GPU groups lifts the job-level hold, which releases it to
+// Nomad in the same register, so it never starts before its workers are pinned.
+func gangCompanion(job *api.Job, tg *api.TaskGroup) bool {
+	if len(gpuDevices(tg)) > 0 || hasHold(tg.Constraints) || !hasHold(job.Constraints) {
+		return false
+	}
+	for _, g := range job.TaskGroups {
+		if g != nil && len(gpuDevices(g)) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 func (b *Backend) scan() ([]fault, []invalidJob, []service.Placement) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -84,6 +100,9 @@ func (b *Backend) scan() ([]fault, []invalidJob, []service.Placement) {
 			}
 			gk := groupKey(ns, id, *tg.Name)
 			if groupHeld(job, tg) {
+				if gangCompanion(job, tg) {
+					continue // released with the job's GPU groups, in the same register
+				}
 				if _, err := pendingJob(job, tg, time.Time{}); err != nil {
 					msg := err.Error()
 					line := GroupLine(*tg.Name, "**held: hetgpu cannot decide** — "+msg+". Fix the job and run it again, or `hetgpu release "+id+"`.")
@@ -470,4 +489,22 @@ func (b *Backend) finishedRuns() []service.FinishedRun {
 		out = append(out, service.FinishedRun{Key: gk + "@" + hex.EncodeToString(sum[:8]), AllocIDs: ids, Obs: obs, Start: start, Samples: samples})
 	}
 	return out
+}
+
+var _ service.AllocLifetimes = (*Backend)(nil)
+
+// AllocLifetime is when an allocation's first task started and its last one finished (end
+// zero while it runs), as the event stream reported them; ok is false for an allocation
+// the backend does not track.
+func (b *Backend) AllocLifetime(allocID string) (start, end time.Time, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	a, ok := b.allocs[allocID]
+	if !ok {
+		return time.Time{}, time.Time{}, false
+	}
+	if !terminal(a) {
+		return a.Start, time.Time{}, true
+	}
+	return a.Start, a.End, true
 }

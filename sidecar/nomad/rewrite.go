@@ -406,17 +406,7 @@ func setUI(job *api.Job, update map[string]string, ui UI) {
 		}
 		lines[g] = l
 	}
-	// Groups in job order; lines of groups that no longer exist are dropped.
-	var ordered []string
-	for _, tg := range job.TaskGroups {
-		if tg.Name == nil {
-			continue
-		}
-		if l, ok := lines[*tg.Name]; ok {
-			ordered = append(ordered, l)
-		}
-	}
-	job.UI.Description = fitDescription(strings.Join(ordered, "\n"), user)
+	job.UI.Description = describe(job, lines, user)
 	if ui.ExplainURL != "" {
 		var links []*api.JobUILink
 		for _, l := range job.UI.Links {
@@ -426,4 +416,19 @@ func setUI(job *api.Job, update map[string]string, ui UI) {
 		}
 		job.UI.Links = append(links, &api.JobUILink{Label: LinkLabel, URL: ui.ExplainURL})
 	}
+}
+
+// describe is the ui description of the group lines and the user's own text: the lines in
+// the job's group order (lines of groups that no longer exist are dropped), then the user's.
+func describe(job *api.Job, lines map[string]string, user string) string {
+	var ordered []string
+	for _, tg := range job.TaskGroups {
+		if tg.Name == nil {
+			continue
+		}
+		if l, ok := lines[*tg.Name]; ok {
+			ordered = append(ordered, l)
+		}
+	}
+	return fitDescription(strings.Join(ordered, "\n"), user)
 }

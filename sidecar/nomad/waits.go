@@ -125,16 +125,7 @@ func removeGroupLine(job *api.Job, group string) {
 		return
 	}
 	delete(lines, group)
-	var ordered []string
-	for _, tg := range job.TaskGroups {
-		if tg.Name == nil {
-			continue
-		}
-		if l, ok := lines[*tg.Name]; ok {
-			ordered = append(ordered, l)
-		}
-	}
-	job.UI.Description = fitDescription(strings.Join(ordered, "\n"), user)
+	job.UI.Description = describe(job, lines, user)
 }
 
 var _ service.WaitReporter = (*Backend)(nil)

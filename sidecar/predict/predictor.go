@@ -263,6 +263,23 @@ func (p *Predictor) clip(st *state, r *Record) {
 	}
 }
 
+// LearnedSeqs returns the store sequence numbers of the runs in the window and the lowest
+// of them (0 when none has one).
+func (p *Predictor) LearnedSeqs() (map[uint64]bool, uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	set, low := map[uint64]bool{}, uint64(0)
+	for i := range p.cat.obs {
+		if sq := p.cat.obs[i].Seq; sq > 0 {
+			set[sq] = true
+			if low == 0 || sq < low {
+				low = sq
+			}
+		}
+	}
+	return set, low
+}
+
 // Window is how many observed runs the catalog keeps.
 func (p *Predictor) Window() int { return p.cat.opts.Window }
 

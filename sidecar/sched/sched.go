@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/hetgpu/hetgpu/sidecar/cluster"
@@ -116,6 +117,14 @@ type Round struct {
 	Preempted []cluster.PinResult
 	// Latency is wall time from snapshot to pins issued.
 	Latency time.Duration
+	// DeferredGangs are the gangs ("namespace/id") a placement decided in part: they were
+	// taken out and the round placed again without them, so none of their groups was decided.
+	DeferredGangs []string
+	// Reservation is the gang this round held GPUs for and the jobs it held back, or nil.
+	Reservation *Reservation
+	// PartialGangPins counts the gangs the backend pinned in part (see PartialGangPins); 0
+	// unless a backend applies part of one job's decisions.
+	PartialGangPins int
 }
 
 // Pipeline runs decision rounds against a cluster backend.
@@ -126,6 +135,9 @@ type Pipeline struct {
 	Placer    Placer
 	// Preemptor, when set and the backend is a cluster.Preempter, runs before placement.
 	Preemptor Preemptor
+	// ReserveAfter, when > 0, lets the best-ranked gang that has waited this long go first
+	// and, when it cannot be placed, reserve GPUs (see Reservation); 0 never reserves.
+	ReserveAfter time.Duration
 }
 
 // RunRound takes one snapshot and carries it through every stage.
@@ -143,6 +155,7 @@ func (p *Pipeline) RunRound(ctx context.Context) (*Round, error) {
 		if err != nil {
 			return nil, err
 		}
+		plan.Preempt = GangPreemptions(snap, plan.Preempt)
 		if len(plan.Preempt) > 0 {
 			preempted, err = pre.Preempt(ctx, plan.Preempt)
 			if err != nil {
@@ -162,6 +175,7 @@ func (p *Pipeline) RunRound(ctx context.Context) (*Round, error) {
 		if err != nil {
 			return r, fmt.Errorf("pin %d decisions: %w", len(r.Decisions), err)
 		}
+		r.PartialGangPins = PartialGangPins(GangsOf(r.Snapshot.Pending), r.Pins)
 	}
 	r.Latency = time.Since(start)
 	return r, nil
@@ -253,11 +267,149 @@ func (p *Pipeline) decide(ctx context.Context, snap *cluster.Snapshot, order []R
 			return nil, fmt.Errorf("rank %d pending jobs: %w", len(snap.Pending), err)
 		}
 	}
-	r.Ranked = ranked
-	var err error
-	r.Decisions, r.Place, err = p.Placer.Place(ctx, snap, ranked, p.Predictor)
-	if err != nil {
-		return nil, fmt.Errorf("place %d ranked jobs: %w", len(ranked), err)
+	gangs := GangsOf(snap.Pending)
+	ranked = GroupGangs(ranked, gangs)
+	var res *Reservation
+	if p.ReserveAfter > 0 && len(gangs) > 0 {
+		if g, since := headGang(snap, ranked, gangs, p.ReserveAfter); g != "" {
+			ranked = toFront(ranked, gangs, g)
+			res = &Reservation{Gang: g, Since: since}
+			for i := range snap.Pending {
+				if gangs[g][snap.Pending[i].Key()] {
+					res.GPUs += snap.Pending[i].GPUs
+				}
+			}
+		}
 	}
+	r.Ranked = ranked
+	deferred := map[string]bool{}
+	var err error
+	r.Decisions, r.Place, err = p.placeWhole(ctx, snap, ranked, gangs, deferred)
+	if err != nil {
+		return nil, err
+	}
+	if res != nil && !decidesGang(r.Decisions, gangs, res.Gang) {
+		if err := p.reserve(ctx, snap, r, ranked, gangs, deferred, res); err != nil {
+			return nil, err
+		}
+	}
+	for g := range deferred {
+		r.DeferredGangs = append(r.DeferredGangs, g)
+	}
+	sort.Strings(r.DeferredGangs)
 	return r, nil
+}
+
+// placeWhole places ranked and makes the answer take gangs whole. A gang decided in part is
+// taken out and the rest placed again, so its GPUs go to the jobs behind it this round; after
+// maxGangRetries solves what is still partial is dropped. Placers know nothing of gangs: this
+// keeps every solver (MILP, decomposed, greedy) all-or-nothing. Gangs taken out are added to
+// deferred.
+func (p *Pipeline) placeWhole(ctx context.Context, snap *cluster.Snapshot, ranked []Ranked, gangs Gangs, deferred map[string]bool) ([]cluster.Decision, PlaceStats, error) {
+	ds, st, err := p.Placer.Place(ctx, snap, ranked, p.Predictor)
+	if err != nil {
+		return nil, st, fmt.Errorf("place %d ranked jobs: %w", len(ranked), err)
+	}
+	out := map[string]bool{}
+	for try := 0; ; try++ {
+		partial := PartialGangs(gangs, ds)
+		if len(partial) == 0 {
+			break
+		}
+		for _, g := range partial {
+			out[g], deferred[g] = true, true
+		}
+		if try == maxGangRetries {
+			ds = dropGangDecisions(ds, gangs, out)
+			break
+		}
+		ranked = withoutGangs(ranked, gangs, out)
+		if len(ranked) == 0 {
+			ds = nil
+			break
+		}
+		ds, st, err = p.Placer.Place(ctx, snap, ranked, p.Predictor)
+		if err != nil {
+			return nil, st, fmt.Errorf("place %d ranked jobs without %d partly placed gangs: %w", len(ranked), len(out), err)
+		}
+	}
+	return ds, st, nil
+}
+
+// reserve holds GPUs for the reserved gang that this round could not place: the decisions
+// that would delay it are dropped (see Reservation), and the round is placed once more
+// without those jobs, so that jobs that may backfill get the room they took.
+func (p *Pipeline) reserve(ctx context.Context, snap *cluster.Snapshot, r *Round, ranked []Ranked, gangs Gangs, deferred map[string]bool, res *Reservation) error {
+	at, extra, ok := shadowTime(snap, res.GPUs)
+	if ok {
+		res.Until = at
+	}
+	jobs := make(map[string]*cluster.Job, len(ranked))
+	for _, rk := range ranked {
+		jobs[rk.Job.Key()] = rk.Job
+	}
+	kept, held := p.backfillWhole(snap, r.Decisions, jobs, gangs, res, extra)
+	if len(held) > 0 {
+		out := map[string]bool{}
+		for _, k := range held {
+			out[k] = true
+		}
+		rest := make([]Ranked, 0, len(ranked))
+		for _, rk := range ranked {
+			if !out[rk.Job.Key()] {
+				rest = append(rest, rk)
+			}
+		}
+		ds, st, err := p.placeWhole(ctx, snap, rest, gangs, deferred)
+		if err != nil {
+			return err
+		}
+		var more []string
+		kept, more = p.backfillWhole(snap, ds, jobs, gangs, res, extra)
+		held = append(held, more...)
+		r.Place = st
+	}
+	r.Decisions = kept
+	sort.Strings(held)
+	res.Held = held
+	r.Reservation = res
+	return nil
+}
+
+// backfillWhole is backfill that holds a gang back whole when it holds back any member.
+func (p *Pipeline) backfillWhole(snap *cluster.Snapshot, ds []cluster.Decision, jobs map[string]*cluster.Job, gangs Gangs, res *Reservation, extra int) ([]cluster.Decision, []string) {
+	// The reserved gang itself is never held back (it may fit once others were held).
+	var own, others []cluster.Decision
+	for _, d := range ds {
+		if gangs.Of(d.JobKey()) == res.Gang {
+			own = append(own, d)
+		} else {
+			others = append(others, d)
+		}
+	}
+	kept, held := backfill(snap, others, jobs, res, extra, p.Predictor)
+	kept = append(own, kept...)
+	if part := PartialGangs(gangs, kept); len(part) > 0 {
+		drop := map[string]bool{}
+		for _, g := range part {
+			drop[g] = true
+		}
+		for _, d := range kept {
+			if drop[gangs.Of(d.JobKey())] {
+				held = append(held, d.JobKey())
+			}
+		}
+		kept = dropGangDecisions(kept, gangs, drop)
+	}
+	return kept, held
+}
+
+// decidesGang reports whether ds decides gang g (whole, as placeWhole leaves it).
+func decidesGang(ds []cluster.Decision, gangs Gangs, g string) bool {
+	for i := range ds {
+		if gangs.Of(ds[i].JobKey()) == g {
+			return true
+		}
+	}
+	return false
 }

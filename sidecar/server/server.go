@@ -32,6 +32,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/hetgpu/hetgpu/internal/httpjson"
 	"github.com/hetgpu/hetgpu/sidecar/cluster"
 	"github.com/hetgpu/hetgpu/sidecar/dashboard"
 	"github.com/hetgpu/hetgpu/sidecar/service"
@@ -90,12 +91,12 @@ func (s *Server) Handler() http.Handler {
 		defer func() {
 			if v := recover(); v != nil {
 				s.log.Error("handler panicked; request failed, sidecar keeps running", "path", r.URL.Path, "panic", v)
-				writeErr(w, http.StatusInternalServerError, fmt.Errorf("internal error"))
+				httpjson.Error(w, http.StatusInternalServerError, fmt.Errorf("internal error"))
 			}
 		}()
 		if s.cfg.Token != "" && r.URL.Path != "/v1/health" && !s.authorized(r) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="hetgpu"`)
-			writeErr(w, http.StatusUnauthorized, errors.New("missing or wrong bearer token (Authorization: Bearer TOKEN)"))
+			httpjson.Error(w, http.StatusUnauthorized, errors.New("missing or wrong bearer token (Authorization: Bearer TOKEN)"))
 			return
 		}
 		if _, pattern := s.mux.Handler(r); pattern == "" {
@@ -118,10 +119,10 @@ func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) {
 	}
 	if len(allow) > 0 {
 		w.Header().Set("Allow", strings.Join(allow, ", "))
-		writeErr(w, http.StatusMethodNotAllowed, fmt.Errorf("%s %s: method not allowed; use %s", r.Method, r.URL.Path, strings.Join(allow, " or ")))
+		httpjson.Error(w, http.StatusMethodNotAllowed, fmt.Errorf("%s %s: method not allowed; use %s", r.Method, r.URL.Path, strings.Join(allow, " or ")))
 		return
 	}
-	writeErr(w, http.StatusNotFound, fmt.Errorf("no such endpoint %s %s; see GET / for the list", r.Method, r.URL.Path))
+	httpjson.Error(w, http.StatusNotFound, fmt.Errorf("no such endpoint %s %s; see GET / for the list", r.Method, r.URL.Path))
 }
 
 func (s *Server) authorized(r *http.Request) bool {
@@ -158,29 +159,17 @@ func (s *Server) Serve(ctx context.Context, ready func(addr string)) error {
 	}
 }
 
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
-}
-
-func writeErr(w http.ResponseWriter, code int, err error) {
-	writeJSON(w, code, map[string]string{"error": err.Error()})
-}
-
 func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
 	h := s.svc.Health()
 	code := http.StatusOK
 	if h.Status != "ok" {
 		code = http.StatusServiceUnavailable
 	}
-	writeJSON(w, code, h)
+	httpjson.Write(w, code, h)
 }
 
 func (s *Server) queue(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, s.svc.Queue())
+	httpjson.Write(w, http.StatusOK, s.svc.Queue())
 }
 
 func (s *Server) decisions(w http.ResponseWriter, r *http.Request) {
@@ -189,7 +178,7 @@ func (s *Server) decisions(w http.ResponseWriter, r *http.Request) {
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 1000 {
-			writeErr(w, http.StatusBadRequest, fmt.Errorf("limit = %q: expected an integer from 1 to 1000", v))
+			httpjson.Error(w, http.StatusBadRequest, fmt.Errorf("limit = %q: expected an integer from 1 to 1000", v))
 			return
 		}
 		limit = n
@@ -197,12 +186,12 @@ func (s *Server) decisions(w http.ResponseWriter, r *http.Request) {
 	if v := q.Get("after"); v != "" {
 		n, err := strconv.ParseUint(v, 10, 64)
 		if err != nil {
-			writeErr(w, http.StatusBadRequest, fmt.Errorf("after = %q: expected a decision sequence number", v))
+			httpjson.Error(w, http.StatusBadRequest, fmt.Errorf("after = %q: expected a decision sequence number", v))
 			return
 		}
 		after = n
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"decisions": s.svc.Decisions(limit, after)})
+	httpjson.Write(w, http.StatusOK, map[string]any{"decisions": s.svc.Decisions(limit, after)})
 }
 
 func wantsHTML(r *http.Request) bool {
@@ -215,7 +204,7 @@ func wantsHTML(r *http.Request) bool {
 func (s *Server) explain(w http.ResponseWriter, r *http.Request) {
 	ns, id := r.PathValue("ns"), r.PathValue("id")
 	if f := r.URL.Query().Get("format"); f != "" && f != "html" && f != "json" {
-		writeErr(w, http.StatusBadRequest, fmt.Errorf("format = %q: expected html or json", f))
+		httpjson.Error(w, http.StatusBadRequest, fmt.Errorf("format = %q: expected html or json", f))
 		return
 	}
 	ex, err := s.svc.Explain(ns, id)
@@ -226,24 +215,24 @@ func (s *Server) explain(w http.ResponseWriter, r *http.Request) {
 			_ = explainTmpl.Execute(w, explainPage{Namespace: ns, JobID: id, NotFound: true})
 			return
 		}
-		writeErr(w, http.StatusNotFound, fmt.Errorf("job %s/%s: %w", ns, id, err))
+		httpjson.Error(w, http.StatusNotFound, fmt.Errorf("job %s/%s: %w", ns, id, err))
 		return
 	}
 	if err != nil {
-		writeErr(w, http.StatusInternalServerError, err)
+		httpjson.Error(w, http.StatusInternalServerError, err)
 		return
 	}
 	if wantsHTML(r) {
 		var buf bytes.Buffer
 		if err := explainTmpl.Execute(&buf, explainPage{Namespace: ns, JobID: id, Ex: ex}); err != nil {
-			writeErr(w, http.StatusInternalServerError, err)
+			httpjson.Error(w, http.StatusInternalServerError, err)
 			return
 		}
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		_, _ = w.Write(buf.Bytes())
 		return
 	}
-	writeJSON(w, http.StatusOK, ex)
+	httpjson.Write(w, http.StatusOK, ex)
 }
 
 // observations stores a request's run records in one transaction and answers exactly what
@@ -253,20 +242,20 @@ func (s *Server) explain(w http.ResponseWriter, r *http.Request) {
 func (s *Server) observations(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
 	if err != nil {
-		writeErr(w, http.StatusBadRequest, fmt.Errorf("read body: %w", err))
+		httpjson.Error(w, http.StatusBadRequest, fmt.Errorf("read body: %w", err))
 		return
 	}
 	if len(body) > maxBody {
-		writeErr(w, http.StatusRequestEntityTooLarge, fmt.Errorf("body larger than %d bytes; post fewer observations at a time", maxBody))
+		httpjson.Error(w, http.StatusRequestEntityTooLarge, fmt.Errorf("body larger than %d bytes; post fewer observations at a time", maxBody))
 		return
 	}
 	obs, err := DecodeObservations(body)
 	if err != nil {
-		writeErr(w, http.StatusBadRequest, err)
+		httpjson.Error(w, http.StatusBadRequest, err)
 		return
 	}
 	if len(obs) > service.MaxBatch {
-		writeErr(w, http.StatusRequestEntityTooLarge, fmt.Errorf("%d observations in one request: at most %d (service.MaxBatch); post them in several requests", len(obs), service.MaxBatch))
+		httpjson.Error(w, http.StatusRequestEntityTooLarge, fmt.Errorf("%d observations in one request: at most %d (service.MaxBatch); post them in several requests", len(obs), service.MaxBatch))
 		return
 	}
 	res, err := s.svc.ObserveBatch(r.Context(), obs, service.SourceDriver, r.Header.Get("Idempotency-Key"))
@@ -284,10 +273,10 @@ func (s *Server) observations(w http.ResponseWriter, r *http.Request) {
 		if len(obs) == 1 && errors.As(err, &be) {
 			msg = be.Err.Error()
 		}
-		writeJSON(w, code, map[string]any{"error": msg, "accepted": 0})
+		httpjson.Write(w, code, map[string]any{"error": msg, "accepted": 0})
 		return
 	}
-	writeJSON(w, http.StatusAccepted, res)
+	httpjson.Write(w, http.StatusAccepted, res)
 }
 
 // DecodeObservations reads one cluster.Observation JSON object or an array of them; unknown
@@ -325,7 +314,7 @@ func (s *Server) listObservations(w http.ResponseWriter, r *http.Request) {
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > maxListed {
-			writeErr(w, http.StatusBadRequest, fmt.Errorf("limit = %q: expected an integer from 1 to %d", v, maxListed))
+			httpjson.Error(w, http.StatusBadRequest, fmt.Errorf("limit = %q: expected an integer from 1 to %d", v, maxListed))
 			return
 		}
 		limit = n
@@ -347,10 +336,10 @@ func (s *Server) listObservations(w http.ResponseWriter, r *http.Request) {
 		return nil
 	})
 	if err != nil {
-		writeErr(w, http.StatusInternalServerError, fmt.Errorf("read stored observations: %w", err))
+		httpjson.Error(w, http.StatusInternalServerError, fmt.Errorf("read stored observations: %w", err))
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"observations": out})
+	httpjson.Write(w, http.StatusOK, map[string]any{"observations": out})
 }
 
 // jsonErr makes encoding/json's errors name the field.

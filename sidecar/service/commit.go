@@ -130,7 +130,17 @@ func (s *Service) catchUp(ctx context.Context) error {
 		s.log.Info("catalog records carry no store sequence numbers (older version); stored runs are not replayed into it")
 		return nil
 	}
-	total, err := Replay(ctx, s.store, sl, last)
+	// Concurrent requests may reach the learner in another order than the store numbered
+	// them, so a crash can leave a gap below the highest number learned: look back over
+	// the numbers still in the learner's window and replay only the missing ones.
+	from, have := last, map[uint64]bool(nil)
+	if ls, ok := sl.(learnedSeqs); ok {
+		var low uint64
+		if have, low = ls.LearnedSeqs(); low > 0 {
+			from = max(low-1, last-min(last, replayLookBack))
+		}
+	}
+	total, err := Replay(ctx, s.store, sl, from, have)
 	s.health.set(healthCatalog, err)
 	if err != nil {
 		return fmt.Errorf("replay stored runs after sequence %d into the learner: %w", last, err)
@@ -142,17 +152,30 @@ func (s *Service) catchUp(ctx context.Context) error {
 	return nil
 }
 
-// Replay gives a StoredLearner the learnable stored runs after sequence number after, in
+// replayLookBack is how far below the highest learned sequence number a restart looks for
+// runs learned out of order: more than two requests of service.MaxBatch records.
+const replayLookBack = 2 * MaxBatch
+
+// learnedSeqs is a learner that tells which stored runs its window holds.
+type learnedSeqs interface {
+	LearnedSeqs() (set map[uint64]bool, low uint64)
+}
+
+// Replay gives a StoredLearner the learnable stored runs after sequence number after (less
+// those in have), in
 // chunks of 1000 (one catalog write each; its state is rebuilt between chunks so each is
 // bounded against what the previous ones taught). It returns how many it gave.
-func Replay(ctx context.Context, st *store.Store, sl StoredLearner, after uint64) (int, error) {
+func Replay(ctx context.Context, st *store.Store, sl StoredLearner, after uint64, have map[uint64]bool) (int, error) {
+	learnable := func(r *store.ObservationRecord) bool {
+		return r.Obs.Learnable() && r.Obs.Throughput > 0 && !have[r.Seq]
+	}
 	// A learner that keeps only a window of runs (the catalog) gets only the runs that fit:
 	// the older ones would be dropped again at once.
 	skip := 0
 	if w, ok := sl.(interface{ Window() int }); ok && w.Window() > 0 {
 		n := 0
 		err := st.ObservationsAfter(after, func(r store.ObservationRecord) error {
-			if r.Obs.Learnable() && r.Obs.Throughput > 0 {
+			if learnable(&r) {
 				n++
 			}
 			return nil
@@ -180,7 +203,7 @@ func Replay(ctx context.Context, st *store.Store, sl StoredLearner, after uint64
 		return nil
 	}
 	err := st.ObservationsAfter(after, func(r store.ObservationRecord) error {
-		if !r.Obs.Learnable() || r.Obs.Throughput <= 0 {
+		if !learnable(&r) {
 			return nil
 		}
 		if skip > 0 {

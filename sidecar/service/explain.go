@@ -259,6 +259,9 @@ type QueueEntry struct {
 	Wait       string `json:"wait,omitempty"`
 	Infeasible bool   `json:"infeasible,omitempty"`
 	Reason     string `json:"reason,omitempty"`
+	// Gang is "namespace/id" when the group is one of several waiting groups of its job that
+	// are placed all or nothing.
+	Gang string `json:"gang,omitempty"`
 }
 
 func queueEntry(rank int, r sched.Ranked, now time.Time) QueueEntry {

@@ -26,6 +26,12 @@ type Metrics struct {
 	Rejected         prometheus.Counter
 	PredictionError  *prometheus.HistogramVec
 	Shadow           *prometheus.CounterVec
+	// GangsDeferred counts gangs a placement decided in part and the round held back whole;
+	// GangPartialPins counts gangs pinned in part, which must stay 0.
+	GangsDeferred   prometheus.Counter
+	GangPartialPins prometheus.Counter
+	// GangReservedGPUs is what the last round's gang reservation holds (0: none).
+	GangReservedGPUs prometheus.Gauge
 }
 
 func newMetrics() *Metrics {
@@ -65,9 +71,16 @@ func newMetrics() *Metrics {
 			Buckets: []float64{.01, .025, .05, .1, .15, .2, .3, .5, .75, 1, 2}}, []string{"quantity"}),
 		Shadow: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "hetgpu_shadow_comparisons_total",
 			Help: "Shadow decisions compared with Nomad's own placement, by whether the GPU type matched."}, []string{"same_gpu_type"}),
+		GangsDeferred: prometheus.NewCounter(prometheus.CounterOpts{Name: "hetgpu_gangs_deferred_total",
+			Help: "Gangs (the waiting groups of one job) a placement could place only in part; none of their groups was decided that round."}),
+		GangPartialPins: prometheus.NewCounter(prometheus.CounterOpts{Name: "hetgpu_gang_partial_pins_total",
+			Help: "Gangs of which some but not all waiting groups were pinned; hetgpu never decides a gang in part, so anything but 0 is a bug."}),
+		GangReservedGPUs: prometheus.NewGauge(prometheus.GaugeOpts{Name: "hetgpu_gang_reserved_gpus",
+			Help: "GPUs the last round reserved for a gang that waited past gang.reserve_after and could not be placed (0: no reservation)."}),
 	}
 	m.Registry.MustRegister(m.QueueLength, m.InvalidJobs, m.InfeasibleGroups, m.WaitingGroups, m.DecisionLatency, m.Rounds, m.SolverOutcomes, m.Pins,
 		m.Conflicts, m.Preemptions, m.Tuning, m.Reheld, m.Observations, m.Rejected, m.PredictionError, m.Shadow,
+		m.GangsDeferred, m.GangPartialPins, m.GangReservedGPUs,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -38,6 +38,9 @@ type Config struct {
 	Now func() time.Time
 	// TuneEvery is how often the Tuner is asked to learn (default 1 min).
 	TuneEvery time.Duration
+	// GangReserveAfter is how long a gang waits before it reserves GPUs
+	// (sched.Pipeline.ReserveAfter); 0 never reserves.
+	GangReserveAfter time.Duration
 }
 
 // Stages are the pipeline's parts; Learner may be nil.
@@ -81,8 +84,11 @@ type Service struct {
 	lastRound time.Time
 	lastErr   string
 	lastSnap  *cluster.Snapshot
-	queue     []QueueEntry
-	invalid   map[string]string
+	// lastPinned: the decisions of the last round that were pinned; their GPUs are taken
+	// although lastSnap, made before the round, still shows them free.
+	lastPinned []cluster.Decision
+	queue      []QueueEntry
+	invalid    map[string]string
 	// shadowDone: job key -> JobModifyIndex already decided in shadow mode.
 	shadowDone map[string]uint64
 	// placed: Nomad's own placements of shadow jobs not yet compared.
@@ -225,7 +231,8 @@ func (s *Service) Round(ctx context.Context) (*sched.Round, error) {
 	memo := newMemo(s.stages.Predictor)
 	tri := &roundTriage{}
 	noter := pinNoter{Backend: s.backend, s: s, tri: tri, pred: memo}
-	pipe := &sched.Pipeline{Cluster: noter, Ranker: s.stages.Ranker, Predictor: memo, Placer: s.stages.Placer}
+	pipe := &sched.Pipeline{Cluster: noter, Ranker: s.stages.Ranker, Predictor: memo, Placer: s.stages.Placer,
+		ReserveAfter: s.cfg.GangReserveAfter}
 	if pre, ok := s.backend.(cluster.Preempter); ok && s.stages.Preemptor != nil {
 		pipe.Cluster = preemptNoter{noter, pre}
 		pipe.Preemptor = s.stages.Preemptor
@@ -453,6 +460,20 @@ func (s *Service) record(ctx context.Context, round uint64, r *sched.Round, pred
 			s.metrics.SolverOutcomes.WithLabelValues(r.Place.Solver, fmt.Sprint(r.Place.Fallback)).Inc()
 		}
 	}
+	s.metrics.GangsDeferred.Add(float64(len(r.DeferredGangs)))
+	if res := r.Reservation; res != nil {
+		s.metrics.GangReservedGPUs.Set(float64(res.GPUs))
+		if len(res.Held) > 0 {
+			s.log.Info("GPUs reserved for a gang; jobs that would delay it wait", "gang", res.Gang, "gpus", res.GPUs,
+				"until", res.Until, "held", len(res.Held))
+		}
+	} else {
+		s.metrics.GangReservedGPUs.Set(0)
+	}
+	if r.PartialGangPins > 0 {
+		s.metrics.GangPartialPins.Add(float64(r.PartialGangPins))
+		s.log.Error("gangs pinned in part: the backend applied some but not all of a job's decisions", "gangs", r.PartialGangPins)
+	}
 	for _, p := range r.Preempted {
 		switch {
 		case p.Applied:
@@ -470,6 +491,7 @@ func (s *Service) record(ctx context.Context, round uint64, r *sched.Round, pred
 	for _, p := range r.Pins {
 		pinRes[p.JobKey] = p
 	}
+	var pinned []cluster.Decision
 	var recs []*store.DecisionRecord
 	decided := map[string]bool{}
 	var capOnce *capacity
@@ -529,6 +551,9 @@ func (s *Service) record(ctx context.Context, round uint64, r *sched.Round, pred
 			}
 		}
 		recs = append(recs, rec)
+		if rec.Status == store.StatusPinned {
+			pinned = append(pinned, d)
+		}
 		if rec.Status == store.StatusPinned || rec.Status == store.StatusShadow {
 			s.log.Info("decision", "job", key, "status", rec.Status, "gpu_type", d.GPUType, "gpus", d.GPUs(),
 				"nodes", len(d.Assign), "rank", rec.Rank, "score", rec.Score)
@@ -548,6 +573,7 @@ func (s *Service) record(ctx context.Context, round uint64, r *sched.Round, pred
 	}
 	s.classify(queue, r, decided, pred)
 	queue = append(queue, heldEntries(tri, snap)...)
+	setGangs(queue, snap, tri)
 	full := snap
 	if len(tri.held) > 0 {
 		// Explanations of the groups set aside read their estimates from the snapshot.
@@ -560,6 +586,7 @@ func (s *Service) record(ctx context.Context, round uint64, r *sched.Round, pred
 	}
 	s.mu.Lock()
 	s.lastSnap = full
+	s.lastPinned = pinned
 	s.queue = queue
 	for k := range decided {
 		delete(s.pinning, k)

@@ -612,3 +612,30 @@ func TestRuntimeWithinAllocation(t *testing.T) {
 		}
 	}
 }
+
+// TestFleetSnapshotCountsTheRoundsPins: the snapshot a round decided on shows the GPUs it
+// then pinned as free; the fleet view counts them held by the pinned job.
+func TestFleetSnapshotCountsTheRoundsPins(t *testing.T) {
+	h := servicetest.NewHarness(t, nil)
+	h.Nomad.Register(servicetest.HeldJob("resnet", 2, 1, nil))
+	h.Round()
+	_, devs := pinOf(t, h.Nomad.Job("default", "resnet"))
+	holder := func(snap *cluster.Snapshot, dev string) string {
+		for _, a := range snap.Running {
+			for _, d := range a.DeviceIDs {
+				if d == dev {
+					return a.JobID
+				}
+			}
+		}
+		return ""
+	}
+	for _, d := range devs {
+		if got := holder(h.Service.LastSnapshot(), d); got != "" {
+			t.Errorf("the snapshot decided on already shows %s held by %q", d, got)
+		}
+		if got := holder(h.Service.FleetSnapshot(), d); got != "resnet" {
+			t.Errorf("fleet view: %s held by %q, want resnet", d, got)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/hetgpu/hetgpu/sidecar/cluster"
 	"github.com/hetgpu/hetgpu/sidecar/feasible"
@@ -77,7 +78,7 @@ func (s *Service) triage(snap *cluster.Snapshot, tri *roundTriage, pred sched.Pr
 	if len(snap.Pending) == 0 {
 		return snap
 	}
-	vs := s.feas.Triage(snap, pred)
+	vs := gangVerdicts(snap.Pending, s.feas.Triage(snap, pred))
 	out := *snap
 	out.Pending = make([]cluster.Job, 0, len(snap.Pending))
 	for i, v := range vs {
@@ -92,6 +93,58 @@ func (s *Service) triage(snap *cluster.Snapshot, tri *roundTriage, pred sched.Pr
 	}
 	sort.Slice(tri.held, func(a, b int) bool { return tri.held[a].job.Key() < tri.held[b].job.Key() })
 	return &out
+}
+
+// gangVerdicts sets a gang aside whole: a gang is placed all or nothing, so a member that can
+// never run (or cannot be evaluated) keeps its mates waiting too, with its reason.
+func gangVerdicts(jobs []cluster.Job, vs []feasible.Verdict) []feasible.Verdict {
+	gangs := sched.GangsOf(jobs)
+	if len(gangs) == 0 {
+		return vs
+	}
+	blocker := map[string]int{}
+	for i := range jobs {
+		g := sched.GangKey(&jobs[i])
+		if _, done := blocker[g]; gangs[g] != nil && !done && vs[i].Kind() != "" {
+			blocker[g] = i
+		}
+	}
+	if len(blocker) == 0 {
+		return vs
+	}
+	out := append([]feasible.Verdict(nil), vs...)
+	for i := range jobs {
+		g := sched.GangKey(&jobs[i])
+		b, ok := blocker[g]
+		if !ok || out[i].Kind() != "" || !gangs[g][jobs[i].Key()] {
+			continue
+		}
+		why := fmt.Sprintf("its gang's group %q cannot run on this cluster: %s", jobs[b].Group, vs[b].Reason)
+		if vs[b].Invalid {
+			why = fmt.Sprintf("its gang's group %q cannot be evaluated: %s", jobs[b].Group, vs[b].Reason)
+		}
+		out[i] = feasible.Verdict{Invalid: vs[b].Invalid, Reason: why}
+	}
+	return out
+}
+
+// setGangs names the gang of every queue entry that belongs to one (over the ranked groups and
+// those set aside).
+func setGangs(queue []QueueEntry, snap *cluster.Snapshot, tri *roundTriage) {
+	jobs := snap.Pending
+	if len(tri.held) > 0 {
+		jobs = append(make([]cluster.Job, 0, len(snap.Pending)+len(tri.held)), snap.Pending...)
+		for _, h := range tri.held {
+			jobs = append(jobs, h.job)
+		}
+	}
+	gangs := sched.GangsOf(jobs)
+	if len(gangs) == 0 {
+		return
+	}
+	for i := range queue {
+		queue[i].Gang = gangs.Of(queue[i].JobKey)
+	}
 }
 
 // classify fills Wait and Reason of the queue's undecided entries: a group that fits the GPUs
@@ -112,6 +165,17 @@ func (s *Service) classify(queue []QueueEntry, r *sched.Round, decided map[strin
 		return
 	}
 	vs := s.feas.Now(r.Snapshot, jobs, pred)
+	deferred := map[string]bool{}
+	for _, g := range r.DeferredGangs {
+		deferred[g] = true
+	}
+	gangs := sched.GangsOf(r.Snapshot.Pending)
+	held := map[string]bool{}
+	if r.Reservation != nil {
+		for _, k := range r.Reservation.Held {
+			held[k] = true
+		}
+	}
 	placedAhead, next := 0, 0
 	for _, rk := range r.Ranked {
 		if rk.Job == nil {
@@ -132,8 +196,26 @@ func (s *Service) classify(queue []QueueEntry, r *sched.Round, decided map[strin
 		switch {
 		case v.Invalid:
 			q.Wait, q.Reason = WaitInvalid, v.Reason
+		case r.Reservation != nil && sched.GangKey(rk.Job) == r.Reservation.Gang && gangs[r.Reservation.Gang][k]:
+			q.Wait, q.Reason = WaitCapacity, v.Reason
+			if v.Fits {
+				q.Wait, q.Reason = WaitBehind, "it fits the GPUs free at the start of the round, but its gang could not be placed whole"
+			}
+			until := "when enough GPUs free up"
+			if !r.Reservation.Until.IsZero() {
+				until = "about " + r.Reservation.Until.UTC().Format(time.RFC3339)
+			}
+			q.Reason += fmt.Sprintf("; its gang holds a reservation for %d GPUs, expected free %s: jobs that would delay it wait",
+				r.Reservation.GPUs, until)
+		case held[k]:
+			q.Wait, q.Reason = WaitBehind, r.Reservation.Reason()
 		case !v.Fits:
 			q.Wait, q.Reason = WaitCapacity, v.Reason
+		case deferred[sched.GangKey(rk.Job)] && gangs[sched.GangKey(rk.Job)][k]:
+			n := len(gangs[sched.GangKey(rk.Job)])
+			q.Wait = WaitBehind
+			q.Reason = fmt.Sprintf("it fits the GPUs free at the start of the round, but its gang (the %d waiting groups of job %s) could not be placed whole; a gang is placed all or nothing",
+				n, rk.Job.ID)
 		case placedAhead > 0:
 			q.Wait = WaitBehind
 			q.Reason = fmt.Sprintf("it fits the GPUs free at the start of the round; the %d %s ranked ahead that were placed came first",
