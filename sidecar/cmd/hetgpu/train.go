@@ -126,7 +126,7 @@ func runTrainEval(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs := newFlagSet("train eval", stderr)
 	clusters := fs.String("clusters", "gavel-108,modern-mix", "comma-separated clusters")
 	traces := fs.String("traces", strings.Join(rltrain.HeldOutTraces(), ","), "comma-separated held-out traces")
-	policyList := fs.String("policies", "all", "policies to compare (must include hetgpu for the targets); "+rltrain.HeuristicVariant+" adds hetgpu with the fallback heuristic ranker")
+	policyList := fs.String("policies", "all", "policies to compare (must include hetgpu for the targets); all is every simulator policy but "+rltrain.HeuristicVariant+", which adds hetgpu with the fallback heuristic ranker")
 	policyFile := fs.String("policy", "", "prioritiser checkpoint for hetgpu (default: the bundled policy)")
 	seed := fs.Uint64("seed", 1, "seed")
 	parallel := fs.Int("parallel", 0, "policies simulated at once (0: one per CPU)")
@@ -141,24 +141,12 @@ func runTrainEval(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: hetgpu train eval: unexpected argument %q", errUsage, fs.Arg(0))
 	}
-	var names []string
-	var rest []string
-	for _, n := range splitList(*policyList) {
-		if n == rltrain.HeuristicVariant {
-			names = append(names, n)
-		} else {
-			rest = append(rest, n)
-		}
-	}
-	if len(rest) > 0 {
-		reg, err := policies.ParseList(strings.Join(rest, ","))
-		if err != nil {
-			return fmt.Errorf("%w: hetgpu train eval --policies: %v", errUsage, err)
-		}
-		names = append(reg, names...)
-	}
-	if len(names) == 0 {
+	if len(splitList(*policyList)) == 0 {
 		return fmt.Errorf("%w: hetgpu train eval --policies is empty", errUsage)
+	}
+	names, err := policies.ParseList(*policyList)
+	if err != nil {
+		return fmt.Errorf("%w: hetgpu train eval --policies: %v", errUsage, err)
 	}
 	var pol *rank.Policy
 	if *policyFile != "" {

@@ -13,7 +13,6 @@ import (
 
 	"github.com/hetgpu/hetgpu/sidecar/policies"
 	"github.com/hetgpu/hetgpu/sidecar/rank"
-	"github.com/hetgpu/hetgpu/sidecar/rank/rlsim"
 	"github.com/hetgpu/hetgpu/sidecar/sim"
 	"github.com/hetgpu/hetgpu/sidecar/throughput"
 	"github.com/hetgpu/hetgpu/sidecar/trace"
@@ -31,13 +30,14 @@ func HeldOutTraces() []string {
 	return []string{"bundled:heldout-0", "bundled:heldout-1", "bundled:heldout-2"}
 }
 
-// HeuristicVariant is an evaluation-only policy name: the hetgpu pipeline with the fallback
-// heuristic ranker instead of the learned one, to show what the learned ranking adds.
-const HeuristicVariant = "hetgpu-heuristic"
+// HeuristicVariant is the hetgpu pipeline with the fallback heuristic ranker instead of the
+// learned one, to show what the learned ranking adds (a registered simulator policy now,
+// policies.HetgpuHeuristic).
+const HeuristicVariant = policies.HetgpuHeuristic
 
 // EvalOptions configure an evaluation.
 type EvalOptions struct {
-	// Policies are registered names, plus HeuristicVariant.
+	// Policies are registered names (HeuristicVariant among them).
 	Clusters, Traces, Policies []string
 	// Policy, when set, is the prioritiser "hetgpu" runs instead of the bundled one.
 	Policy   *rank.Policy
@@ -147,15 +147,6 @@ func (o EvalOptions) compare(ctx context.Context, cluster, traceRef string) (*co
 		po := policies.Options{Spec: spec, Throughput: tab, Seed: o.Seed, Logger: o.Logger.Named(name)}
 		var p sim.Policy
 		switch {
-		case name == HeuristicVariant:
-			r, err := rank.New(nil, rank.WithExplain(false))
-			if err != nil {
-				return nil, err
-			}
-			if p, err = policies.HetgpuPipeline(po, r); err != nil {
-				return nil, err
-			}
-			p.(*rlsim.Pipeline).PolicyName = HeuristicVariant
 		case name == "hetgpu" && o.Policy != nil:
 			r, err := rank.New(o.Policy, rank.WithExplain(false))
 			if err != nil {
