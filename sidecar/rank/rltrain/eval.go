@@ -300,3 +300,54 @@ func (e *Eval) WriteTable(w io.Writer) error {
 	}
 	return nil
 }
+
+// VerdictPolicies are the two policies a held-out verdict compares.
+func VerdictPolicies() []string { return []string{"hetgpu", HeuristicVariant} }
+
+// HeldOutVerdict judges the learned order against the fallback heuristic from an evaluation of
+// VerdictPolicies: the learned/heuristic ratios of average JCT and mean bounded slowdown, pooled
+// per cluster and per window (rank.JudgeVerdict). It is deterministic given the evaluation.
+func HeldOutVerdict(ev *Eval, seed uint64, pooledMax, windowMax float64) (*rank.Verdict, error) {
+	var ratios []rank.VerdictRatio
+	var clusters []string
+	for _, c := range ev.Clusters {
+		clusters = append(clusters, c.Cluster)
+		var learned, heur *Pooled
+		for i := range c.Pooled {
+			switch c.Pooled[i].Policy {
+			case "hetgpu":
+				learned = &c.Pooled[i]
+			case HeuristicVariant:
+				heur = &c.Pooled[i]
+			}
+		}
+		if learned == nil || heur == nil {
+			return nil, fmt.Errorf("verdict: cluster %s: the evaluation lacks %s, expected both", c.Cluster, strings.Join(VerdictPolicies(), " and "))
+		}
+		ratios = append(ratios, rank.VerdictRatio{Cluster: c.Cluster, Metric: "jct", Ratio: learned.AvgJCTS / heur.AvgJCTS},
+			rank.VerdictRatio{Cluster: c.Cluster, Metric: "bsld", Ratio: learned.BSLD / heur.BSLD})
+		for _, t := range ev.Traces {
+			var l, h *sim.Result
+			for _, r := range c.PerTrace[t] {
+				switch r.Policy {
+				case "hetgpu":
+					l = r
+				case HeuristicVariant:
+					h = r
+				}
+			}
+			if l == nil || h == nil {
+				return nil, fmt.Errorf("verdict: cluster %s, trace %s: the evaluation lacks %s, expected both", c.Cluster, t, strings.Join(VerdictPolicies(), " and "))
+			}
+			name := strings.TrimPrefix(t, "bundled:")
+			ratios = append(ratios, rank.VerdictRatio{Cluster: c.Cluster, Trace: name, Metric: "jct", Ratio: l.AvgJCTS / h.AvgJCTS},
+				rank.VerdictRatio{Cluster: c.Cluster, Trace: name, Metric: "bsld", Ratio: l.BoundedSlowdown / h.BoundedSlowdown})
+		}
+	}
+	v, err := rank.JudgeVerdict(ratios, pooledMax, windowMax)
+	if err != nil {
+		return nil, err
+	}
+	v.Clusters, v.Traces, v.Seed = strings.Join(clusters, ","), strings.Join(ev.Traces, ","), fmt.Sprint(seed)
+	return v, nil
+}
