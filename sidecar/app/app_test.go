@@ -14,6 +14,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/hetgpu/hetgpu/sidecar/rank"
+	"github.com/hetgpu/hetgpu/sidecar/rank/rlsim"
+	"github.com/hetgpu/hetgpu/sidecar/service"
 )
 
 // The sidecar with no Nomad address runs on the simulated cluster and serves the same API.
@@ -280,5 +282,36 @@ func TestChooseRanker(t *testing.T) {
 	}
 	if _, err := chooseRanker(cfg, filepath.Join(cfg.StateDir, TunedPolicyFile), none); err == nil || !strings.Contains(err.Error(), "no bundled policy") {
 		t.Fatalf("forcing a bundled policy the build lacks: %v", err)
+	}
+}
+
+// When online tuning adopts a policy the ranker state (health, store) switches to it with the
+// step's evidence, and the tuner requires a step to beat the heuristic.
+func TestTunerAdoptionUpdatesRankerState(t *testing.T) {
+	dir := t.TempDir()
+	c, err := ParseConfig("t.hcl", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.StateDir = dir
+	if err := c.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	st, rs, err := StagesWithRanker(c, dir, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lt, ok := st.Tuner.(*rlsim.LiveTuner)
+	if !ok || !lt.Online.Tuner.BeatBaseline || lt.Online.OnAdopt == nil {
+		t.Fatalf("tuner %T: want a live tuner that must beat the heuristic and reports adoptions", st.Tuner)
+	}
+	var changed []string
+	rs.OnChange(func(s service.RankerStatus) { changed = append(changed, s.Policy) })
+	ck := *lt.Online.Tuner.Good()
+	ck.Meta = map[string]string{rank.MetaTunedReward: "0.0300", rank.MetaTunedEpisodes: "3", rank.MetaTunedRewardBefore: "-0.0100"}
+	lt.Online.OnAdopt(&ck, rank.StepResult{After: 0.03, Before: -0.01, Accepted: true, Episodes: 3})
+	want := "tuned:" + filepath.Join(dir, TunedPolicyFile)
+	if s := rs.Status(); s.Policy != want || !strings.Contains(s.Reason, "mean reward 0.0300") || len(changed) != 1 || changed[0] != want {
+		t.Fatalf("after adoption: %+v, changes %v; want policy %s", s, changed, want)
 	}
 }
