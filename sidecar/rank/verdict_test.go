@@ -64,7 +64,7 @@ func TestJudgeVerdict(t *testing.T) {
 
 // The bundled policy's held-out verdict was written into its meta after training; its weights
 // and normalisers must be exactly those `make train` produced (digest and scores on fixed rows,
-// recorded before the verdict was added).
+// recorded before the verdict was added). A `make train` that ships new weights updates both.
 func TestBundledPolicyWeightsUnchanged(t *testing.T) {
 	c, err := DefaultCheckpoint()
 	if err != nil || c == nil {
