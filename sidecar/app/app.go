@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
@@ -39,10 +40,67 @@ type Sidecar struct {
 	Addr chan string
 }
 
-// Stages builds the production pipeline stages: the learned ranker (sidecar/rank, bundled
-// policy unless a checkpoint is configured), the GOGH predictor (sidecar/predict, catalog in
-// stateDir) and the MILP placer (sidecar/place). It returns the policy reference it used.
+// Stages builds the production pipeline stages: the ranker (sidecar/rank; see
+// StagesWithRanker for which policy), the GOGH predictor (sidecar/predict, catalog in stateDir)
+// and the MILP placer (sidecar/place). It returns the reference of the ranking policy it chose.
 func Stages(c *Config, stateDir string, log hclog.Logger) (service.Stages, string, error) {
+	st, rs, err := StagesWithRanker(c, stateDir, log)
+	if err != nil {
+		return st, "", err
+	}
+	return st, rs.Status().Policy, nil
+}
+
+// Ranking policy references (besides a checkpoint file and "tuned:PATH").
+const (
+	// PolicyHeuristic is the ranker's fallback order (rank.Heuristic); as ranker.policy it
+	// forces it.
+	PolicyHeuristic = "heuristic"
+	// PolicyBundled is the policy embedded in the build; as ranker.policy it forces it
+	// whatever its held-out verdict.
+	PolicyBundled = "bundled:default"
+)
+
+// RankerState is the ranking policy the sidecar uses and why; online tuning updates it when it
+// adopts a policy. Safe for concurrent use.
+type RankerState struct {
+	mu       sync.Mutex
+	status   service.RankerStatus
+	onChange func(service.RankerStatus)
+}
+
+// Status is the ranking policy in use and why.
+func (r *RankerState) Status() service.RankerStatus {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.status
+}
+
+// OnChange sets a function called after every later change of the policy in use.
+func (r *RankerState) OnChange(f func(service.RankerStatus)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.onChange = f
+}
+
+func (r *RankerState) set(s service.RankerStatus) {
+	r.mu.Lock()
+	r.status = s
+	f := r.onChange
+	r.mu.Unlock()
+	if f != nil {
+		f(s)
+	}
+}
+
+// StagesWithRanker is Stages, returning the ranker's state. The ranking policy is, in order:
+// the one ranker.policy names ("heuristic", "bundled:default" or a checkpoint file: forced);
+// else the last policy online tuning adopted (state_dir/ranker-tuned.json) when it records
+// that it beat the heuristic; else the bundled policy when its held-out verdict says it beats
+// the heuristic; else the heuristic. Online tuning (when on) continues from the learned
+// checkpoint even while the heuristic ranks, and switches to a tuned policy only when it beats
+// both the last good policy and the heuristic on the newest runs.
+func StagesWithRanker(c *Config, stateDir string, log hclog.Logger) (service.Stages, *RankerState, error) {
 	var st service.Stages
 	pred, err := predict.New(predict.Options{
 		CatalogPath: filepath.Join(stateDir, "catalog.jsonl"),
@@ -51,53 +109,37 @@ func Stages(c *Config, stateDir string, log hclog.Logger) (service.Stages, strin
 		Logger:      log.Named("predict"),
 	})
 	if err != nil {
-		return st, "", fmt.Errorf("predictor: %w", err)
+		return st, nil, fmt.Errorf("predictor: %w", err)
 	}
-	policyRef := "bundled:default"
 	tunedPath := filepath.Join(stateDir, TunedPolicyFile)
-	var ck *rank.Checkpoint
-	switch {
-	case c.Ranker.Policy != "":
-		if ck, err = rank.LoadCheckpoint(c.Ranker.Policy); err != nil {
-			return st, "", fmt.Errorf("config ranker.policy = %q: %w", c.Ranker.Policy, err)
-		}
-		policyRef = c.Ranker.Policy
-	case c.Ranker.onlineTuning() && fileExists(tunedPath):
-		// The last policy online tuning adopted (it only ever adopts one that did not regress).
-		if ck, err = rank.LoadCheckpoint(tunedPath); err != nil {
-			return st, "", fmt.Errorf("tuned policy %s: %w (delete it to start again from the bundled policy)", tunedPath, err)
-		}
-		policyRef = "tuned:" + tunedPath
-	default:
-		if ck, err = rank.DefaultCheckpoint(); err != nil {
-			return st, "", fmt.Errorf("ranker: %w", err)
-		}
-		if ck == nil {
-			policyRef = "heuristic (no bundled policy)"
-		}
+	ch, err := chooseRanker(c, tunedPath, rank.DefaultCheckpoint)
+	if err != nil {
+		return st, nil, err
 	}
 	var p *rank.Policy
-	if ck != nil {
-		if p, err = ck.Policy(); err != nil {
-			return st, "", fmt.Errorf("ranking policy %s: %w", policyRef, err)
+	if ch.use {
+		if p, err = ch.ck.Policy(); err != nil {
+			return st, nil, fmt.Errorf("ranking policy %s: %w", ch.status.Policy, err)
 		}
 	}
+	logRanker(log, ch)
 	rk, err := rank.New(p)
 	if err != nil {
-		return st, "", err
+		return st, nil, err
 	}
+	rs := &RankerState{status: ch.status}
 	pcfg, err := place.Preset(c.Placement.Preset)
 	if err != nil {
-		return st, "", err
+		return st, nil, err
 	}
 	pl, err := place.New(pcfg, log)
 	if err != nil {
-		return st, "", fmt.Errorf("placer: %w", err)
+		return st, nil, fmt.Errorf("placer: %w", err)
 	}
 	stages := service.Stages{Ranker: rk, Predictor: pred, Placer: pl, Learner: pred}
-	if c.Ranker.onlineTuning() && ck != nil && ck.Training != nil {
-		if stages.Tuner, err = liveTuner(c, ck, rk, tunedPath, log); err != nil {
-			return st, "", err
+	if c.Ranker.onlineTuning() && ch.ck != nil && ch.ck.Training != nil {
+		if stages.Tuner, err = liveTuner(c, ch.ck, rk, tunedPath, rs, log); err != nil {
+			return st, nil, err
 		}
 	}
 	pc, enabled := preempt.Default(), true
@@ -106,10 +148,118 @@ func Stages(c *Config, stateDir string, log hclog.Logger) (service.Stages, strin
 	}
 	if enabled {
 		if stages.Preemptor, err = preempt.New(pc); err != nil {
-			return st, "", err
+			return st, nil, err
 		}
 	}
-	return stages, policyRef, nil
+	return stages, rs, nil
+}
+
+// rankerChoice is the ranking policy chosen at start.
+type rankerChoice struct {
+	// ck is the learned checkpoint online tuning continues from; nil for none.
+	ck *rank.Checkpoint
+	// use: the ranker starts with ck's policy (else with the heuristic).
+	use    bool
+	status service.RankerStatus
+}
+
+// chooseRanker picks the policy (see StagesWithRanker); bundled returns the build's policy.
+func chooseRanker(c *Config, tunedPath string, bundled func() (*rank.Checkpoint, error)) (rankerChoice, error) {
+	verdictOf := func(ref string, ck *rank.Checkpoint) (*rank.Verdict, error) {
+		v, err := rank.VerdictFromMeta(ck.Meta)
+		if err != nil {
+			return nil, fmt.Errorf("ranking policy %s: %w", ref, err)
+		}
+		return v, nil
+	}
+	switch ref := c.Ranker.Policy; ref {
+	case "":
+	case PolicyHeuristic:
+		return rankerChoice{status: service.RankerStatus{Policy: PolicyHeuristic, Reason: `configured: ranker.policy = "heuristic"`}}, nil
+	case PolicyBundled:
+		ck, err := bundled()
+		if err != nil {
+			return rankerChoice{}, fmt.Errorf("config ranker.policy = %q: %w", ref, err)
+		}
+		if ck == nil {
+			return rankerChoice{}, fmt.Errorf("config ranker.policy = %q: this build has no bundled policy; expected %q or a checkpoint file", ref, PolicyHeuristic)
+		}
+		v, err := verdictOf(ref, ck)
+		if err != nil {
+			return rankerChoice{}, err
+		}
+		return rankerChoice{ck: ck, use: true, status: service.RankerStatus{Policy: ref, Verdict: v,
+			Reason: fmt.Sprintf("configured: ranker.policy = %q forces it; held-out verdict %s", ref, v)}}, nil
+	default:
+		ck, err := rank.LoadCheckpoint(ref)
+		if err != nil {
+			return rankerChoice{}, fmt.Errorf("config ranker.policy = %q: %w", ref, err)
+		}
+		v, err := verdictOf(ref, ck)
+		if err != nil {
+			return rankerChoice{}, err
+		}
+		return rankerChoice{ck: ck, use: true, status: service.RankerStatus{Policy: ref, Verdict: v,
+			Reason: fmt.Sprintf("configured: ranker.policy = %q forces it; held-out verdict %s", ref, v)}}, nil
+	}
+	if c.Ranker.onlineTuning() && fileExists(tunedPath) {
+		ck, err := rank.LoadCheckpoint(tunedPath)
+		if err != nil {
+			return rankerChoice{}, fmt.Errorf("tuned policy %s: %w (delete it to start again from the bundled policy)", tunedPath, err)
+		}
+		if ck.Meta[rank.MetaTunedBeatsBaseline] == "true" {
+			return rankerChoice{ck: ck, use: true, status: service.RankerStatus{Policy: "tuned:" + tunedPath, Reason: tunedReason(ck)}}, nil
+		}
+		// Adopted by a build whose tuning only had to match the last good policy.
+		return rankerChoice{ck: ck, status: service.RankerStatus{Policy: PolicyHeuristic,
+			Reason: fmt.Sprintf("the tuned policy %s records no evidence that it beats the heuristic; online tuning continues from it and switches to it once it does (delete the file to start from the bundled policy)", tunedPath)}}, nil
+	}
+	ck, err := bundled()
+	if err != nil {
+		return rankerChoice{}, fmt.Errorf("ranker: %w", err)
+	}
+	if ck == nil {
+		return rankerChoice{status: service.RankerStatus{Policy: PolicyHeuristic, Reason: "this build has no bundled policy"}}, nil
+	}
+	v, err := verdictOf(PolicyBundled, ck)
+	if err != nil {
+		return rankerChoice{}, err
+	}
+	if v.Beats() {
+		return rankerChoice{ck: ck, use: true, status: service.RankerStatus{Policy: PolicyBundled, Verdict: v,
+			Reason: "the bundled policy beats the heuristic on held-out traces: " + v.String()}}, nil
+	}
+	why := "the bundled policy has no held-out verdict"
+	if v != nil {
+		why = "the bundled policy does not beat the heuristic on held-out traces: " + v.String()
+	}
+	return rankerChoice{ck: ck, status: service.RankerStatus{Policy: PolicyHeuristic, Verdict: v,
+		Reason: why + `; ranker { policy = "bundled:default" } forces it`}}, nil
+}
+
+// tunedReason is why a tuned policy ranks: the evidence its adoption recorded.
+func tunedReason(ck *rank.Checkpoint) string {
+	m := ck.Meta
+	return fmt.Sprintf("online tuning adopted it: mean reward %s against the heuristic (ln of the heuristic's bounded slowdown over the policy's) on %s episodes of the newest runs, the last good policy's %s",
+		m[rank.MetaTunedReward], m[rank.MetaTunedEpisodes], m[rank.MetaTunedRewardBefore])
+}
+
+// logRanker says which ranking policy the sidecar starts with and why, with the verdict's
+// numbers; a forced learned policy that did not beat the heuristic is a warning.
+func logRanker(log hclog.Logger, ch rankerChoice) {
+	args := []any{"policy", ch.status.Policy, "reason", ch.status.Reason}
+	if v := ch.status.Verdict; v != nil {
+		args = append(args, "verdict", v.Result, "worst_pooled_ratio", v.WorstPooled, "worst_pooled_at", v.WorstPooledAt,
+			"worst_window_ratio", v.WorstWindow, "worst_window_at", v.WorstWindowAt, "pooled_max", v.PooledMax, "window_max", v.WindowMax)
+	}
+	switch {
+	case ch.use && ch.status.Verdict != nil && !ch.status.Verdict.Beats():
+		log.Warn("ranking with a learned policy that does not beat the heuristic on held-out traces", args...)
+	case ch.use:
+		log.Info("ranking with a learned policy", args...)
+	default:
+		log.Info("ranking with the fallback heuristic", args...)
+	}
 }
 
 // TunedPolicyFile is where online fine-tuning keeps its last adopted policy, in the state
@@ -118,12 +268,15 @@ const TunedPolicyFile = "ranker-tuned.json"
 
 // liveTuner is online fine-tuning of the ranking policy: recent runs replayed on the cluster's
 // layout with the hetgpu pipeline, rewarded against the same pipeline with the fallback
-// heuristic (as `hetgpu train`), adopted only when it does not regress, and saved.
-func liveTuner(c *Config, ck *rank.Checkpoint, rk *rank.Ranker, tunedPath string, log hclog.Logger) (*rlsim.LiveTuner, error) {
+// heuristic (as `hetgpu train`), adopted only when it beats both the last good policy and the
+// heuristic on the newest runs, and saved; the ranker and rs switch to it.
+func liveTuner(c *Config, ck *rank.Checkpoint, rk *rank.Ranker, tunedPath string, rs *RankerState, log hclog.Logger) (*rlsim.LiveTuner, error) {
 	ft, err := rank.NewFineTuner(ck)
 	if err != nil {
 		return nil, err
 	}
+	// The episodes' baseline is the heuristic: a step must beat it as well as the last good policy.
+	ft.BeatBaseline = true
 	ft.Save = func(c *rank.Checkpoint) error { return c.Save(tunedPath) }
 	tab, err := throughput.Bundled()
 	if err != nil {
@@ -132,7 +285,12 @@ func liveTuner(c *Config, ck *rank.Checkpoint, rk *rank.Ranker, tunedPath string
 	popts := policies.Options{Throughput: tab, Seed: 1, Logger: log.Named("tune")}
 	pipeline := func(r sched.Ranker) (sim.Policy, error) { return policies.HetgpuPipeline(popts, r) }
 	return &rlsim.LiveTuner{
-		Online: &rank.OnlineTuner{Ranker: rk, Tuner: ft, Every: c.Ranker.TuneRuns, Logger: log.Named("tune")},
+		Online: &rank.OnlineTuner{Ranker: rk, Tuner: ft, Every: c.Ranker.TuneRuns, Logger: log.Named("tune"),
+			OnAdopt: func(ck *rank.Checkpoint, _ rank.StepResult) {
+				st := service.RankerStatus{Policy: "tuned:" + tunedPath, Reason: tunedReason(ck)}
+				log.Info("ranking with the policy online tuning adopted", "policy", st.Policy, "reason", st.Reason)
+				rs.set(st)
+			}},
 		Env: rlsim.EnvConfig{Throughput: tab, EpisodeJobs: rltrain.DefaultEpisodeJobs, Score: rank.ScoreBSLD,
 			Policy: pipeline,
 			Baseline: func() (sim.Policy, error) {
@@ -236,10 +394,17 @@ func New(c *Config, logOut io.Writer) (*Sidecar, error) {
 		st.Close()
 		return nil, err
 	}
-	stages, policyRef, err := Stages(c, stateDir, log)
+	stages, ranker, err := StagesWithRanker(c, stateDir, log)
 	if err != nil {
 		return fail(err)
 	}
+	policyRef := ranker.Status().Policy
+	// The dashboard reads the policy in use from the store; online tuning may change it.
+	ranker.OnChange(func(rs service.RankerStatus) {
+		if err := st.SetPolicyCheckpoint(rs.Policy); err != nil {
+			log.Warn("recording the ranking policy failed", "policy", rs.Policy, "error", err)
+		}
+	})
 	// One untimed synthetic round, so the first real round does not pay for heap growth and
 	// HiGHS's first solves.
 	if pl, ok := stages.Placer.(*place.Placer); ok {
@@ -283,7 +448,8 @@ func New(c *Config, logOut io.Writer) (*Sidecar, error) {
 		backend = b
 	}
 	svc, err := service.New(service.Config{Reconcile: c.ReconcileD, Debounce: c.DebounceD, Shadow: c.Shadow,
-		BackendName: backendName, Logger: log, TuneEvery: c.Ranker.TuneEveryD, GangReserveAfter: c.Gang.ReserveAfterD}, backend, stages, st)
+		BackendName: backendName, Logger: log, TuneEvery: c.Ranker.TuneEveryD, GangReserveAfter: c.Gang.ReserveAfterD,
+		Ranker: ranker.Status}, backend, stages, st)
 	if err != nil {
 		return fail(err)
 	}

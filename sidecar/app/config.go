@@ -61,7 +61,8 @@ import (
 //	  long_job_guard = true    # start jobs longer than the backlog first
 //	}
 //	ranker {
-//	  policy        = ""       # checkpoint file; empty = the last tuned policy, else the bundled one
+//	  policy        = ""       # "" = decided by evidence (app.StagesWithRanker); "heuristic",
+//	                           # "bundled:default" or a checkpoint file force that policy
 //	  online_tuning = true     # fine-tune from finished runs, guarded (needs training state)
 //	  tune_every    = "1m"     # how often to check for enough new runs
 //	  tune_runs     = 200      # finished runs between tuning steps
@@ -150,6 +151,9 @@ type PreemptConfig struct {
 
 // RankerConfig is the ranker block.
 type RankerConfig struct {
+	// Policy forces a ranking policy: "heuristic", "bundled:default" or a checkpoint file.
+	// Empty lets evidence decide: the last tuned policy that beat the heuristic, else the
+	// bundled one when its held-out verdict beats the heuristic, else the heuristic.
 	Policy string `hcl:"policy,optional"`
 	// OnlineTuning fine-tunes the policy from finished runs (default true when the policy
 	// carries its training state, as the bundled one does).

@@ -32,7 +32,11 @@ simulator {
   cluster = "modern-mix"
   trace   = "synthetic:jobs=400,rate=90,seed=7"
 }
-ranker { online_tuning = false }
+ranker {
+  # Forced, so the learning page shows a learned policy's provenance whatever its verdict.
+  policy        = "bundled:default"
+  online_tuning = false
+}
 `))
 	if err != nil {
 		t.Fatal(err)

@@ -37,8 +37,12 @@ func TestParseList(t *testing.T) {
 		t.Fatalf("ParseList: %v %v", got, err)
 	}
 	all, err := ParseList("all")
-	if err != nil || strings.Join(all, ",") != strings.Join(Names(), ",") {
-		t.Fatalf("all: %v %v", all, err)
+	if err != nil || strings.Join(all, ",")+","+HetgpuHeuristic != strings.Join(Names(), ",") {
+		t.Fatalf("all: %v %v; want every name but the explicit %s", all, err, HetgpuHeuristic)
+	}
+	both, err := ParseList("all," + HetgpuHeuristic)
+	if err != nil || strings.Join(both, ",") != strings.Join(Names(), ",") {
+		t.Fatalf("all,%s: %v %v", HetgpuHeuristic, both, err)
 	}
 	for _, bad := range []string{"", "fifo,nope"} {
 		if _, err := ParseList(bad); err == nil || !strings.Contains(err.Error(), "known: ") {
@@ -263,6 +267,47 @@ func TestPipelinePoliciesFinish(t *testing.T) {
 			}
 		})
 	}
+}
+
+// hetgpu-heuristic is the hetgpu pipeline with the fallback order: it runs under its own name,
+// and where the learned and heuristic orders differ so does the schedule.
+func TestHetgpuHeuristicDiffers(t *testing.T) {
+	s, err := sim.LoadSpec("modern-mix:scale=0.25")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := trace.Load("synthetic:jobs=40,rate=6", sim.TraceOptions(tab(t), 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	starts := map[string]map[string]float64{}
+	for _, name := range []string{"hetgpu", HetgpuHeuristic} {
+		p, err := New(name, Options{Spec: s, Throughput: tab(t), Seed: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Name() != name {
+			t.Fatalf("policy %s runs as %q", name, p.Name())
+		}
+		r := simulate(t, s, tr.Jobs, p)
+		if r.Jobs+r.Unschedulable != len(tr.Jobs) || r.Unfinished != 0 {
+			t.Fatalf("%s: finished %d, unschedulable %d, unfinished %d of %d", name, r.Jobs, r.Unschedulable, r.Unfinished, len(tr.Jobs))
+		}
+		starts[name] = map[string]float64{}
+		for _, j := range r.JobResults {
+			starts[name][j.ID] = j.StartS
+		}
+	}
+	differ := 0
+	for id, st := range starts["hetgpu"] {
+		if starts[HetgpuHeuristic][id] != st {
+			differ++
+		}
+	}
+	if differ == 0 {
+		t.Fatalf("hetgpu and %s started all %d jobs at the same times; the orders should differ on this trace", HetgpuHeuristic, len(starts["hetgpu"]))
+	}
+	t.Logf("%d of %d jobs started at different times", differ, len(starts["hetgpu"]))
 }
 
 // hetgpu preempts a long job for a short newcomer (its ranker puts the smaller remaining work

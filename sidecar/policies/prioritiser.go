@@ -51,6 +51,24 @@ func HetgpuPipeline(o Options, r sched.Ranker) (sim.Policy, error) {
 		Estimates: rlsim.Estimates{Seed: o.Seed}, Preemptor: pre}, nil
 }
 
+// HetgpuHeuristic is the hetgpu pipeline with the ranker's fallback heuristic order
+// (rank.New(nil)) instead of the learned policy: what the learned order adds is the difference
+// between the two on the same trace and cluster.
+const HetgpuHeuristic = "hetgpu-heuristic"
+
+func newHetgpuHeuristic(o Options) (sim.Policy, error) {
+	r, err := rank.New(nil, rank.WithExplain(false))
+	if err != nil {
+		return nil, err
+	}
+	p, err := HetgpuPipeline(o, r)
+	if err != nil {
+		return nil, err
+	}
+	p.(*rlsim.Pipeline).PolicyName = HetgpuHeuristic
+	return p, nil
+}
+
 // newHetgpu is the policy the sidecar runs by default: the bundled pretrained prioritiser
 // (or its fallback heuristic when a build has none) in HetgpuPipeline.
 func newHetgpu(o Options) (sim.Policy, error) {

@@ -37,6 +37,9 @@ type Entry struct {
 	Name    string
 	Summary string
 	New     Constructor
+	// Explicit policies run only when named: "all" leaves them out (a comparison variant that
+	// would double the slowest run of every `hetgpu sim --policies all`).
+	Explicit bool
 }
 
 // registry lists every policy, in the order `all` runs them.
@@ -51,13 +54,14 @@ func registry() []Entry {
 		{Name: "slurm", Summary: "Slurm multifactor priority (age, job size, fair-share), backfilling, bin-packing placement", New: newSlurm},
 		{Name: "f1", Summary: "learned priority F1 = log10(r)*n + 870*log10(s) on user runtime estimates (Carastan-Santos & de Camargo, SC 2017)", New: newF1},
 		{Name: "hetgpu", Summary: "learned prioritiser (PPO) + GOGH predictor + preemption planner + placement MILP, hetgpu preset (this project)", New: newHetgpu},
+		{Name: HetgpuHeuristic, Summary: "hetgpu with the ranker's fallback heuristic order instead of the learned one (comparison; not in all)", New: newHetgpuHeuristic, Explicit: true},
 	}
 }
 
 // Entries returns the registered policies.
 func Entries() []Entry { return registry() }
 
-// Names lists registered policy names in registry order.
+// Names lists registered policy names in registry order, explicit ones included.
 func Names() []string {
 	var out []string
 	for _, e := range registry() {
@@ -84,7 +88,7 @@ func New(name string, o Options) (sim.Policy, error) {
 }
 
 // ParseList expands "a,b,c" or "all" into registered names, rejecting unknown and duplicate
-// names.
+// names. "all" is every registered policy but the Explicit ones.
 func ParseList(list string) ([]string, error) {
 	known := map[string]bool{}
 	for _, n := range Names() {
@@ -98,10 +102,10 @@ func ParseList(list string) ([]string, error) {
 		case n == "":
 			continue
 		case n == "all":
-			for _, k := range Names() {
-				if !seen[k] {
-					seen[k] = true
-					out = append(out, k)
+			for _, e := range registry() {
+				if !e.Explicit && !seen[e.Name] {
+					seen[e.Name] = true
+					out = append(out, e.Name)
 				}
 			}
 		case !known[n]:

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"strconv"
 	"sync"
 
 	"github.com/hashicorp/go-hclog"
@@ -18,8 +20,8 @@ const DefaultFineTuneLR = 3e-5
 
 // FineTuner fine-tunes a policy from live outcomes, guarded: every Step evaluates the last good
 // policy, trains a copy for a few epochs with a small learning rate, evaluates the copy on the
-// same episodes, and adopts it only if its reward did not fall by more than Tolerance; otherwise
-// the last good checkpoint stays.
+// same episodes, and adopts it only if its reward did not fall by more than Tolerance (and, with
+// BeatBaseline, beat the environment's baseline); otherwise the last good checkpoint stays.
 type FineTuner struct {
 	// Epochs per step (default 2).
 	Epochs int
@@ -29,6 +31,12 @@ type FineTuner struct {
 	// Tolerance is how much lower the tuned policy's mean evaluation reward may be and still be
 	// adopted (default 0: no regression allowed).
 	Tolerance float64
+	// BeatBaseline also requires the tuned policy's mean evaluation reward to be above 0: a
+	// reward is ln(baseline score / policy score), so above 0 it beat the environment's
+	// baseline on the evaluation episodes. With the fallback heuristic as the baseline (the
+	// sidecar's live tuner) a step is adopted only when it beats both the last good policy and
+	// the heuristic.
+	BeatBaseline bool
 	// Save, when set, persists each newly adopted checkpoint.
 	Save func(*Checkpoint) error
 
@@ -54,10 +62,37 @@ func (f *FineTuner) Good() *Checkpoint {
 	return f.good
 }
 
-// StepResult reports one guarded fine-tuning step.
+// StepResult reports one guarded fine-tuning step: the mean evaluation rewards of the last good
+// policy (Before) and of the tuned one (After) on Episodes evaluation episodes.
 type StepResult struct {
 	Before, After float64
 	Accepted      bool
+	Episodes      int
+}
+
+// Meta keys online fine-tuning writes into an adopted checkpoint: the evidence it was adopted on.
+const (
+	MetaTunedReward       = "tuned_reward"
+	MetaTunedRewardBefore = "tuned_reward_before"
+	MetaTunedEpisodes     = "tuned_episodes"
+	// MetaTunedBeatsBaseline is "true" when the step was also required to beat the
+	// environment's baseline (FineTuner.BeatBaseline) and did.
+	MetaTunedBeatsBaseline = "tuned_beats_baseline"
+)
+
+// tunedMeta is an adopted checkpoint's meta: the last good one's provenance without its
+// held-out verdict (it judged other weights), plus the step's evidence.
+func tunedMeta(good map[string]string, res StepResult, beatBaseline bool) map[string]string {
+	m := maps.Clone(good)
+	if m == nil {
+		m = map[string]string{}
+	}
+	ClearVerdict(m)
+	m[MetaTunedReward] = strconv.FormatFloat(res.After, 'f', 4, 64)
+	m[MetaTunedRewardBefore] = strconv.FormatFloat(res.Before, 'f', 4, 64)
+	m[MetaTunedEpisodes] = strconv.Itoa(res.Episodes)
+	m[MetaTunedBeatsBaseline] = strconv.FormatBool(beatBaseline && res.After > 0)
+	return m
 }
 
 // Step trains on trainEnv and judges on evalEnv's episodes evalEps (which should not overlap the
@@ -97,15 +132,15 @@ func (f *FineTuner) Step(ctx context.Context, trainEnv, evalEnv Env, evalEps []i
 	if err != nil {
 		return StepResult{}, fmt.Errorf("fine-tune: evaluate the tuned policy: %w", err)
 	}
-	res := StepResult{Before: mean(before), After: mean(after)}
-	if res.After < res.Before-f.Tolerance {
+	res := StepResult{Before: mean(before), After: mean(after), Episodes: len(evalEps)}
+	if res.After < res.Before-f.Tolerance || f.BeatBaseline && !(res.After > 0) {
 		return res, nil
 	}
 	// Restore the training learning rates so a later full training run is unaffected.
 	tr.AdamPi.LR /= scale
 	tr.AdamV.LR /= scale
 	c := tr.Checkpoint()
-	c.Meta = good.Meta
+	c.Meta = tunedMeta(good.Meta, res, f.BeatBaseline)
 	if f.Save != nil {
 		if err := f.Save(c); err != nil {
 			return res, fmt.Errorf("fine-tune: save the adopted checkpoint: %w", err)
@@ -149,6 +184,8 @@ type OnlineTuner struct {
 	// recent observations are kept (default 2000).
 	Every, Keep int
 	Logger      hclog.Logger
+	// OnAdopt, when set, is called after the ranker switched to an adopted checkpoint.
+	OnAdopt func(c *Checkpoint, res StepResult)
 
 	mu     sync.Mutex
 	recent []cluster.Observation
@@ -206,6 +243,9 @@ func (o *OnlineTuner) Tune(ctx context.Context) (bool, StepResult, error) {
 		if err := o.Ranker.SetPolicy(p); err != nil {
 			return true, res, err
 		}
+	}
+	if res.Accepted && o.OnAdopt != nil {
+		o.OnAdopt(o.Tuner.Good(), res)
 	}
 	return true, res, nil
 }

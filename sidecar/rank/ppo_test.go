@@ -3,6 +3,7 @@ package rank
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -265,6 +266,72 @@ func TestFineTuneGuard(t *testing.T) {
 			t.Fatal("last good checkpoint replaced after a regression")
 		}
 	})
+}
+
+// shiftEnv adds a constant to every reward: a baseline that much better (negative) or worse.
+type shiftEnv struct {
+	spptEnv
+	shift float64
+}
+
+func (e shiftEnv) Play(ctx context.Context, ep int, a *Agent) (float64, error) {
+	r, err := e.spptEnv.Play(ctx, ep, a)
+	return r + e.shift, err
+}
+
+// With BeatBaseline, an improving step is adopted only when it also beats the evaluation
+// environment's baseline (mean reward above 0), and the adopted checkpoint records the evidence
+// and drops the held-out verdict of the weights it replaced.
+func TestFineTuneBeatBaseline(t *testing.T) {
+	env := spptEnv{jobs: 8}
+	held := []int{1 << 19, 1<<19 + 1, 1<<19 + 2, 1<<19 + 3, 1<<19 + 4, 1<<19 + 5, 1<<19 + 6, 1<<19 + 7}
+	for _, c := range []struct {
+		name         string
+		beatBaseline bool
+		shift        float64
+		adopted      bool
+	}{
+		{"improvement below a better baseline, no guard", false, -5, true},
+		{"improvement below a better baseline, guard", true, -5, false},
+		{"improvement above the baseline, guard", true, 0, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tr, _ := NewTrainer(smallConfig(), spptSchema)
+			good := tr.Checkpoint()
+			v, err := JudgeVerdict([]VerdictRatio{{Cluster: "a", Metric: "jct", Ratio: 1.2}, {Cluster: "a", Trace: "w", Metric: "jct", Ratio: 1.2}},
+				VerdictPooledMax, VerdictWindowMax)
+			if err != nil {
+				t.Fatal(err)
+			}
+			good.Meta = v.SetMeta(map[string]string{"cluster": "test"})
+			ft, err := NewFineTuner(good)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ft.LR, ft.Epochs, ft.BeatBaseline = 3e-3, 10, c.beatBaseline
+			res, err := ft.Step(context.Background(), env, shiftEnv{env, c.shift}, held)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("before %.3f after %.3f", res.Before, res.After)
+			if res.After <= res.Before || res.Accepted != c.adopted {
+				t.Fatalf("step %+v; want an improvement, adopted %v", res, c.adopted)
+			}
+			if !c.adopted {
+				if ft.Good() != good {
+					t.Fatal("last good checkpoint replaced by a rejected step")
+				}
+				return
+			}
+			m := ft.Good().Meta
+			if m["cluster"] != "test" || m[MetaVerdict] != "" || m[MetaTunedBeatsBaseline] != fmt.Sprint(c.beatBaseline) || m[MetaTunedEpisodes] != "8" {
+				t.Fatalf("adopted meta %v", m)
+			}
+			if good.Meta[MetaVerdict] == "" {
+				t.Fatal("adoption changed the last good checkpoint's meta")
+			}
+		})
+	}
 }
 
 // TestImitationLearnsTeacher: imitation epochs alone make the policy reproduce the teacher

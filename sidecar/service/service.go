@@ -19,6 +19,7 @@ import (
 
 	"github.com/hetgpu/hetgpu/sidecar/cluster"
 	"github.com/hetgpu/hetgpu/sidecar/feasible"
+	"github.com/hetgpu/hetgpu/sidecar/rank"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
 	"github.com/hetgpu/hetgpu/sidecar/store"
 )
@@ -41,6 +42,19 @@ type Config struct {
 	// GangReserveAfter is how long a gang waits before it reserves GPUs
 	// (sched.Pipeline.ReserveAfter); 0 never reserves.
 	GangReserveAfter time.Duration
+	// Ranker, when set, says which ranking policy the rounds use and why (GET /v1/health).
+	Ranker func() RankerStatus
+}
+
+// RankerStatus is the ranking policy in use and why.
+type RankerStatus struct {
+	// Policy is "heuristic" (the fallback order), "bundled:default", a checkpoint file, or
+	// "tuned:PATH" (adopted by online tuning).
+	Policy string `json:"policy"`
+	// Reason says why: the configuration, the policy's held-out verdict, or online tuning.
+	Reason string `json:"reason"`
+	// Verdict is the held-out verdict of the learned policy the choice was made on, if any.
+	Verdict *rank.Verdict `json:"verdict,omitempty"`
 }
 
 // Stages are the pipeline's parts; Learner may be nil.
@@ -668,6 +682,8 @@ type Health struct {
 	// StorageErrors say what cannot be written now (store, catalog): health is degraded
 	// until a write succeeds again.
 	StorageErrors []string `json:"storage_errors,omitempty"`
+	// Ranker is the ranking policy in use and why.
+	Ranker *RankerStatus `json:"ranker,omitempty"`
 }
 
 // Health reports whether rounds are running. "degraded" when the last round failed or none
@@ -686,6 +702,10 @@ func (s *Service) Health() Health {
 		s.probeStore(now)
 	}
 	h.StorageErrors = s.health.reasons()
+	if s.cfg.Ranker != nil {
+		rs := s.cfg.Ranker()
+		h.Ranker = &rs
+	}
 	stale := h.LastRound.IsZero() && now.Sub(s.started) > 3*s.cfg.Reconcile || !h.LastRound.IsZero() && now.Sub(h.LastRound) > 3*s.cfg.Reconcile
 	if h.LastError != "" || stale || len(h.StorageErrors) > 0 {
 		h.Status = "degraded"

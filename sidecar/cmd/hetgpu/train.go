@@ -25,6 +25,9 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if len(args) > 0 && args[0] == "eval" {
 		return runTrainEval(ctx, args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "verdict" {
+		return runTrainVerdict(ctx, args[1:], stdout, stderr)
+	}
 	fs := newFlagSet("train", stderr)
 	cluster := fs.String("cluster", "gavel-108", "bundled cluster or HCL spec file")
 	traceRef := fs.String("trace", "bundled:train", "training trace (cut into episodes); see hetgpu sim -h")
@@ -45,7 +48,8 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	logLevel := fs.String("log-level", "warn", "log level on stderr")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: hetgpu train --cluster NAME --trace REF --epochs N --out FILE [flags]\n"+
-			"       hetgpu train eval [flags]   (held-out comparison; -h for its flags)\n\n"+
+			"       hetgpu train eval [flags]   (held-out comparison; -h for its flags)\n"+
+			"       hetgpu train verdict --policy FILE [flags]   (held-out verdict into the policy's meta)\n\n"+
 			"Trains the prioritiser (PPO) in the simulator, episodes being windows of the trace.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
@@ -126,7 +130,7 @@ func runTrainEval(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs := newFlagSet("train eval", stderr)
 	clusters := fs.String("clusters", "gavel-108,modern-mix", "comma-separated clusters")
 	traces := fs.String("traces", strings.Join(rltrain.HeldOutTraces(), ","), "comma-separated held-out traces")
-	policyList := fs.String("policies", "all", "policies to compare (must include hetgpu for the targets); "+rltrain.HeuristicVariant+" adds hetgpu with the fallback heuristic ranker")
+	policyList := fs.String("policies", "all", "policies to compare (must include hetgpu for the targets); all is every simulator policy but "+rltrain.HeuristicVariant+", which adds hetgpu with the fallback heuristic ranker")
 	policyFile := fs.String("policy", "", "prioritiser checkpoint for hetgpu (default: the bundled policy)")
 	seed := fs.Uint64("seed", 1, "seed")
 	parallel := fs.Int("parallel", 0, "policies simulated at once (0: one per CPU)")
@@ -141,24 +145,12 @@ func runTrainEval(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: hetgpu train eval: unexpected argument %q", errUsage, fs.Arg(0))
 	}
-	var names []string
-	var rest []string
-	for _, n := range splitList(*policyList) {
-		if n == rltrain.HeuristicVariant {
-			names = append(names, n)
-		} else {
-			rest = append(rest, n)
-		}
-	}
-	if len(rest) > 0 {
-		reg, err := policies.ParseList(strings.Join(rest, ","))
-		if err != nil {
-			return fmt.Errorf("%w: hetgpu train eval --policies: %v", errUsage, err)
-		}
-		names = append(reg, names...)
-	}
-	if len(names) == 0 {
+	if len(splitList(*policyList)) == 0 {
 		return fmt.Errorf("%w: hetgpu train eval --policies is empty", errUsage)
+	}
+	names, err := policies.ParseList(*policyList)
+	if err != nil {
+		return fmt.Errorf("%w: hetgpu train eval --policies: %v", errUsage, err)
 	}
 	var pol *rank.Policy
 	if *policyFile != "" {
@@ -185,6 +177,78 @@ func runTrainEval(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return enc.Encode(ev)
 	}
 	return ev.WriteTable(stdout)
+}
+
+// runTrainVerdict evaluates a policy against the fallback heuristic on the held-out windows and
+// writes the verdict into the checkpoint's meta; the weights are left as they are. The sidecar
+// ranks with the bundled policy by default only when the verdict is "beats".
+func runTrainVerdict(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("train verdict", stderr)
+	policyFile := fs.String("policy", "", "prioritiser checkpoint to judge; its meta is rewritten (required)")
+	clusters := fs.String("clusters", "gavel-108,modern-mix", "comma-separated clusters")
+	traces := fs.String("traces", strings.Join(rltrain.HeldOutTraces(), ","), "comma-separated held-out traces")
+	seed := fs.Uint64("seed", 1, "seed")
+	parallel := fs.Int("parallel", 0, "policies simulated at once (0: one per CPU)")
+	evalFile := fs.String("eval", "", "judge from this `hetgpu train eval --json` output of the same policy instead of simulating (it must hold hetgpu and "+rltrain.HeuristicVariant+")")
+	pooledMax := fs.Float64("pooled-max", rank.VerdictPooledMax, "highest pooled learned/heuristic ratio that still beats")
+	windowMax := fs.Float64("window-max", rank.VerdictWindowMax, "highest per-window learned/heuristic ratio that still beats")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: hetgpu train verdict --policy FILE [flags]\n\nCompares the policy with the fallback heuristic (hetgpu vs %s) on held-out traces and writes the verdict into the checkpoint's meta.\n\nFlags:\n", rltrain.HeuristicVariant)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: hetgpu train verdict: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	if *policyFile == "" {
+		return fmt.Errorf("%w: hetgpu train verdict: --policy FILE is required", errUsage)
+	}
+	if !(*pooledMax > 0) || !(*windowMax > 0) {
+		return fmt.Errorf("%w: hetgpu train verdict --pooled-max = %v, --window-max = %v, expected positive ratios", errUsage, *pooledMax, *windowMax)
+	}
+	c, err := rank.LoadCheckpoint(*policyFile)
+	if err != nil {
+		return err
+	}
+	var ev *rltrain.Eval
+	if *evalFile != "" {
+		b, err := os.ReadFile(*evalFile)
+		if err != nil {
+			return fmt.Errorf("--eval: %w", err)
+		}
+		ev = &rltrain.Eval{}
+		if err := json.Unmarshal(b, ev); err != nil {
+			return fmt.Errorf("--eval %s: %w, expected the output of hetgpu train eval --json", *evalFile, err)
+		}
+	} else {
+		pol, err := c.Policy()
+		if err != nil {
+			return err
+		}
+		cs, ts := splitList(*clusters), splitList(*traces)
+		if len(cs) == 0 || len(ts) == 0 {
+			return fmt.Errorf("%w: hetgpu train verdict: --clusters and --traces must not be empty", errUsage)
+		}
+		start := time.Now()
+		ev, err = rltrain.Evaluate(ctx, rltrain.EvalOptions{Clusters: cs, Traces: ts, Policies: rltrain.VerdictPolicies(), Policy: pol,
+			Seed: *seed, Parallel: *parallel, Progress: func(c, t int) { fmt.Fprintf(stderr, "simulating %s on %s...\n", ts[t], cs[c]) }})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "held-out evaluation took %s\n", time.Since(start).Round(time.Second))
+	}
+	v, err := rltrain.HeldOutVerdict(ev, *seed, *pooledMax, *windowMax)
+	if err != nil {
+		return err
+	}
+	c.Meta = v.SetMeta(c.Meta)
+	if err := c.Save(*policyFile); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "held-out verdict of %s against the fallback heuristic: %s\n  %s\n  ratios: %s\n", *policyFile, v, v.Rule(), v.Ratios)
+	return nil
 }
 
 func splitList(s string) []string {

@@ -3,12 +3,18 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/hetgpu/hetgpu/sidecar/rank"
+	"github.com/hetgpu/hetgpu/sidecar/rank/rltrain"
+	"github.com/hetgpu/hetgpu/sidecar/sim"
+	"github.com/hetgpu/hetgpu/sidecar/throughput"
+	"github.com/hetgpu/hetgpu/sidecar/trace"
 )
 
 func TestTrainUsageErrors(t *testing.T) {
@@ -23,6 +29,9 @@ func TestTrainUsageErrors(t *testing.T) {
 		{[]string{"train", "--out", "x.json", "extra"}, "unexpected argument"},
 		{[]string{"train", "eval", "--clusters", ""}, "must not be empty"},
 		{[]string{"train", "eval", "--policies", "nobody"}, "unknown policy"},
+		{[]string{"train", "verdict"}, "--policy FILE is required"},
+		{[]string{"train", "verdict", "--policy", "p.json", "--pooled-max", "0"}, "expected positive ratios"},
+		{[]string{"train", "verdict", "--policy", "p.json", "extra"}, "unexpected argument"},
 	} {
 		var out, errb bytes.Buffer
 		if code := run(context.Background(), c.args, &out, &errb); code != 2 || !strings.Contains(errb.String(), c.want) {
@@ -53,5 +62,85 @@ func TestTrainWritesPolicyAndCurve(t *testing.T) {
 	}
 	if !strings.Contains(stdout.String(), "epoch   1") || !strings.Contains(stdout.String(), "trained 1 epochs") {
 		t.Fatalf("stdout: %s", stdout.String())
+	}
+}
+
+// `hetgpu train verdict` writes the held-out verdict into the checkpoint's meta, from a
+// simulation or from a saved evaluation, and leaves the weights as they were.
+func TestTrainVerdict(t *testing.T) {
+	bundled, err := rank.DefaultCheckpoint()
+	if err != nil || bundled == nil {
+		t.Fatalf("bundled checkpoint: %v %v", bundled, err)
+	}
+	// A saved evaluation in which the learned order wins by 10 % everywhere.
+	res := func(p string, f float64) *sim.Result {
+		return &sim.Result{Policy: p, Jobs: 10, AvgJCTS: 1000 * f, BoundedSlowdown: 2 * f}
+	}
+	ev := rltrain.Eval{Traces: []string{"bundled:heldout-0"}, Clusters: []rltrain.ClusterEval{{Cluster: "modern-mix",
+		PerTrace: map[string][]*sim.Result{"bundled:heldout-0": {res("hetgpu", 0.9), res(rltrain.HeuristicVariant, 1)}},
+		Pooled: []rltrain.Pooled{{Policy: "hetgpu", Jobs: 10, AvgJCTS: 900, BSLD: 1.8},
+			{Policy: rltrain.HeuristicVariant, Jobs: 10, AvgJCTS: 1000, BSLD: 2}}}}}
+	dir := t.TempDir()
+	evalFile := filepath.Join(dir, "eval.json")
+	b, err := json.Marshal(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(evalFile, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// --traces is a comma-separated list, so the small simulated trace goes through a file.
+	tab, err := throughput.Bundled()
+	if err != nil {
+		t.Fatal(err)
+	}
+	small, err := trace.Load("synthetic:jobs=30,rate=6,seed=2", sim.TraceOptions(tab, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	traceFile := filepath.Join(dir, "small.trace")
+	var tb bytes.Buffer
+	if err := trace.WriteGavel(&tb, small); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(traceFile, tb.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"saved evaluation", []string{"--eval", evalFile}, rank.VerdictBeats},
+		{"simulated", []string{"--clusters", "modern-mix:scale=0.25", "--traces", traceFile, "--parallel", "2"}, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "p.json")
+			if err := bundled.Save(path); err != nil {
+				t.Fatal(err)
+			}
+			var stdout, stderr bytes.Buffer
+			if code := run(context.Background(), append([]string{"train", "verdict", "--policy", path}, c.args...), &stdout, &stderr); code != 0 {
+				t.Fatalf("exit %d: %s", code, stderr.String())
+			}
+			got, err := rank.LoadCheckpoint(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v, err := rank.VerdictFromMeta(got.Meta)
+			if err != nil || v == nil {
+				t.Fatalf("verdict in meta: %+v %v (meta %v)", v, err, got.Meta)
+			}
+			if c.want != "" && v.Result != c.want {
+				t.Fatalf("verdict %s, want %s", v, c.want)
+			}
+			if !slices.Equal(got.Actor.Params, bundled.Actor.Params) || !slices.Equal(got.Critic.Params, bundled.Critic.Params) ||
+				!slices.Equal(got.Norm.Mean, bundled.Norm.Mean) || got.Meta["cluster"] != bundled.Meta["cluster"] {
+				t.Fatal("train verdict changed the policy or dropped its other meta")
+			}
+			if !strings.Contains(stdout.String(), v.Result) {
+				t.Fatalf("stdout does not name the verdict: %s", stdout.String())
+			}
+		})
 	}
 }

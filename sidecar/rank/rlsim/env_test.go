@@ -117,7 +117,14 @@ func TestOnlineTuningFromSimulatedRuns(t *testing.T) {
 	cfg := env.cfg
 	cfg.EpisodeJobs = 15
 	ranker, _ := rank.New(nil)
-	ot := &rank.OnlineTuner{Ranker: ranker, Tuner: ft, Build: LiveBuilder(cfg), Every: len(col.obs)}
+	adopts := 0
+	ot := &rank.OnlineTuner{Ranker: ranker, Tuner: ft, Build: LiveBuilder(cfg), Every: len(col.obs),
+		OnAdopt: func(c *rank.Checkpoint, _ rank.StepResult) {
+			if c != ft.Good() {
+				t.Error("OnAdopt got another checkpoint than the adopted one")
+			}
+			adopts++
+		}}
 	for _, o := range col.obs[:len(col.obs)-1] {
 		ot.Observe(context.Background(), o)
 	}
@@ -130,8 +137,8 @@ func TestOnlineTuningFromSimulatedRuns(t *testing.T) {
 		t.Fatalf("tuning step: ran %v, err %v", ran, err)
 	}
 	t.Logf("online step: %+v", res)
-	if res.Accepted != (ranker.Policy() != nil) {
-		t.Fatalf("adopted %v but ranker policy set %v", res.Accepted, ranker.Policy() != nil)
+	if res.Accepted != (ranker.Policy() != nil) || res.Accepted != (adopts == 1) {
+		t.Fatalf("adopted %v but ranker policy set %v, OnAdopt called %d times", res.Accepted, ranker.Policy() != nil, adopts)
 	}
 }
 

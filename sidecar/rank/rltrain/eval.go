@@ -13,7 +13,6 @@ import (
 
 	"github.com/hetgpu/hetgpu/sidecar/policies"
 	"github.com/hetgpu/hetgpu/sidecar/rank"
-	"github.com/hetgpu/hetgpu/sidecar/rank/rlsim"
 	"github.com/hetgpu/hetgpu/sidecar/sim"
 	"github.com/hetgpu/hetgpu/sidecar/throughput"
 	"github.com/hetgpu/hetgpu/sidecar/trace"
@@ -31,13 +30,14 @@ func HeldOutTraces() []string {
 	return []string{"bundled:heldout-0", "bundled:heldout-1", "bundled:heldout-2"}
 }
 
-// HeuristicVariant is an evaluation-only policy name: the hetgpu pipeline with the fallback
-// heuristic ranker instead of the learned one, to show what the learned ranking adds.
-const HeuristicVariant = "hetgpu-heuristic"
+// HeuristicVariant is the hetgpu pipeline with the fallback heuristic ranker instead of the
+// learned one, to show what the learned ranking adds (a registered simulator policy now,
+// policies.HetgpuHeuristic).
+const HeuristicVariant = policies.HetgpuHeuristic
 
 // EvalOptions configure an evaluation.
 type EvalOptions struct {
-	// Policies are registered names, plus HeuristicVariant.
+	// Policies are registered names (HeuristicVariant among them).
 	Clusters, Traces, Policies []string
 	// Policy, when set, is the prioritiser "hetgpu" runs instead of the bundled one.
 	Policy   *rank.Policy
@@ -147,15 +147,6 @@ func (o EvalOptions) compare(ctx context.Context, cluster, traceRef string) (*co
 		po := policies.Options{Spec: spec, Throughput: tab, Seed: o.Seed, Logger: o.Logger.Named(name)}
 		var p sim.Policy
 		switch {
-		case name == HeuristicVariant:
-			r, err := rank.New(nil, rank.WithExplain(false))
-			if err != nil {
-				return nil, err
-			}
-			if p, err = policies.HetgpuPipeline(po, r); err != nil {
-				return nil, err
-			}
-			p.(*rlsim.Pipeline).PolicyName = HeuristicVariant
 		case name == "hetgpu" && o.Policy != nil:
 			r, err := rank.New(o.Policy, rank.WithExplain(false))
 			if err != nil {
@@ -308,4 +299,55 @@ func (e *Eval) WriteTable(w io.Writer) error {
 		fmt.Fprintln(w)
 	}
 	return nil
+}
+
+// VerdictPolicies are the two policies a held-out verdict compares.
+func VerdictPolicies() []string { return []string{"hetgpu", HeuristicVariant} }
+
+// HeldOutVerdict judges the learned order against the fallback heuristic from an evaluation of
+// VerdictPolicies: the learned/heuristic ratios of average JCT and mean bounded slowdown, pooled
+// per cluster and per window (rank.JudgeVerdict). It is deterministic given the evaluation.
+func HeldOutVerdict(ev *Eval, seed uint64, pooledMax, windowMax float64) (*rank.Verdict, error) {
+	var ratios []rank.VerdictRatio
+	var clusters []string
+	for _, c := range ev.Clusters {
+		clusters = append(clusters, c.Cluster)
+		var learned, heur *Pooled
+		for i := range c.Pooled {
+			switch c.Pooled[i].Policy {
+			case "hetgpu":
+				learned = &c.Pooled[i]
+			case HeuristicVariant:
+				heur = &c.Pooled[i]
+			}
+		}
+		if learned == nil || heur == nil {
+			return nil, fmt.Errorf("verdict: cluster %s: the evaluation lacks %s, expected both", c.Cluster, strings.Join(VerdictPolicies(), " and "))
+		}
+		ratios = append(ratios, rank.VerdictRatio{Cluster: c.Cluster, Metric: "jct", Ratio: learned.AvgJCTS / heur.AvgJCTS},
+			rank.VerdictRatio{Cluster: c.Cluster, Metric: "bsld", Ratio: learned.BSLD / heur.BSLD})
+		for _, t := range ev.Traces {
+			var l, h *sim.Result
+			for _, r := range c.PerTrace[t] {
+				switch r.Policy {
+				case "hetgpu":
+					l = r
+				case HeuristicVariant:
+					h = r
+				}
+			}
+			if l == nil || h == nil {
+				return nil, fmt.Errorf("verdict: cluster %s, trace %s: the evaluation lacks %s, expected both", c.Cluster, t, strings.Join(VerdictPolicies(), " and "))
+			}
+			name := strings.TrimPrefix(t, "bundled:")
+			ratios = append(ratios, rank.VerdictRatio{Cluster: c.Cluster, Trace: name, Metric: "jct", Ratio: l.AvgJCTS / h.AvgJCTS},
+				rank.VerdictRatio{Cluster: c.Cluster, Trace: name, Metric: "bsld", Ratio: l.BoundedSlowdown / h.BoundedSlowdown})
+		}
+	}
+	v, err := rank.JudgeVerdict(ratios, pooledMax, windowMax)
+	if err != nil {
+		return nil, err
+	}
+	v.Clusters, v.Traces, v.Seed = strings.Join(clusters, ","), strings.Join(ev.Traces, ","), fmt.Sprint(seed)
+	return v, nil
 }
