@@ -21,18 +21,7 @@ const benchLiveUsage = "Usage: hetgpu bench live [--nodes N] [--gpus-per-node G]
 
 // runBench dispatches `hetgpu bench <subcommand>`.
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprintln(stderr, benchLiveUsage)
-		if len(args) == 0 {
-			return fmt.Errorf("%w: hetgpu bench: missing subcommand (live)", errUsage)
-		}
-		return nil
-	}
-	switch args[0] {
-	case "live":
-		return runBenchLive(ctx, args[1:], stdout, stderr)
-	}
-	return fmt.Errorf("%w: hetgpu bench: unknown subcommand %q, expected live", errUsage, args[0])
+	return subcommand(ctx, "bench", "live", benchLiveUsage, runBenchLive, args, stdout, stderr)
 }
 
 // runBenchLive measures decision rounds of the real Nomad backend and service against the

@@ -14,18 +14,24 @@ import (
 
 // runPlace dispatches `hetgpu place <subcommand>`.
 func runPlace(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return subcommand(ctx, "place", "bench", "Usage: hetgpu place bench --jobs N --gpus M --types K --seed S [--json]", runPlaceBench, args, stdout, stderr)
+}
+
+// subcommand runs `hetgpu <cmd> <sub> ...` for a command with one subcommand: usage on -h or
+// none given (an error then), a usage error naming the expected subcommand otherwise.
+func subcommand(ctx context.Context, cmd, sub, usage string, run func(context.Context, []string, io.Writer, io.Writer) error,
+	args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprintln(stderr, "Usage: hetgpu place bench --jobs N --gpus M --types K --seed S [--json]")
+		fmt.Fprintln(stderr, usage)
 		if len(args) == 0 {
-			return fmt.Errorf("%w: hetgpu place: missing subcommand (bench)", errUsage)
+			return fmt.Errorf("%w: hetgpu %s: missing subcommand (%s)", errUsage, cmd, sub)
 		}
 		return nil
 	}
-	switch args[0] {
-	case "bench":
-		return runPlaceBench(ctx, args[1:], stdout, stderr)
+	if args[0] != sub {
+		return fmt.Errorf("%w: hetgpu %s: unknown subcommand %q, expected %s", errUsage, cmd, args[0], sub)
 	}
-	return fmt.Errorf("%w: hetgpu place: unknown subcommand %q, expected bench", errUsage, args[0])
+	return run(ctx, args[1:], stdout, stderr)
 }
 
 // runPlaceBench times the placement engine on random clusters and queues.

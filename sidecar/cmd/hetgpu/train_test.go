@@ -144,3 +144,21 @@ func TestTrainVerdict(t *testing.T) {
 		})
 	}
 }
+
+// TestSubcommandUsage: commands with one subcommand name it when it is missing or wrong.
+func TestSubcommandUsage(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"place"}, "hetgpu place: missing subcommand (bench)"},
+		{[]string{"place", "run"}, `hetgpu place: unknown subcommand "run", expected bench`},
+		{[]string{"bench"}, "hetgpu bench: missing subcommand (live)"},
+		{[]string{"bench", "foo"}, `hetgpu bench: unknown subcommand "foo", expected live`},
+	} {
+		var out, errb bytes.Buffer
+		if code := run(context.Background(), c.args, &out, &errb); code != 2 || !strings.Contains(errb.String(), c.want) {
+			t.Errorf("%q: exit %d, stderr %q; want 2 and %q", c.args, code, errb.String(), c.want)
+		}
+	}
+}
