@@ -516,18 +516,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.mu.Unlock()
 		s.reply(w, out)
 	case strings.HasPrefix(p, "/v1/node/"):
-		s.mu.Lock()
-		n, ok := s.nodes[strings.TrimPrefix(p, "/v1/node/")]
-		var c *api.Node
-		if ok {
-			c = clone(n)
-		}
-		s.mu.Unlock()
-		if !ok {
-			http.Error(w, "node not found", http.StatusNotFound)
-			return
-		}
-		s.reply(w, c)
+		replyCopy(s, w, s.nodes, strings.TrimPrefix(p, "/v1/node/"), "node not found")
 	case p == "/v1/client/stats":
 		s.nodeStats(w, r.URL.Query().Get("node_id"))
 	case strings.HasPrefix(p, "/v1/client/allocation/") && strings.HasSuffix(p, "/stats"):
@@ -593,31 +582,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.reply(w, struct{}{})
 	case strings.HasPrefix(p, "/v1/job/"):
 		id := strings.TrimPrefix(p, "/v1/job/")
-		s.mu.Lock()
-		j, ok := s.jobs[ns+"/"+id]
-		var c *api.Job
-		if ok {
-			c = clone(j)
-		}
-		s.mu.Unlock()
-		if !ok {
-			http.Error(w, "job not found", http.StatusNotFound)
-			return
-		}
-		s.reply(w, c)
+		replyCopy(s, w, s.jobs, ns+"/"+id, "job not found")
 	case strings.HasPrefix(p, "/v1/allocation/") && !strings.Contains(strings.TrimPrefix(p, "/v1/allocation/"), "/") && r.Method == http.MethodGet:
-		s.mu.Lock()
-		a, ok := s.allocs[strings.TrimPrefix(p, "/v1/allocation/")]
-		var c *api.Allocation
-		if ok {
-			c = clone(a)
-		}
-		s.mu.Unlock()
-		if !ok {
-			http.Error(w, "alloc not found", http.StatusNotFound)
-			return
-		}
-		s.reply(w, c)
+		replyCopy(s, w, s.allocs, strings.TrimPrefix(p, "/v1/allocation/"), "alloc not found")
 	case strings.HasPrefix(p, "/v1/allocation/") && strings.HasSuffix(p, "/stop") && r.Method == http.MethodPut:
 		id := strings.TrimSuffix(strings.TrimPrefix(p, "/v1/allocation/"), "/stop")
 		s.mu.Lock()
@@ -1181,4 +1148,20 @@ func (s *Server) updateJobStatus(ns, id string) {
 		j.ModifyIndex = &idx
 		s.emit(api.TopicJob, "JobRegistered", id, map[string]any{"Job": j})
 	}
+}
+
+// replyCopy answers a copy of m[key] (read under the lock), or 404 with notFound.
+func replyCopy[T any](s *Server, w http.ResponseWriter, m map[string]*T, key, notFound string) {
+	s.mu.Lock()
+	v, ok := m[key]
+	var c *T
+	if ok {
+		c = clone(v)
+	}
+	s.mu.Unlock()
+	if !ok {
+		http.Error(w, notFound, http.StatusNotFound)
+		return
+	}
+	s.reply(w, c)
 }
