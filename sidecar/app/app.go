@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
@@ -38,6 +39,8 @@ type Sidecar struct {
 	Store   *store.Store
 	// Addr is the API's bound address once Run is listening.
 	Addr chan string
+	// repl is the replica's election and shared state (ha block); nil for one replica.
+	repl *replication
 }
 
 // Stages builds the production pipeline stages: the ranker (sidecar/rank; see
@@ -311,7 +314,10 @@ func fileExists(path string) bool {
 // NomadClient builds the API client: Nomad's environment variables (NOMAD_ADDR, NOMAD_TOKEN,
 // NOMAD_NAMESPACE, NOMAD_REGION, NOMAD_CACERT, NOMAD_CAPATH, NOMAD_CLIENT_CERT,
 // NOMAD_CLIENT_KEY, NOMAD_TLS_SERVER_NAME, NOMAD_SKIP_VERIFY), overridden by the nomad block.
-func NomadClient(n *NomadConfig) (*api.Client, string, error) {
+func NomadClient(n *NomadConfig) (*api.Client, string, error) { return nomadClient(n, 0) }
+
+// nomadClient is NomadClient with a bound on each request (0: none).
+func nomadClient(n *NomadConfig, timeout time.Duration) (*api.Client, string, error) {
 	cfg := api.DefaultConfig()
 	if n.Address != "" {
 		cfg.Address = n.Address
@@ -353,6 +359,7 @@ func NomadClient(n *NomadConfig) (*api.Client, string, error) {
 		if err != nil {
 			return nil, "", fmt.Errorf("nomad client for %s: %w", cfg.Address, err)
 		}
+		hc.Timeout = timeout
 		cfg.HttpClient = hc
 	}
 	c, err := api.NewClient(cfg)
@@ -400,10 +407,17 @@ func New(c *Config, logOut io.Writer) (*Sidecar, error) {
 	}
 	policyRef := ranker.Status().Policy
 	// The dashboard reads the policy in use from the store; online tuning may change it.
+	var repl *replication
+	if c.HA.Enabled {
+		if repl, err = newReplication(c, st, filepath.Join(stateDir, TunedPolicyFile), stages, ranker, log); err != nil {
+			return fail(err)
+		}
+	}
 	ranker.OnChange(func(rs service.RankerStatus) {
 		if err := st.SetPolicyCheckpoint(rs.Policy); err != nil {
 			log.Warn("recording the ranking policy failed", "policy", rs.Policy, "error", err)
 		}
+		repl.policyAdopted()
 	})
 	// One untimed synthetic round, so the first real round does not pay for heap growth and
 	// HiGHS's first solves.
@@ -432,7 +446,8 @@ func New(c *Config, logOut io.Writer) (*Sidecar, error) {
 			return fail(err)
 		}
 		b, err := nomad.New(nomad.Config{Client: client, Namespace: ns, Logger: log, ExplainBaseURL: public, Shadow: c.Shadow,
-			SampleDeviceStats: boolOr(c.Nomad.SampleDeviceStats, true), Topology: boolOr(c.Nomad.Topology, true), ResyncEvery: c.ResyncD})
+			SampleDeviceStats: boolOr(c.Nomad.SampleDeviceStats, true), Topology: boolOr(c.Nomad.Topology, true), ResyncEvery: c.ResyncD,
+			Fence: repl.fence()})
 		if err != nil {
 			return fail(err)
 		}
@@ -447,15 +462,18 @@ func New(c *Config, logOut io.Writer) (*Sidecar, error) {
 		}
 		backend = b
 	}
-	svc, err := service.New(service.Config{Reconcile: c.ReconcileD, Debounce: c.DebounceD, Shadow: c.Shadow,
+	scfg := service.Config{Reconcile: c.ReconcileD, Debounce: c.DebounceD, Shadow: c.Shadow,
 		BackendName: backendName, Logger: log, TuneEvery: c.Ranker.TuneEveryD, GangReserveAfter: c.Gang.ReserveAfterD,
-		Ranker: ranker.Status}, backend, stages, st)
+		Ranker: ranker.Status}
+	repl.configure(&scfg)
+	svc, err := service.New(scfg, backend, stages, st)
 	if err != nil {
 		return fail(err)
 	}
+	repl.setService(svc)
 	srv := server.New(server.Config{Listen: c.Listen, Token: c.Token, Logger: log, NomadURL: nomadURL}, svc)
 	log.Info("sidecar assembled", "backend", backendName, "state", st.Path(), "policy", policyRef, "placement", c.Placement.Preset)
-	return &Sidecar{Config: c, Log: log, Backend: backend, Service: svc, Server: srv, Store: st, Addr: make(chan string, 1)}, nil
+	return &Sidecar{Config: c, Log: log, Backend: backend, Service: svc, Server: srv, Store: st, Addr: make(chan string, 1), repl: repl}, nil
 }
 
 func boolOr(p *bool, def bool) bool {
@@ -470,6 +488,14 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	defer s.Store.Close()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if s.repl != nil {
+		// The election ends (releasing the lock) before the store closes.
+		done := s.repl.start(ctx)
+		defer func() {
+			cancel()
+			<-done
+		}()
+	}
 	errc := make(chan error, 2)
 	go func() {
 		errc <- s.Server.Serve(ctx, func(addr string) { s.Addr <- addr })

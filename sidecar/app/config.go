@@ -71,6 +71,7 @@ import (
 //	gang {
 //	  reserve_after = "30m"    # a gang waiting this long reserves GPUs (backfill around it); "0" never
 //	}
+//	ha { enabled = false  ... }  # replicas with one leader on Nomad Variables (HAConfig)
 type Config struct {
 	Listen    string `hcl:"listen,optional"`
 	PublicURL string `hcl:"public_url,optional"`
@@ -89,6 +90,7 @@ type Config struct {
 	Ranker    *RankerConfig    `hcl:"ranker,block"`
 	Predictor *PredictorConfig `hcl:"predictor,block"`
 	Gang      *GangConfig      `hcl:"gang,block"`
+	HA        *HAConfig        `hcl:"ha,block"`
 
 	// Parsed values (no hcl tag: gohcl ignores untagged fields).
 	ReconcileD, DebounceD, ResyncD time.Duration
@@ -325,7 +327,7 @@ func (c *Config) finish() error {
 	if c.StateDir == "" {
 		c.StateDir = filepath.Dir(store.DefaultPath())
 	}
-	return nil
+	return c.finishHA(bad)
 }
 
 func duration(s string, def time.Duration) (time.Duration, error) {

@@ -63,6 +63,10 @@ type Config struct {
 	// to a client).
 	Parallel      int
 	StatsParallel int
+	// Fence, when set (sidecar/ha), is checked before every batch of job writes (pins,
+	// preemptions, re-holds): a replica that lost the leader lock writes nothing more. Nil:
+	// one replica, always allowed.
+	Fence cluster.Fence
 }
 
 // Backend implements cluster.Cluster and service.Backend on Nomad.
@@ -480,6 +484,9 @@ var _ cluster.Preempter = (*Backend)(nil)
 // Preempt re-holds each group (Nomad then stops its allocations); a group whose job does not
 // carry hetgpu.preemptible = true is refused, whatever the caller asks.
 func (b *Backend) Preempt(ctx context.Context, ps []cluster.Preemption) ([]cluster.PinResult, error) {
+	if err := cluster.FenceHeld(ctx, b.cfg.Fence); err != nil {
+		return nil, fmt.Errorf("preempt: %w", err)
+	}
 	out := make([]cluster.PinResult, 0, len(ps))
 	for _, p := range ps {
 		res := cluster.PinResult{JobKey: p.JobKey()}
@@ -629,6 +636,9 @@ var ErrJobGone = service.ErrJobGone
 // Pin re-registers each decided job with its pins, enforcing the JobModifyIndex of the
 // snapshot the decision was made on.
 func (b *Backend) Pin(ctx context.Context, decisions []cluster.Decision) ([]cluster.PinResult, error) {
+	if err := cluster.FenceHeld(ctx, b.cfg.Fence); err != nil {
+		return nil, fmt.Errorf("pin: %w", err)
+	}
 	type jobPins struct {
 		ns, id string
 		ds     []cluster.Decision

@@ -29,6 +29,12 @@ func (b *Backend) Maintain(ctx context.Context) (*service.Maintenance, error) {
 		b.sampleEnergy(ctx)
 	}
 	faults, invalid, placed := b.scan()
+	if len(faults)+len(invalid) > 0 {
+		if err := cluster.FenceHeld(ctx, b.cfg.Fence); err != nil {
+			// Not the leader (any more): the leader re-holds; nothing is written here.
+			faults, invalid = nil, nil
+		}
+	}
 	for _, f := range faults {
 		m.Reheld = append(m.Reheld, b.rehold(ctx, f))
 	}

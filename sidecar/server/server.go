@@ -11,6 +11,9 @@
 //	GET  /ui/fleet, queue, decisions, learning, energy  the GPU fleet dashboard (HTML)
 //	GET  /metrics                        Prometheus metrics
 //
+// With several replicas (sidecar/ha) a standby answers every GET itself and sends every POST
+// to the leader with 307 Temporary Redirect (method and body kept), 503 while none leads.
+//
 // With a token configured every endpoint but /v1/health needs "Authorization: Bearer TOKEN".
 // Handlers recover from panics: bad input never takes the sidecar down.
 package server
@@ -101,6 +104,9 @@ func (s *Server) Handler() http.Handler {
 		}
 		if _, pattern := s.mux.Handler(r); pattern == "" {
 			s.noRoute(w, r)
+			return
+		}
+		if r.Method == http.MethodPost && toLeader(w, r, s.svc) {
 			return
 		}
 		s.mux.ServeHTTP(w, r)
@@ -261,6 +267,10 @@ func (s *Server) observations(w http.ResponseWriter, r *http.Request) {
 	res, err := s.svc.ObserveBatch(r.Context(), obs, service.SourceDriver, r.Header.Get("Idempotency-Key"))
 	if err != nil {
 		code := http.StatusInternalServerError
+		if errors.Is(err, service.ErrStandby) {
+			// Leadership moved while the request ran: nothing was stored; retry.
+			code = http.StatusServiceUnavailable
+		}
 		var ve *service.ValidationError
 		if errors.As(err, &ve) {
 			code = http.StatusBadRequest

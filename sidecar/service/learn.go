@@ -313,11 +313,15 @@ func claimsOf(o *cluster.Observation, idemKey string, i, n int) []string {
 
 // store writes validated records and feeds the fresh, learnable ones to the learner.
 func (s *Service) storeRecords(ctx context.Context, recs []store.NewObservation) (*ObserveResult, error) {
+	if err := s.beforeStore(ctx); err != nil {
+		return nil, err
+	}
 	out, err := s.store.AddObservations(recs, s.cfg.Now())
 	s.health.set(healthStore, err)
 	if err != nil {
 		return nil, err
 	}
+
 	res := &ObserveResult{Records: out}
 	var learn []cluster.Observation
 	var seqs []uint64
@@ -344,6 +348,11 @@ func (s *Service) storeRecords(ctx context.Context, recs []store.NewObservation)
 		} else {
 			res.Learned = len(learn)
 		}
+	}
+	// A duplicate too (the first try may have been stored here but not shared): the runs
+	// are acknowledged only once the other replicas can find them.
+	if err := s.share(ctx); err != nil {
+		return nil, err
 	}
 	return res, nil
 }

@@ -44,6 +44,11 @@ type Config struct {
 	GangReserveAfter time.Duration
 	// Ranker, when set, says which ranking policy the rounds use and why (GET /v1/health).
 	Ranker func() RankerStatus
+	// Leadership, when set, makes this one of several replicas (see Leadership); nil: the
+	// only one. Share, when set, copies the stored runs to where a new leader loads them
+	// from; a request's runs are acknowledged only after it succeeded.
+	Leadership Leadership
+	Share      func(ctx context.Context) error
 }
 
 // RankerStatus is the ranking policy in use and why.
@@ -216,6 +221,9 @@ func (s *Service) Run(ctx context.Context) error {
 			}
 		case <-tick.C:
 		}
+		if !s.leading(ctx) {
+			continue
+		}
 		if _, err := s.Round(ctx); err != nil && ctx.Err() == nil {
 			s.log.Warn("round failed; retrying at the next change or tick", "error", err)
 		}
@@ -299,7 +307,7 @@ func (s *Service) tuneLoop(ctx context.Context) {
 		s.mu.RLock()
 		snap := s.lastSnap
 		s.mu.RUnlock()
-		if snap == nil {
+		if snap == nil || !s.leading(ctx) {
 			continue
 		}
 		ran, adopted, err := s.stages.Tuner.Tune(ctx, snap)
@@ -684,6 +692,11 @@ type Health struct {
 	StorageErrors []string `json:"storage_errors,omitempty"`
 	// Ranker is the ranking policy in use and why.
 	Ranker *RankerStatus `json:"ranker,omitempty"`
+	// Role is "single" (one replica), "leader" or "standby"; Leader is the leading
+	// replica's address (else id), ReplicaID this replica's id.
+	Role      string `json:"role"`
+	Leader    string `json:"leader,omitempty"`
+	ReplicaID string `json:"replica_id,omitempty"`
 }
 
 // Health reports whether rounds are running. "degraded" when the last round failed or none
@@ -707,6 +720,9 @@ func (s *Service) Health() Health {
 		h.Ranker = &rs
 	}
 	stale := h.LastRound.IsZero() && now.Sub(s.started) > 3*s.cfg.Reconcile || !h.LastRound.IsZero() && now.Sub(h.LastRound) > 3*s.cfg.Reconcile
+	if s.role(&h) {
+		stale = false
+	}
 	if h.LastError != "" || stale || len(h.StorageErrors) > 0 {
 		h.Status = "degraded"
 	}

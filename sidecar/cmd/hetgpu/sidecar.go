@@ -15,6 +15,7 @@ func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	stateDir := fs.String("state-dir", "", "directory of the state file sidecar.db and the predictor catalog")
 	shadow := fs.Bool("shadow", false, "decide and record without pinning (needs Nomad)")
 	logLevel := fs.String("log-level", "", "log level: trace, debug, info, warn, error")
+	haOn := fs.Bool("ha", false, "run as one of several replicas with one leader elected on a Nomad Variables lock (see the ha block)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, `Usage: hetgpu sidecar [-config FILE] [flags]
 
@@ -49,6 +50,9 @@ Flags:
 	}
 	if *logLevel != "" {
 		cfg.LogLevel = *logLevel
+	}
+	if *haOn {
+		cfg.HA.Enabled = true
 	}
 	if err := cfg.Finish(); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
