@@ -43,12 +43,15 @@ func submitToy(t *testing.T, c *api.Client, bins binaries, id string, steps int,
 // killToys ends the toy workloads of the cluster's allocations that outlive the test (a
 // client killed with SIGKILL does not stop its tasks); a task's working directory lies in its
 // allocation directory under the cluster's, so other tests' workloads are left alone.
-func killToys(t *testing.T, c *cluster, bins binaries) {
+func killToys(t *testing.T, c *cluster, bins binaries) { killTasks(t, c, bins.Toy) }
+
+// killTasks ends, with the test, the processes of executable exe whose working directory lies
+// in the cluster's directory (tasks a stopped client leaves running).
+func killTasks(t *testing.T, c *cluster, exe string) {
 	t.Cleanup(func() {
 		procs, _ := filepath.Glob("/proc/[0-9]*/exe")
 		for _, p := range procs {
-			exe, err := os.Readlink(p)
-			if err != nil || exe != bins.Toy {
+			if x, err := os.Readlink(p); err != nil || x != exe {
 				continue
 			}
 			cwd, err := os.Readlink(filepath.Join(filepath.Dir(p), "cwd"))

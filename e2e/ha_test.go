@@ -6,6 +6,7 @@ package e2e
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"sort"
 	"strconv"
@@ -163,4 +164,102 @@ func TestHAFailover(t *testing.T) {
 	}
 	t.Logf("takeover to pin over %d failovers (s): %s; median %.2f, max %.2f", len(took), strings.Join(secs, " "),
 		sorted[len(sorted)/2].Seconds(), sorted[len(sorted)-1].Seconds())
+}
+
+// rawExec enables the raw_exec driver on a client (the sidecar job runs the host binary).
+const rawExec = "plugin \"raw_exec\" {\n  config {\n    enabled = true\n  }\n}\n"
+
+// TestHASidecarAsNomadJobWithACL: on a cluster with ACLs, the documented policy
+// (jobspecs/hetgpu-sidecar.policy.hcl) is attached to the sidecar job's workload identity
+// only, and jobspecs/hetgpu-sidecar.nomad.hcl runs two replicas on two nodes, registered as
+// the Nomad service hetgpu-sidecar; one leads, one stands by, and a GPU job is pinned.
+func TestHASidecarAsNomadJobWithACL(t *testing.T) {
+	nomadBin := nomadBinary(t, "the sidecar as a Nomad job on a cluster with ACLs")
+	bins := buildBinaries(t, binHetgpu, binDevice, binDriver, binToy)
+	c := startClusterOpts(t, nomadBin, bins, []clusterClient{
+		{Name: "a100", Fake: []string{"4x A100"}, Extra: rawExec},
+		{Name: "t4", Fake: []string{"4x T4"}, Extra: rawExec},
+	}, clusterOpts{ACL: true})
+	killToys(t, c, bins)
+	killTasks(t, c, bins.Hetgpu)
+	// Anonymous requests are refused: ACLs are on.
+	anon, err := api.NewClient(&api.Config{Address: c.HTTP})
+	must(t, err)
+	if _, _, err := anon.Jobs().List(nil); err == nil || !strings.Contains(err.Error(), "403") {
+		t.Fatalf("anonymous job list on an ACL cluster: %v, want 403", err)
+	}
+	rules, err := os.ReadFile("../jobspecs/hetgpu-sidecar.policy.hcl")
+	must(t, err)
+	_, err = c.API.ACLPolicies().Upsert(&api.ACLPolicy{Name: "hetgpu-sidecar", Description: "hetgpu sidecar", Rules: string(rules),
+		JobACL: &api.JobACL{Namespace: "default", JobID: "hetgpu-sidecar"}}, nil)
+	must(t, err)
+	src, err := os.ReadFile("../jobspecs/hetgpu-sidecar.nomad.hcl")
+	must(t, err)
+	// The replicas authenticate with their workload identity (NOMAD_TOKEN). They reach the
+	// server's HTTP address: the Task API socket path under the test's deep temporary
+	// directory exceeds the 108 bytes a unix socket address may have.
+	job, err := c.API.Jobs().ParseHCLOpts(&api.JobsParseRequest{JobHCL: string(src),
+		Variables: fmt.Sprintf("hetgpu_bin = %q\nnomad_addr = %q\n", bins.Hetgpu, c.HTTP), Canonicalize: true})
+	must(t, err)
+	_, _, err = c.API.Jobs().Register(job, nil)
+	must(t, err)
+	t.Cleanup(func() { _, _, _ = c.API.Jobs().Deregister("hetgpu-sidecar", true, nil) })
+	var urls []string
+	waitFor(t, 90*time.Second, "two replicas registered, one leading, one standing by", func() bool {
+		regs, _, err := c.API.Services().Get("hetgpu-sidecar", nil)
+		if err != nil || len(regs) != 2 {
+			return false
+		}
+		urls = urls[:0]
+		roles := map[string]int{}
+		nodes := map[string]bool{}
+		for _, r := range regs {
+			u := fmt.Sprintf("http://%s:%d", r.Address, r.Port)
+			h, err := haRole(u)
+			if err != nil {
+				return false
+			}
+			urls = append(urls, u)
+			roles[h.Role]++
+			nodes[r.NodeID] = true
+		}
+		return roles["leader"] == 1 && roles["standby"] == 1 && len(nodes) == 2
+	}, func() string { return jobState(c.API, "hetgpu-sidecar") + taskLogs(c.API, "hetgpu-sidecar", "sidecar") })
+	submitToy(t, c.API, bins, "acl-gpu-job", 20, "100ms", nil)
+	waitFor(t, 30*time.Second, "the GPU job pinned by the sidecar job", func() bool {
+		j, _, err := c.API.Jobs().Info("acl-gpu-job", nil)
+		return err == nil && !scHeld(j)
+	}, func() string { return jobState(c.API, "acl-gpu-job") })
+	_, pins := pinVersions(t, c.API, "acl-gpu-job")
+	if pins != 1 {
+		t.Fatalf("acl-gpu-job: %d pin tags, want 1", pins)
+	}
+	// The shared state is where the policy lets the sidecar write.
+	v, _, err := c.API.Variables().Read("hetgpu/leader", nil)
+	must(t, err)
+	t.Logf("replicas %v; leader lock held by %s (%s)", urls, v.Items["id"], v.Items["address"])
+}
+
+// taskLogs is the tail of each allocation's task stderr, for failure messages.
+func taskLogs(c *api.Client, job, task string) string {
+	stubs, _, _ := c.Jobs().Allocations(job, true, nil)
+	var b strings.Builder
+	for _, s := range stubs {
+		a, _, err := c.Allocations().Info(s.ID, nil)
+		if err != nil {
+			continue
+		}
+		rc, err := c.AllocFS().Cat(a, "alloc/logs/"+task+".stderr.0", nil)
+		if err != nil {
+			fmt.Fprintf(&b, "\n%s: %v", s.ID[:8], err)
+			continue
+		}
+		data, _ := io.ReadAll(rc)
+		rc.Close()
+		if len(data) > 4000 {
+			data = data[len(data)-4000:]
+		}
+		fmt.Fprintf(&b, "\n--- %s %s stderr:\n%s", s.ID[:8], task, data)
+	}
+	return b.String()
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -361,6 +363,13 @@ func nomadClient(n *NomadConfig, timeout time.Duration) (*api.Client, string, er
 		}
 		hc.Timeout = timeout
 		cfg.HttpClient = hc
+	} else if timeout > 0 {
+		// The Task API socket (workload identity), with the bound.
+		path := strings.TrimPrefix(strings.TrimPrefix(cfg.Address, "unix://"), "unix:")
+		cfg.HttpClient = &http.Client{Timeout: timeout, Transport: &http.Transport{
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				return (&net.Dialer{}).DialContext(ctx, "unix", path)
+			}}}
 	}
 	c, err := api.NewClient(cfg)
 	if err != nil {
