@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -81,6 +82,43 @@ func (s *Server) timerRunning(fv *fakeVar) bool {
 	return fv.v.Lock != nil && s.clock().Before(fv.renewed.Add(2*fv.ttl))
 }
 
+// casFailed answers a write whose ?cas=N is malformed (400) or is not the variable's modify
+// index (0 for none: conflict answers 409); it reports whether it answered.
+func casFailed(w http.ResponseWriter, q url.Values, fv *fakeVar, conflict func()) bool {
+	c := q.Get("cas")
+	if c == "" {
+		return false
+	}
+	n, err := strconv.ParseUint(c, 10, 64)
+	if err != nil {
+		varError(w, http.StatusBadRequest, "can not parse cas: "+err.Error())
+		return true
+	}
+	cur := uint64(0)
+	if fv != nil {
+		cur = fv.v.ModifyIndex
+	}
+	if n != cur {
+		conflict()
+		return true
+	}
+	return false
+}
+
+// holdsLock answers a lock renewal or release of a missing (404) or unlocked (409) variable;
+// it reports whether the variable holds a lock.
+func holdsLock(w http.ResponseWriter, fv *fakeVar) bool {
+	switch {
+	case fv == nil:
+		varError(w, http.StatusNotFound, "variable not found")
+	case fv.v.Lock == nil:
+		varError(w, http.StatusConflict, "variable doesn't hold a lock")
+	default:
+		return true
+	}
+	return false
+}
+
 func varError(w http.ResponseWriter, code int, msg string) {
 	http.Error(w, msg, code)
 }
@@ -125,16 +163,8 @@ func (s *Server) variable(w http.ResponseWriter, r *http.Request, ns, path strin
 			conflict()
 			return
 		}
-		if c := q.Get("cas"); c != "" {
-			n, err := strconv.ParseUint(c, 10, 64)
-			if err != nil {
-				varError(w, http.StatusBadRequest, "can not parse cas: "+err.Error())
-				return
-			}
-			if n != fv.v.ModifyIndex {
-				reply(http.StatusConflict, fv.v)
-				return
-			}
+		if casFailed(w, q, fv, func() { reply(http.StatusConflict, fv.v) }) {
+			return
 		}
 		delete(s.vars, key)
 		s.bump()
@@ -168,12 +198,7 @@ func (s *Server) variable(w http.ResponseWriter, r *http.Request, ns, path strin
 	}
 	switch {
 	case renew:
-		if fv == nil {
-			varError(w, http.StatusNotFound, "variable not found")
-			return
-		}
-		if fv.v.Lock == nil {
-			varError(w, http.StatusConflict, "variable doesn't hold a lock")
+		if !holdsLock(w, fv) {
 			return
 		}
 		// A lock whose timer fired cannot be renewed any more (it waits out its delay).
@@ -188,12 +213,7 @@ func (s *Server) variable(w http.ResponseWriter, r *http.Request, ns, path strin
 			varError(w, http.StatusBadRequest, "missing lock information")
 			return
 		}
-		if fv == nil {
-			varError(w, http.StatusNotFound, "variable not found")
-			return
-		}
-		if fv.v.Lock == nil {
-			varError(w, http.StatusConflict, "variable doesn't hold a lock")
+		if !holdsLock(w, fv) {
 			return
 		}
 		if fv.v.Lock.ID != in.Lock.ID {
@@ -251,24 +271,12 @@ func (s *Server) variable(w http.ResponseWriter, r *http.Request, ns, path strin
 			varError(w, http.StatusBadRequest, "variable should not contain lock definition")
 			return
 		}
-		if c := q.Get("cas"); c != "" {
-			n, err := strconv.ParseUint(c, 10, 64)
-			if err != nil {
-				varError(w, http.StatusBadRequest, "can not parse cas: "+err.Error())
-				return
-			}
-			cur := uint64(0)
-			if fv != nil {
-				cur = fv.v.ModifyIndex
-			}
-			if n != cur {
-				if fv == nil {
-					reply(http.StatusConflict, &api.Variable{Namespace: ns, Path: path})
-				} else {
-					reply(http.StatusConflict, fv.v)
-				}
-				return
-			}
+		current := &api.Variable{Namespace: ns, Path: path}
+		if fv != nil {
+			current = fv.v
+		}
+		if casFailed(w, q, fv, func() { reply(http.StatusConflict, current) }) {
+			return
 		}
 		if fv != nil && fv.v.Lock != nil && (in.Lock == nil || in.Lock.ID != fv.v.Lock.ID) {
 			conflict()
