@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -206,4 +207,32 @@ func randomHex(i int) string {
 		b[j] = hexd[r.IntN(16)]
 	}
 	return string(b)
+}
+
+// The tuned policy a leader adopted reaches the next leader's state directory, once.
+func TestSharedFileRoundTrip(t *testing.T) {
+	f := nomadtest.New()
+	defer f.Close()
+	ctx := context.Background()
+	blobs := &ha.Blobs{Client: f.Client(), Namespace: "default", Prefix: "hetgpu/state"}
+	src := filepath.Join(t.TempDir(), "ranker-tuned.json")
+	dst := filepath.Join(t.TempDir(), "ranker-tuned.json")
+	policy := randomBytes(150<<10, 3)
+	if err := os.WriteFile(src, policy, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sh := &ha.Shared{Blobs: blobs}
+	if wrote, err := sh.LoadFile(ctx, ha.BlobPolicy, dst); wrote || err != nil {
+		t.Fatalf("LoadFile before any policy was shared = %v, %v; want nothing written", wrote, err)
+	}
+	if err := sh.PublishFile(ctx, ha.BlobPolicy, src); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []bool{true, false} {
+		wrote, err := sh.LoadFile(ctx, ha.BlobPolicy, dst)
+		got, _ := os.ReadFile(dst)
+		if err != nil || wrote != want || !bytes.Equal(got, policy) {
+			t.Fatalf("LoadFile = %v, %v (%d bytes); want written %v and the %d bytes shared", wrote, err, len(got), want, len(policy))
+		}
+	}
 }
