@@ -7,10 +7,13 @@ package e2e
 import (
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -262,4 +265,133 @@ func taskLogs(c *api.Client, job, task string) string {
 		fmt.Fprintf(&b, "\n--- %s %s stderr:\n%s", s.ID[:8], task, data)
 	}
 	return b.String()
+}
+
+// blackhole is a TCP proxy to Nomad that can stop answering: while cut, it forwards nothing
+// either way (requests hang, as behind a partition); heal drops the connections it held.
+type blackhole struct {
+	ln     net.Listener
+	target string
+	cut    atomic.Bool
+	mu     sync.Mutex
+	conns  []net.Conn
+}
+
+func newBlackhole(t *testing.T, target string) *blackhole {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	p := &blackhole{ln: ln, target: target}
+	t.Cleanup(func() {
+		ln.Close()
+		p.heal()
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go p.handle(c)
+		}
+	}()
+	return p
+}
+
+func (p *blackhole) url() string { return "http://" + p.ln.Addr().String() }
+
+func (p *blackhole) handle(c net.Conn) {
+	u, err := net.Dial("tcp", p.target)
+	if err != nil {
+		c.Close()
+		return
+	}
+	p.mu.Lock()
+	p.conns = append(p.conns, c, u)
+	p.mu.Unlock()
+	pipe := func(dst, src net.Conn) {
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := src.Read(buf)
+			if n > 0 && !p.cut.Load() {
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					err = werr
+				}
+			}
+			if err != nil {
+				dst.Close()
+				src.Close()
+				return
+			}
+		}
+	}
+	go pipe(u, c)
+	pipe(c, u)
+}
+
+// heal forwards again; the connections that lost bytes while cut are closed.
+func (p *blackhole) heal() {
+	p.cut.Store(false)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+// TestHAPartitionedLeaderStopsWriting: the leader's path to Nomad stops answering (a TCP
+// blackhole). Its fence closes (health says standby) within ttl - margin of its last renewal,
+// well before Nomad frees its lock (2 x ttl + lock_delay = 21 s); the other replica takes
+// the lock only then (the old leader's process still answers, so no fast takeover) and pins
+// the job submitted during the partition, once; after the partition heals the old leader
+// stands by and writes nothing.
+func TestHAPartitionedLeaderStopsWriting(t *testing.T) {
+	e := newFaultEnv(t, "a partitioned sidecar leader", []clusterClient{{Name: "a100", Fake: []string{"8x A100"}}}, "")
+	target := strings.TrimPrefix(e.HTTP, "http://")
+	hole := newBlackhole(t, target)
+	urls := []string{e.sidecarURL, fmt.Sprintf("http://127.0.0.1:%d", freePort(t))}
+	// Replica 0 reaches Nomad through the blackhole, and leads: it starts first.
+	startSidecar(t, &cluster{agent: &agent{HTTP: hole.url()}, dir: e.dir}, e.bins, e.port, haSidecarConfig)
+	waitFor(t, 30*time.Second, "replica 0 to lead", func() bool { h, err := haRole(urls[0]); return err == nil && h.Role == "leader" })
+	port1, _ := strconv.Atoi(urls[1][strings.LastIndex(urls[1], ":")+1:])
+	startSidecar(t, e.cluster, e.bins, port1, haSidecarConfig)
+	waitFor(t, 30*time.Second, "replica 1 to stand by", func() bool { h, err := haRole(urls[1]); return err == nil && h.Role == "standby" })
+
+	hole.cut.Store(true)
+	cut := time.Now()
+	submitToy(t, e.API, e.bins, "ha-partition", 20, "100ms", nil)
+	var stopped, taken time.Duration
+	waitFor(t, 15*time.Second, "the partitioned leader to stop writing", func() bool {
+		h, err := haRole(urls[0])
+		if err == nil && h.Role != "leader" {
+			stopped = time.Since(cut)
+			return true
+		}
+		return false
+	})
+	if j, _, err := e.API.Jobs().Info("ha-partition", nil); err != nil || !scHeld(j) {
+		t.Fatalf("the job was pinned while the lock was the partitioned leader's: %v", err)
+	}
+	waitFor(t, 40*time.Second, "replica 1 to take the freed lock and pin the job", func() bool {
+		j, _, err := e.API.Jobs().Info("ha-partition", nil)
+		if err == nil && !scHeld(j) {
+			taken = time.Since(cut)
+			return true
+		}
+		return false
+	}, func() string { return jobState(e.API, "ha-partition") })
+	if stopped >= taken {
+		t.Fatalf("the old leader stopped writing %.1f s after the cut, the new one pinned at %.1f s", stopped.Seconds(), taken.Seconds())
+	}
+	hole.heal()
+	waitFor(t, 15*time.Second, "the healed replica to stand by behind replica 1", func() bool {
+		h, err := haRole(urls[0])
+		return err == nil && h.Role == "standby" && h.Leader == urls[1]
+	})
+	waitDead(t, e.API, "ha-partition", 60*time.Second)
+	if versions, pins := pinVersions(t, e.API, "ha-partition"); versions != 2 || pins != 1 {
+		t.Fatalf("ha-partition: %d pin tags over %d versions; want pinned once", pins, versions)
+	}
+	t.Logf("partition: the leader stopped writing %.1f s after the cut (its lease: ttl 10 s - margin 2 s after its last renewal); the other replica pinned the job %.1f s after the cut, once Nomad freed the lock",
+		stopped.Seconds(), taken.Seconds())
 }
