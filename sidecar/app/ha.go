@@ -3,6 +3,8 @@ package app
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/url"
 	"sync"
 	"time"
 
@@ -45,6 +47,10 @@ func newReplication(c *Config, st *store.Store, tunedPath string, stages service
 	}
 	if addr == "" {
 		addr = "http://" + c.Listen
+	}
+	if u, err := url.Parse(addr); err == nil && net.ParseIP(u.Hostname()).IsUnspecified() {
+		log.Warn("this replica advertises an unspecified address: standbys cannot redirect writers to it and fast takeover is off; set ha.advertise or public_url",
+			"address", addr)
 	}
 	r := &replication{tunedPath: tunedPath, stages: stages, ranker: rs, log: log.Named("ha")}
 	r.elector, err = ha.New(ha.Config{Client: client, Namespace: h.Namespace, LockPath: h.LockPath, TTL: h.TTLD,

@@ -263,3 +263,33 @@ func TestElectorFastTakeoverOfDeadLeader(t *testing.T) {
 		t.Fatalf("takeover took %s; the TTL path would be 21 s, fast takeover should be about 2 retries", d)
 	}
 }
+
+// Fast takeover needs proof that the leader's process is gone: an address that reaches
+// this replica itself, or an unspecified one, is none, and the lock stays.
+func TestElectorNoFastTakeoverWithoutProof(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		address func(self string) string
+	}{
+		{"unspecified address", func(string) string { return "http://0.0.0.0:1" }},
+		{"address of the standby itself", func(self string) string { return self }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := nomadtest.New()
+			defer f.Close()
+			// b's own API, which the leader's advertised address may point at.
+			self := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.WriteString(w, `{"status":"ok","role":"standby","replica_id":"b"}`)
+			}))
+			defer self.Close()
+			a := startReplica(t, f, "a", func(c *ha.Config) { c.Address = tc.address(self.URL) })
+			waitFor(t, "a to lead", func() bool { return a.role() == ha.RoleLeader })
+			b := startReplica(t, f, "b", func(c *ha.Config) { c.FastTakeover = true })
+			// Many probes later a still leads.
+			time.Sleep(300 * time.Millisecond)
+			if a.role() != ha.RoleLeader || b.role() != ha.RoleStandby {
+				t.Fatalf("roles a=%s b=%s; want a to keep the lock", a.role(), b.role())
+			}
+		})
+	}
+}

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"syscall"
 )
@@ -16,6 +18,10 @@ import (
 // counts as alive: a leader cut off from this standby but not from Nomad keeps its lock
 // until Nomad's TTL frees it.
 func (e *Elector) leaderAlive(ctx context.Context, h Holder) bool {
+	if u, err := url.Parse(h.Address); err != nil || u.Hostname() == "" || net.ParseIP(u.Hostname()).IsUnspecified() {
+		// 0.0.0.0 would reach this host, not the leader's: no evidence either way.
+		return true
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(h.Address, "/")+"/v1/health", nil)
 	if err != nil {
 		return true
@@ -34,8 +40,9 @@ func (e *Elector) leaderAlive(ctx context.Context, h Holder) bool {
 		return true
 	}
 	if hl.ID != "" {
-		// The leader's own process answers (it may still be loading the shared state).
-		return hl.ID == h.ID
+		// The leader's own process answers (it may still be loading the shared state); an
+		// address that reaches this replica itself proves nothing.
+		return hl.ID == h.ID || hl.ID == e.cfg.ID
 	}
 	return hl.Role == "" || hl.Role == RoleLeader
 }
