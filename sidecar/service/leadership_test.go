@@ -104,3 +104,12 @@ func TestObserveSharesBeforeAcknowledging(t *testing.T) {
 		}
 	}
 }
+
+// One replica (no Leadership) reports role "single" and keeps every other health key.
+func TestHealthSingleReplica(t *testing.T) {
+	h := servicetest.NewHarness(t, nil)
+	h.Round()
+	if hl := h.Service.Health(); hl.Role != "single" || hl.Leader != "" || hl.ReplicaID != "" || hl.Rounds != 1 || hl.Backend != "nomad" {
+		t.Fatalf("single replica health = %+v", hl)
+	}
+}
