@@ -266,8 +266,8 @@ func (e *Elector) Run(ctx context.Context) error {
 		lk, err := e.acquire(ctx)
 		switch {
 		case err == nil:
+			// Led until the lease ended (or taking over failed): try again after Retry.
 			e.lead(ctx, lk)
-			continue
 		case ctx.Err() != nil:
 			return nil
 		case errors.Is(err, api.ErrLockConflict):

@@ -293,3 +293,20 @@ func TestElectorNoFastTakeoverWithoutProof(t *testing.T) {
 		})
 	}
 }
+
+// A replica that cannot load the shared state gives the lock up instead of leading on a
+// stale store; another replica leads.
+func TestElectorTakeoverFailureGivesLockUp(t *testing.T) {
+	f := nomadtest.New()
+	defer f.Close()
+	var tries atomic.Int32
+	a := startReplica(t, f, "a", func(c *ha.Config) {
+		c.OnLead = func(context.Context) error { tries.Add(1); return errors.New("shared state unreadable") }
+	})
+	waitFor(t, "a to try leading", func() bool { return tries.Load() >= 1 })
+	b := startReplica(t, f, "b", nil)
+	waitFor(t, "b to lead", func() bool { return b.role() == ha.RoleLeader })
+	if a.role() != ha.RoleStandby || a.el.Held(context.Background()) == nil {
+		t.Fatalf("a, which could not take over, has role %s", a.role())
+	}
+}
