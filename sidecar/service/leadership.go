@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/hetgpu/hetgpu/sidecar/cluster"
 )
@@ -65,13 +66,37 @@ func (s *Service) share(ctx context.Context) error {
 	return nil
 }
 
-// role fills the health's replica fields; a standby runs no rounds, so it is not stale.
-func (s *Service) role(h *Health) (standby bool) {
+// noteLeading records when this replica started leading; it returns leads.
+func (s *Service) noteLeading(leads bool) bool {
+	if s.cfg.Leadership == nil {
+		return leads
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case !leads:
+		s.leadSince = time.Time{}
+	case s.leadSince.IsZero():
+		s.leadSince = s.cfg.Now()
+	}
+	return leads
+}
+
+// role fills the health's replica fields: a standby runs no rounds, so it is not stale; a
+// leader's rounds count from since, when it took over (zero for one replica).
+func (s *Service) role(h *Health) (standby bool, since time.Time) {
 	if s.cfg.Leadership == nil {
 		h.Role = "single"
-		return false
+		return false, time.Time{}
 	}
 	h.Role, h.Leader = s.cfg.Leadership.Role()
 	h.ReplicaID = s.cfg.Leadership.ID()
-	return h.Role != "leader"
+	s.mu.RLock()
+	since = s.leadSince
+	s.mu.RUnlock()
+	if h.Role == "leader" && since.IsZero() {
+		// Leading, but the loop has not noticed yet.
+		since = s.cfg.Now()
+	}
+	return h.Role != "leader", since
 }

@@ -113,3 +113,22 @@ func TestHealthSingleReplica(t *testing.T) {
 		t.Fatalf("single replica health = %+v", hl)
 	}
 }
+
+// A replica that stood by for long and just took over is not reported stale before it had
+// the reconcile periods to run its first round.
+func TestHealthFreshLeaderNotStale(t *testing.T) {
+	l := &servicetest.Leadership{}
+	now := time.Now()
+	h := servicetest.NewHarness(t, func(c *service.Config, _ *nomad.Config) {
+		c.Leadership, c.Reconcile = l, time.Second
+		c.Now = func() time.Time { return now }
+	})
+	now = now.Add(time.Minute)
+	if hl := h.Service.Health(); hl.Status != "ok" || hl.Role != "standby" {
+		t.Fatalf("standby a minute after start: %+v", hl)
+	}
+	l.Set(true, "")
+	if hl := h.Service.Health(); hl.Status != "ok" || hl.Role != "leader" {
+		t.Fatalf("leader just after taking over: status %s, role %s; want ok", hl.Status, hl.Role)
+	}
+}

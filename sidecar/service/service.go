@@ -124,6 +124,8 @@ type Service struct {
 	learner *learnGroup
 	// health tracks what cannot be written (store, catalog).
 	health storageHealth
+	// leadSince is when this replica last started leading (zero while it stands by).
+	leadSince time.Time
 }
 
 // New builds a service. The store must stay open while the service runs.
@@ -221,7 +223,7 @@ func (s *Service) Run(ctx context.Context) error {
 			}
 		case <-tick.C:
 		}
-		if !s.leading(ctx) {
+		if !s.noteLeading(s.leading(ctx)) {
 			continue
 		}
 		if _, err := s.Round(ctx); err != nil && ctx.Err() == nil {
@@ -720,8 +722,11 @@ func (s *Service) Health() Health {
 		h.Ranker = &rs
 	}
 	stale := h.LastRound.IsZero() && now.Sub(s.started) > 3*s.cfg.Reconcile || !h.LastRound.IsZero() && now.Sub(h.LastRound) > 3*s.cfg.Reconcile
-	if s.role(&h) {
+	if standby, since := s.role(&h); standby {
 		stale = false
+	} else if h.LastRound.Before(since) {
+		// A replica that just took over is stale only once it led three periods without a round.
+		stale = now.Sub(since) > 3*s.cfg.Reconcile
 	}
 	if h.LastError != "" || stale || len(h.StorageErrors) > 0 {
 		h.Status = "degraded"
