@@ -61,6 +61,10 @@ func (s *Service) share(ctx context.Context) error {
 		return nil
 	}
 	if err := s.cfg.Share(ctx); err != nil {
+		if s.cfg.Leadership != nil && s.cfg.Leadership.Held(ctx) != nil {
+			// Leadership ended meanwhile: the writer retries at the new leader (503).
+			return fmt.Errorf("%w: share the stored runs: %w", ErrStandby, err)
+		}
 		return fmt.Errorf("share the stored runs with the other replicas: %w", err)
 	}
 	return nil
