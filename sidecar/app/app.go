@@ -420,9 +420,10 @@ func New(c *Config, logOut io.Writer) (*Sidecar, error) {
 			return fail(err)
 		}
 	}
-	public := c.PublicURL
-	if public == "" {
-		public = "http://" + c.Listen
+	public := c.publicURL()
+	links, err := c.explainLinks(c.StateDir)
+	if err != nil {
+		return fail(err)
 	}
 	var backend service.Backend
 	var nomadURL string
@@ -431,7 +432,7 @@ func New(c *Config, logOut io.Writer) (*Sidecar, error) {
 		if err != nil {
 			return fail(err)
 		}
-		b, err := nomad.New(nomad.Config{Client: client, Namespace: ns, Logger: log, ExplainBaseURL: public, Shadow: c.Shadow,
+		b, err := nomad.New(nomad.Config{Client: client, Namespace: ns, Logger: log, ExplainBaseURL: public, SignExplain: signQuery(links), Shadow: c.Shadow,
 			SampleDeviceStats: boolOr(c.Nomad.SampleDeviceStats, true), Topology: boolOr(c.Nomad.Topology, true), ResyncEvery: c.ResyncD})
 		if err != nil {
 			return fail(err)
@@ -453,7 +454,9 @@ func New(c *Config, logOut io.Writer) (*Sidecar, error) {
 	if err != nil {
 		return fail(err)
 	}
-	srv := server.New(server.Config{Listen: c.Listen, Token: c.Token, Logger: log, NomadURL: nomadURL}, svc)
+	scfg := c.serverConfig()
+	scfg.Logger, scfg.NomadURL, scfg.Links = log, nomadURL, links
+	srv := server.New(scfg, svc)
 	log.Info("sidecar assembled", "backend", backendName, "state", st.Path(), "policy", policyRef, "placement", c.Placement.Preset)
 	return &Sidecar{Config: c, Log: log, Backend: backend, Service: svc, Server: srv, Store: st, Addr: make(chan string, 1)}, nil
 }
