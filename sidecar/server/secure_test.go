@@ -206,7 +206,7 @@ func TestCheckExposure(t *testing.T) {
 		{"IPv6 loopback", server.Config{Listen: "[::1]:4656"}, "", false},
 		{"all interfaces, nothing", server.Config{Listen: "0.0.0.0:4656"}, "no TLS", false},
 		{"empty host", server.Config{Listen: ":4656"}, "insecure = true", false},
-		{"TLS without tokens", server.Config{Listen: "10.0.0.5:4656", TLS: tlsOn}, "no a token for reads", false},
+		{"TLS without tokens", server.Config{Listen: "10.0.0.5:4656", TLS: tlsOn}, "no token for reads", false},
 		{"token without TLS", server.Config{Listen: "10.0.0.5:4656", Token: "t"}, "no TLS", false},
 		{"TLS, read token only", server.Config{Listen: "10.0.0.5:4656", TLS: tlsOn, ReadToken: "r"}, "poison the predictor", false},
 		{"TLS and admin token", server.Config{Listen: "10.0.0.5:4656", TLS: tlsOn, Token: "t"}, "", false},

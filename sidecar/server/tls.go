@@ -88,18 +88,18 @@ func CheckExposure(cfg Config) (warn string, err error) {
 	}
 	var missing []string
 	if !cfg.TLS.Enabled() {
-		missing = append(missing, "TLS (a tls block with cert_file and key_file)")
+		missing = append(missing, "no TLS (a tls block with cert_file and key_file)")
 	}
 	if cfg.Token == "" && cfg.ReadToken == "" {
-		missing = append(missing, "a token for reads (token or read_token)")
+		missing = append(missing, "no token for reads (token or read_token)")
 	}
 	if cfg.Token == "" && cfg.WriteToken == "" {
-		missing = append(missing, "a token for writes (token or write_token), or anyone can post run records and poison the predictor")
+		missing = append(missing, "no token for writes (token or write_token: anyone could post run records and poison the predictor)")
 	}
 	if len(missing) == 0 {
 		return "", nil
 	}
-	why := fmt.Sprintf("listen = %q is not a loopback address and the API has no %s", cfg.Listen, strings.Join(missing, ", no "))
+	why := fmt.Sprintf("listen = %q is not a loopback address and the API has %s", cfg.Listen, strings.Join(missing, ", "))
 	if cfg.Insecure {
 		return why + "; serving anyway because insecure = true", nil
 	}
