@@ -11,10 +11,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -260,4 +264,92 @@ func TestSidecarRefusesExposedListener(t *testing.T) {
 	if !strings.Contains(string(b), "API exposed without protection") || !strings.Contains(string(b), "serving anyway because insecure = true") {
 		t.Errorf("no warning for insecure = true in the log:\n%s", b)
 	}
+}
+
+// TestDriverFindsSidecarThroughNomadService: the task driver has no sidecar_addr, only
+// sidecar_service; a Nomad service job registers the sidecar's address under that name, and
+// the driver looks it up on the agent's HTTP API (/v1/service/NAME) and delivers its run
+// record there with the write token.
+func TestDriverFindsSidecarThroughNomadService(t *testing.T) {
+	nomadBin := nomadBinary(t, "sidecar service discovery end to end")
+	bins := buildBinaries(t, binHetgpu, binDevice, binDriver, binToy)
+	// The driver's config is written before the agents pick their ports: it reaches the
+	// server's HTTP API through a proxy on a port chosen now.
+	var (
+		mu      sync.Mutex
+		target  *url.URL
+		lookups int
+	)
+	proxy := httptest.NewServer(&httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
+		mu.Lock()
+		defer mu.Unlock()
+		if strings.HasPrefix(r.In.URL.Path, "/v1/service/") {
+			lookups++
+		}
+		if target != nil {
+			r.SetURL(target)
+		}
+	}})
+	defer proxy.Close()
+	const service = "hetgpu-sidecar-e2e"
+	port := freePort(t)
+	driverCfg := fmt.Sprintf("    sidecar_service = %q\n    nomad_address   = %q\n    sidecar_token   = %q", service, proxy.URL, e2eWriteToken)
+	c := startCluster(t, nomadBin, bins, []clusterClient{{Name: "v100", Fake: []string{"2x V100"}}}, driverCfg)
+	killToys(t, c, bins)
+	u, err := url.Parse(c.HTTP)
+	must(t, err)
+	mu.Lock()
+	target = u
+	mu.Unlock()
+	startSidecar(t, c, bins, port, fmt.Sprintf("reconcile = \"1s\"\nread_token = %q\nwrite_token = %q", e2eReadToken, e2eWriteToken))
+	sidecarURL := fmt.Sprintf("http://127.0.0.1:%d", port)
+
+	// A service job that registers the sidecar's address (its task only keeps the
+	// registration alive), as jobspecs/hetgpu-sidecar.nomad.hcl does for the real one.
+	job := &api.Job{ID: ptrTo("sidecar-svc"), Name: ptrTo("sidecar-svc"), Type: ptrTo("service"), Datacenters: []string{"*"},
+		TaskGroups: []*api.TaskGroup{{
+			Name: ptrTo("api"), Count: ptrTo(1),
+			Networks: []*api.NetworkResource{{ReservedPorts: []api.Port{{Label: "http", Value: port}}}},
+			Services: []*api.Service{{Name: service, Provider: "nomad", PortLabel: "http", Address: "127.0.0.1", Tags: []string{"leader"}}},
+			Tasks: []*api.Task{{Name: "keep", Driver: "hetgpu", Config: map[string]any{"command": bins.Toy, "args": []any{"-steps", "100000", "-step-time", "100ms"}},
+				Resources: &api.Resources{CPU: ptrTo(100), MemoryMB: ptrTo(64)}}},
+		}}}
+	_, _, err = c.API.Jobs().Register(job, nil)
+	must(t, err)
+	waitFor(t, 90*time.Second, "the sidecar's service registration", func() bool {
+		regs, _, err := c.API.Services().Get(service, nil)
+		return err == nil && len(regs) == 1 && regs[0].Port == port
+	})
+
+	submitToy(t, c.API, bins, "found-run", 30, "100ms", nil)
+	runningOn(t, c.API, "found-run", 90*time.Second)
+	waitDead(t, c.API, "found-run", 2*time.Minute)
+	waitFor(t, 90*time.Second, "the driver's record delivered through the service lookup", func() bool {
+		recs := runRecordsWith(t, sidecarURL, "found-run", e2eReadToken)
+		return strings.Count(recs, `"source": "driver"`) == 1
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if lookups == 0 {
+		t.Error("the driver never asked Nomad for the service")
+	}
+	t.Logf("the driver looked the sidecar up %d times", lookups)
+}
+
+// runRecordsWith lists a job's stored run records (raw JSON) with a bearer token.
+func runRecordsWith(t *testing.T, base, job, token string) string {
+	t.Helper()
+	req, err := http.NewRequest("GET", base+"/v1/observations?namespace=default&job="+job, nil)
+	must(t, err)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("list observations: %s %s", resp.Status, b)
+	}
+	return string(b)
 }
