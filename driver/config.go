@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -76,7 +77,7 @@ func pluginConfigSpec() *hclspec.Spec {
 		"sidecar_addr":      plugin.AttrDefault("sidecar_addr", "string", `""`),
 		"sidecar_token":     plugin.AttrDefault("sidecar_token", "string", `""`),
 		"sidecar_service":   plugin.AttrDefault("sidecar_service", "string", `""`),
-		"nomad_address":     plugin.AttrDefault("nomad_address", "string", `"http://127.0.0.1:4646"`),
+		"nomad_address":     plugin.AttrDefault("nomad_address", "string", strconv.Quote(defaultNomadAddress)),
 		"nomad_token":       plugin.AttrDefault("nomad_token", "string", `""`),
 		"sidecar_ca_file":   plugin.AttrDefault("sidecar_ca_file", "string", `""`),
 		"sidecar_cert_file": plugin.AttrDefault("sidecar_cert_file", "string", `""`),
