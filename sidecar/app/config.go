@@ -196,20 +196,27 @@ type PredictorConfig struct {
 
 // LoadConfig reads a configuration file; path "" gives the defaults.
 func LoadConfig(path string) (*Config, error) {
-	c := &Config{}
-	if path != "" {
-		src, err := os.ReadFile(path)
-		if err != nil {
-			return nil, fmt.Errorf("read config: %w", err)
-		}
-		if c, err = ParseConfig(path, src); err != nil {
-			return nil, err
-		}
+	c, err := ReadConfig(path)
+	if err != nil {
+		return nil, err
 	}
 	if err := c.finish(); err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+// ReadConfig reads a configuration file without applying defaults or checking it, so flags
+// can change it before Finish (path "" gives an empty configuration).
+func ReadConfig(path string) (*Config, error) {
+	if path == "" {
+		return &Config{}, nil
+	}
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	return ParseConfig(path, src)
 }
 
 // ParseConfig parses configuration HCL (without applying defaults; LoadConfig does).

@@ -38,7 +38,8 @@ Flags:
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: hetgpu sidecar: unexpected argument %q (use -config FILE)", errUsage, fs.Arg(0))
 	}
-	cfg, err := app.LoadConfig(*configPath)
+	// Flags apply before the checks: -tls-cert may be what makes the file's listen valid.
+	cfg, err := app.ReadConfig(*configPath)
 	if err != nil {
 		return err
 	}
