@@ -27,6 +27,7 @@ type PluginConfig struct {
 	SidecarService  string `msgpack:"sidecar_service"`
 	NomadAddress    string `msgpack:"nomad_address"`
 	NomadToken      string `msgpack:"nomad_token"`
+	NomadNamespace  string `msgpack:"nomad_namespace"`
 	SidecarCAFile   string `msgpack:"sidecar_ca_file"`
 	SidecarCertFile string `msgpack:"sidecar_cert_file"`
 	SidecarKeyFile  string `msgpack:"sidecar_key_file"`
@@ -62,6 +63,7 @@ const (
 func defaultPluginConfig() PluginConfig {
 	return PluginConfig{
 		NomadAddress:   defaultNomadAddress,
+		NomadNamespace: "default",
 		NVML:           nvmlAuto,
 		SampleInterval: telemetry.DefaultInterval,
 		CgroupParent:   "hetgpu.slice",
@@ -79,6 +81,7 @@ func pluginConfigSpec() *hclspec.Spec {
 		"sidecar_service":   plugin.AttrDefault("sidecar_service", "string", `""`),
 		"nomad_address":     plugin.AttrDefault("nomad_address", "string", strconv.Quote(defaultNomadAddress)),
 		"nomad_token":       plugin.AttrDefault("nomad_token", "string", `""`),
+		"nomad_namespace":   plugin.AttrDefault("nomad_namespace", "string", `"default"`),
 		"sidecar_ca_file":   plugin.AttrDefault("sidecar_ca_file", "string", `""`),
 		"sidecar_cert_file": plugin.AttrDefault("sidecar_cert_file", "string", `""`),
 		"sidecar_key_file":  plugin.AttrDefault("sidecar_key_file", "string", `""`),

@@ -56,7 +56,7 @@ func reportConfig(c PluginConfig, log hclog.Logger) (report.Config, error) {
 		if tc != nil {
 			scheme = "https"
 		}
-		res, err := newServiceResolver(c.NomadAddress, c.NomadToken, c.SidecarService, scheme)
+		res, err := newServiceResolver(c.NomadAddress, c.NomadToken, c.NomadNamespace, c.SidecarService, scheme)
 		if err != nil {
 			return rc, err
 		}
@@ -92,16 +92,16 @@ func sidecarTLS(c PluginConfig) (*tls.Config, error) {
 }
 
 // serviceResolver finds the sidecar through Nomad's service discovery (GET /v1/service/NAME
-// on the local agent).
+// on the local agent, in the sidecar job's namespace).
 type serviceResolver struct {
 	nomad  *api.Client
 	name   string
 	scheme string
 }
 
-func newServiceResolver(addr, token, name, scheme string) (*serviceResolver, error) {
+func newServiceResolver(addr, token, namespace, name, scheme string) (*serviceResolver, error) {
 	cfg := api.DefaultConfig()
-	cfg.Address, cfg.SecretID = addr, token
+	cfg.Address, cfg.SecretID, cfg.Namespace = addr, token, namespace
 	c, err := api.NewClient(cfg)
 	if err != nil {
 		return nil, fmt.Errorf(`config field "nomad_address" = %q: %w`, addr, err)

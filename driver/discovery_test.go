@@ -56,7 +56,7 @@ func (n *nomadServices) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
-	n.asked = append(n.asked, r.Header.Get("X-Nomad-Token"))
+	n.asked = append(n.asked, r.Header.Get("X-Nomad-Token")+" ns="+r.URL.Query().Get("namespace"))
 	regs := n.regs[name]
 	if regs == nil {
 		regs = []map[string]any{}
@@ -123,6 +123,7 @@ func TestSidecarThroughNomadService(t *testing.T) {
 	reporter := func(t *testing.T) *report.Reporter {
 		cfg := defaultPluginConfig()
 		cfg.SidecarService, cfg.NomadAddress, cfg.NomadToken, cfg.SidecarToken = "hetgpu-sidecar", nsrv.URL, "nomad-secret", "w-token"
+		cfg.NomadNamespace = "infra"
 		cfg.SpoolDir = t.TempDir()
 		if err := checkSidecarConfig(cfg); err != nil {
 			t.Fatal(err)
@@ -169,8 +170,8 @@ func TestSidecarThroughNomadService(t *testing.T) {
 		}
 	}
 	for _, tok := range nomad.asked {
-		if tok != "nomad-secret" {
-			t.Errorf("Nomad was asked with token %q, want nomad_token", tok)
+		if tok != "nomad-secret ns=infra" {
+			t.Errorf("Nomad was asked with %q, want nomad_token in nomad_namespace", tok)
 		}
 	}
 
