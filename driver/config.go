@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,8 +19,18 @@ import (
 // PluginConfig is the agent's `plugin "nomad-driver-hetgpu" { config { ... } }` block.
 type PluginConfig struct {
 	// SidecarAddr is the hetgpu sidecar's base URL; empty keeps run records in the spool.
-	SidecarAddr  string `msgpack:"sidecar_addr"`
+	SidecarAddr string `msgpack:"sidecar_addr"`
+	// SidecarToken is sent as a bearer token: the sidecar's write_token (least privilege: it
+	// can post run records and read nothing), or its admin token.
 	SidecarToken string `msgpack:"sidecar_token"`
+	// The sidecar through Nomad service discovery and over TLS (discovery.go).
+	SidecarService  string `msgpack:"sidecar_service"`
+	NomadAddress    string `msgpack:"nomad_address"`
+	NomadToken      string `msgpack:"nomad_token"`
+	NomadNamespace  string `msgpack:"nomad_namespace"`
+	SidecarCAFile   string `msgpack:"sidecar_ca_file"`
+	SidecarCertFile string `msgpack:"sidecar_cert_file"`
+	SidecarKeyFile  string `msgpack:"sidecar_key_file"`
 	// SpoolDir holds run records until the sidecar took them (default <state_dir>/spool).
 	SpoolDir string `msgpack:"spool_dir"`
 	// StateDir holds each task's shim files and telemetry checkpoints (default: one directory
@@ -51,6 +62,8 @@ const (
 // defaultPluginConfig mirrors the schema's defaults, for SetConfig with empty bytes.
 func defaultPluginConfig() PluginConfig {
 	return PluginConfig{
+		NomadAddress:   defaultNomadAddress,
+		NomadNamespace: "default",
 		NVML:           nvmlAuto,
 		SampleInterval: telemetry.DefaultInterval,
 		CgroupParent:   "hetgpu.slice",
@@ -63,18 +76,25 @@ func defaultPluginConfig() PluginConfig {
 // pluginConfigSpec is the ConfigSchema answer.
 func pluginConfigSpec() *hclspec.Spec {
 	return plugin.Object(map[string]*hclspec.Spec{
-		"sidecar_addr":    plugin.AttrDefault("sidecar_addr", "string", `""`),
-		"sidecar_token":   plugin.AttrDefault("sidecar_token", "string", `""`),
-		"spool_dir":       plugin.AttrDefault("spool_dir", "string", `""`),
-		"state_dir":       plugin.AttrDefault("state_dir", "string", `""`),
-		"nvml":            plugin.AttrDefault("nvml", "string", `"auto"`),
-		"fake_gpus":       plugin.AttrDefault("fake_gpus", "list(string)", `[]`),
-		"fake_seed":       plugin.AttrDefault("fake_seed", "string", `""`),
-		"sample_interval": plugin.AttrDefault("sample_interval", "string", `"1s"`),
-		"cgroup_parent":   plugin.AttrDefault("cgroup_parent", "string", `"hetgpu.slice"`),
-		"mps_pipe_dir":    plugin.AttrDefault("mps_pipe_dir", "string", `"/tmp/nvidia-mps"`),
-		"mps_log_dir":     plugin.AttrDefault("mps_log_dir", "string", `"/tmp/nvidia-log"`),
-		"start_timeout":   plugin.AttrDefault("start_timeout", "string", `"30s"`),
+		"sidecar_addr":      plugin.AttrDefault("sidecar_addr", "string", `""`),
+		"sidecar_token":     plugin.AttrDefault("sidecar_token", "string", `""`),
+		"sidecar_service":   plugin.AttrDefault("sidecar_service", "string", `""`),
+		"nomad_address":     plugin.AttrDefault("nomad_address", "string", strconv.Quote(defaultNomadAddress)),
+		"nomad_token":       plugin.AttrDefault("nomad_token", "string", `""`),
+		"nomad_namespace":   plugin.AttrDefault("nomad_namespace", "string", `"default"`),
+		"sidecar_ca_file":   plugin.AttrDefault("sidecar_ca_file", "string", `""`),
+		"sidecar_cert_file": plugin.AttrDefault("sidecar_cert_file", "string", `""`),
+		"sidecar_key_file":  plugin.AttrDefault("sidecar_key_file", "string", `""`),
+		"spool_dir":         plugin.AttrDefault("spool_dir", "string", `""`),
+		"state_dir":         plugin.AttrDefault("state_dir", "string", `""`),
+		"nvml":              plugin.AttrDefault("nvml", "string", `"auto"`),
+		"fake_gpus":         plugin.AttrDefault("fake_gpus", "list(string)", `[]`),
+		"fake_seed":         plugin.AttrDefault("fake_seed", "string", `""`),
+		"sample_interval":   plugin.AttrDefault("sample_interval", "string", `"1s"`),
+		"cgroup_parent":     plugin.AttrDefault("cgroup_parent", "string", `"hetgpu.slice"`),
+		"mps_pipe_dir":      plugin.AttrDefault("mps_pipe_dir", "string", `"/tmp/nvidia-mps"`),
+		"mps_log_dir":       plugin.AttrDefault("mps_log_dir", "string", `"/tmp/nvidia-log"`),
+		"start_timeout":     plugin.AttrDefault("start_timeout", "string", `"30s"`),
 	})
 }
 
@@ -101,6 +121,9 @@ func decodePluginConfig(data []byte, stateDir string) (PluginConfig, error) {
 	}
 	if c.SidecarAddr != "" && !strings.HasPrefix(c.SidecarAddr, "http://") && !strings.HasPrefix(c.SidecarAddr, "https://") {
 		return c, fmt.Errorf(`config field "sidecar_addr": got %q, want a URL such as "http://127.0.0.1:4656"`, c.SidecarAddr)
+	}
+	if err := checkSidecarConfig(c); err != nil {
+		return c, err
 	}
 	if strings.Contains(c.CgroupParent, "..") || filepath.IsAbs(c.CgroupParent) || c.CgroupParent == "" {
 		return c, fmt.Errorf(`config field "cgroup_parent": got %q, want a relative cgroup name such as "hetgpu.slice"`, c.CgroupParent)

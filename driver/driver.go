@@ -163,11 +163,12 @@ func (d *Driver) configure(cfg PluginConfig) error {
 		adoptLegacySpool(filepath.Join(base, "spool"), cfg.SpoolDir, d.logger)
 	}
 	var rep *report.Reporter
-	if cfg.SidecarAddr != "" {
-		var err error
-		rep, err = report.New(report.Config{Addr: cfg.SidecarAddr, Token: cfg.SidecarToken, SpoolDir: cfg.SpoolDir,
-			Logger: d.logger.Named("report")})
+	if cfg.SidecarAddr != "" || cfg.SidecarService != "" {
+		rc, err := reportConfig(cfg, d.logger)
 		if err != nil {
+			return err
+		}
+		if rep, err = report.New(rc); err != nil {
 			return err
 		}
 	}
@@ -185,7 +186,7 @@ func (d *Driver) configure(cfg PluginConfig) error {
 	if rep != nil {
 		go rep.Run(d.ctx)
 	}
-	d.logger.Info("configured", "state_dir", cfg.StateDir, "sidecar", cfg.SidecarAddr, "nvml", d.gpu.describe())
+	d.logger.Info("configured", "state_dir", cfg.StateDir, "sidecar", cfg.SidecarAddr, "sidecar_service", cfg.SidecarService, "nvml", d.gpu.describe())
 	return nil
 }
 

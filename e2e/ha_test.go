@@ -198,11 +198,12 @@ func TestHASidecarAsNomadJobWithACL(t *testing.T) {
 	must(t, err)
 	src, err := os.ReadFile("../jobspecs/hetgpu-sidecar.nomad.hcl")
 	must(t, err)
-	// The replicas authenticate with their workload identity (NOMAD_TOKEN). They reach the
+	// The replicas authenticate with their workload identity (NOMAD_TOKEN), and serve plain
+	// HTTP on the node's address (insecure: the secured API has its own tests). They reach the
 	// server's HTTP address: the Task API socket path under the test's deep temporary
 	// directory exceeds the 108 bytes a unix socket address may have.
 	job, err := c.API.Jobs().ParseHCLOpts(&api.JobsParseRequest{JobHCL: string(src),
-		Variables: fmt.Sprintf("hetgpu_bin = %q\nnomad_addr = %q\n", bins.Hetgpu, c.HTTP), Canonicalize: true})
+		Variables: fmt.Sprintf("hetgpu_bin = %q\nnomad_addr = %q\ninsecure = true\n", bins.Hetgpu, c.HTTP), Canonicalize: true})
 	must(t, err)
 	_, _, err = c.API.Jobs().Register(job, nil)
 	must(t, err)

@@ -25,6 +25,11 @@ variable "nomad_addr" {
   default     = ""
 }
 
+variable "insecure" {
+  description = "serve the node-address API without TLS or tokens (test clusters only; see README, Security)"
+  default     = false
+}
+
 variable "managed_namespace" {
   description = "the namespace whose jobs hetgpu places (the policy grants the same one)"
   default     = "default"
@@ -90,6 +95,9 @@ job "hetgpu-sidecar" {
         destination = "local/sidecar.hcl"
         data        = <<EOT
 listen    = "{{ env "NOMAD_ADDR_http" }}"
+# The API listens on the node's address: give it tls { ... } and tokens (README, Security),
+# e.g. rendered from a Nomad variable the workload identity reads, or set -var insecure=true.
+insecure  = ${var.insecure}
 state_dir = "{{ env "NOMAD_ALLOC_DIR" }}/data/hetgpu"
 reconcile = "2s"
 nomad {

@@ -50,6 +50,10 @@ type Config struct {
 	// Addr is the sidecar's base URL, e.g. "http://127.0.0.1:4656". Empty disables delivery:
 	// records are still spooled, and sent once an address is configured.
 	Addr string
+	// Resolve, when set and Addr is empty, finds the sidecar's base URL (e.g. through Nomad
+	// service discovery); it is asked again after a delivery fails to connect or the
+	// sidecar answers 5xx, so records follow a sidecar that moved.
+	Resolve func(ctx context.Context) (string, error)
 	// Token is sent as "Authorization: Bearer <token>" when set.
 	Token    string
 	SpoolDir string
@@ -65,8 +69,10 @@ type Config struct {
 type Reporter struct {
 	cfg  Config
 	kick chan struct{}
-	// mu serialises deliveries: Run and Flush may race.
+	// mu serialises deliveries: Run and Flush may race; it guards addr too.
 	mu sync.Mutex
+	// addr is the sidecar's URL for this delivery: cfg.Addr, or what Resolve found.
+	addr string
 }
 
 // New checks the configuration and creates the spool directory.
@@ -86,6 +92,7 @@ func New(cfg Config) (*Reporter, error) {
 	if cfg.Client == nil {
 		cfg.Client = &http.Client{Timeout: 10 * time.Second}
 	}
+	cfg.Client = FollowRedirects(cfg.Client)
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
@@ -95,7 +102,7 @@ func New(cfg Config) (*Reporter, error) {
 	if cfg.MaxBackoff < cfg.MinBackoff {
 		cfg.MaxBackoff = max(DefaultMaxBackoff, cfg.MinBackoff)
 	}
-	return &Reporter{cfg: cfg, kick: make(chan struct{}, 1)}, nil
+	return &Reporter{cfg: cfg, kick: make(chan struct{}, 1), addr: cfg.Addr}, nil
 }
 
 // Submit spools obs durably and wakes the delivery loop. It returns once the record is on
@@ -218,7 +225,7 @@ func nextBackoff(prev, lo, hi time.Duration) time.Duration {
 func (r *Reporter) Flush(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.cfg.Addr == "" {
+	if r.cfg.Addr == "" && r.cfg.Resolve == nil {
 		return nil // nothing to deliver to; records wait in the spool
 	}
 	// Nomad runs short-lived copies of the driver (config validation) beside the real one:
@@ -231,6 +238,11 @@ func (r *Reporter) Flush(ctx context.Context) error {
 	names, err := r.Pending()
 	if err != nil {
 		return err
+	}
+	if len(names) > 0 && r.addr == "" {
+		if r.addr, err = r.resolve(ctx); err != nil {
+			return err
+		}
 	}
 	for _, name := range names {
 		if err := ctx.Err(); err != nil {
@@ -282,7 +294,8 @@ func lockDir(dir string) (func(), error) {
 
 // post sends one record; permanent reports a refusal that retrying cannot fix.
 func (r *Reporter) post(ctx context.Context, name string, data []byte) (permanent bool, err error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.cfg.Addr+Path, bytes.NewReader(data))
+	url := r.addr + Path
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(data))
 	if err != nil {
 		return true, err
 	}
@@ -298,14 +311,18 @@ func (r *Reporter) post(ctx context.Context, name string, data []byte) (permanen
 	}
 	resp, err := r.cfg.Client.Do(req)
 	if err != nil {
-		return false, fmt.Errorf("post %s: %w", r.cfg.Addr+Path, err)
+		r.forget()
+		return false, fmt.Errorf("post %s: %w", url, err)
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 	if resp.StatusCode/100 == 2 {
 		return false, nil
 	}
-	err = fmt.Errorf("post %s: %s: %s", r.cfg.Addr+Path, resp.Status, strings.TrimSpace(string(body)))
+	err = fmt.Errorf("post %s: %s: %s", url, resp.Status, strings.TrimSpace(string(body)))
+	if resp.StatusCode/100 == 5 || resp.StatusCode == http.StatusNotFound {
+		r.forget()
+	}
 	switch resp.StatusCode {
 	case http.StatusRequestTimeout, http.StatusTooManyRequests, http.StatusUnauthorized, http.StatusForbidden,
 		http.StatusNotFound:

@@ -443,9 +443,10 @@ func New(c *Config, logOut io.Writer) (*Sidecar, error) {
 			return fail(err)
 		}
 	}
-	public := c.PublicURL
-	if public == "" {
-		public = "http://" + c.Listen
+	public := c.publicURL()
+	links, err := c.explainLinks(c.StateDir)
+	if err != nil {
+		return fail(err)
 	}
 	var backend service.Backend
 	var nomadURL string
@@ -454,7 +455,7 @@ func New(c *Config, logOut io.Writer) (*Sidecar, error) {
 		if err != nil {
 			return fail(err)
 		}
-		b, err := nomad.New(nomad.Config{Client: client, Namespace: ns, Logger: log, ExplainBaseURL: public, Shadow: c.Shadow,
+		b, err := nomad.New(nomad.Config{Client: client, Namespace: ns, Logger: log, ExplainBaseURL: public, SignExplain: signQuery(links), Shadow: c.Shadow,
 			SampleDeviceStats: boolOr(c.Nomad.SampleDeviceStats, true), Topology: boolOr(c.Nomad.Topology, true), ResyncEvery: c.ResyncD,
 			Fence: repl.fence()})
 		if err != nil {
@@ -480,7 +481,9 @@ func New(c *Config, logOut io.Writer) (*Sidecar, error) {
 		return fail(err)
 	}
 	repl.setService(svc)
-	srv := server.New(server.Config{Listen: c.Listen, Token: c.Token, Logger: log, NomadURL: nomadURL}, svc)
+	apiCfg := c.serverConfig()
+	apiCfg.Logger, apiCfg.NomadURL, apiCfg.Links = log, nomadURL, links
+	srv := server.New(apiCfg, svc)
 	log.Info("sidecar assembled", "backend", backendName, "state", st.Path(), "policy", policyRef, "placement", c.Placement.Preset)
 	return &Sidecar{Config: c, Log: log, Backend: backend, Service: svc, Server: srv, Store: st, Addr: make(chan string, 1), repl: repl}, nil
 }

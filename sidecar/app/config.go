@@ -25,7 +25,17 @@ import (
 //	listen     = "127.0.0.1:4656"    # API address (flag -listen overrides)
 //	public_url = "http://gpu-sidecar.internal:4656"  # how users reach the API; used in the
 //	                                 # explain links written into jobs' ui blocks
-//	token      = "..."               # bearer token the API requires (env HETGPU_TOKEN)
+//	token      = "..."               # bearer token the API requires (env HETGPU_TOKEN); grants everything
+//	read_token  = "..."              # reads only: queue, decisions, explain, dashboard, metrics (HETGPU_READ_TOKEN)
+//	write_token = "..."              # writes only: POST /v1/observations, the drivers' token (HETGPU_WRITE_TOKEN)
+//	tls { cert_file = "" key_file = "" client_ca_file = "" }  # HTTPS; a client CA requires client certs (mTLS)
+//	insecure   = false               # serve a non-loopback address without TLS or tokens anyway
+//	public_explain      = false      # every job's explain page (read-only) opens without a token
+//	explain_link_secret = ""         # HMAC key of the signed explain links (>= 32 bytes); else
+//	                                 # generated once into state_dir/explain-link.key
+//	explain_link_ttl    = "720h"     # signed links stay valid at least this long (>= 24h)
+//	max_body_bytes   = 1048576       # request body limit (413 beyond)
+//	max_observations = 1000          # run records per POST /v1/observations (413 beyond)
 //	state_dir  = "/var/lib/hetgpu"   # sidecar.db (bbolt) and the predictor's catalog.jsonl
 //	backend    = "auto"              # auto | nomad | simulated; auto = nomad when an address
 //	                                 # is configured (here or NOMAD_ADDR), else simulated
@@ -83,6 +93,17 @@ type Config struct {
 	Debounce  string `hcl:"debounce,optional"`
 	LogLevel  string `hcl:"log_level,optional"`
 
+	// The API's security (security.go).
+	ReadToken         string     `hcl:"read_token,optional"`
+	WriteToken        string     `hcl:"write_token,optional"`
+	TLS               *TLSConfig `hcl:"tls,block"`
+	Insecure          bool       `hcl:"insecure,optional"`
+	PublicExplain     bool       `hcl:"public_explain,optional"`
+	ExplainLinkSecret string     `hcl:"explain_link_secret,optional"`
+	ExplainLinkTTL    string     `hcl:"explain_link_ttl,optional"`
+	MaxBodyBytes      int64      `hcl:"max_body_bytes,optional"`
+	MaxObservations   int        `hcl:"max_observations,optional"`
+
 	Nomad     *NomadConfig     `hcl:"nomad,block"`
 	Simulator *SimConfig       `hcl:"simulator,block"`
 	Placement *PlacementConfig `hcl:"placement,block"`
@@ -93,7 +114,7 @@ type Config struct {
 	HA        *HAConfig        `hcl:"ha,block"`
 
 	// Parsed values (no hcl tag: gohcl ignores untagged fields).
-	ReconcileD, DebounceD, ResyncD time.Duration
+	ReconcileD, DebounceD, ResyncD, ExplainLinkTTLD time.Duration
 	// File is where the configuration came from ("" for defaults).
 	File string
 }
@@ -177,20 +198,27 @@ type PredictorConfig struct {
 
 // LoadConfig reads a configuration file; path "" gives the defaults.
 func LoadConfig(path string) (*Config, error) {
-	c := &Config{}
-	if path != "" {
-		src, err := os.ReadFile(path)
-		if err != nil {
-			return nil, fmt.Errorf("read config: %w", err)
-		}
-		if c, err = ParseConfig(path, src); err != nil {
-			return nil, err
-		}
+	c, err := ReadConfig(path)
+	if err != nil {
+		return nil, err
 	}
 	if err := c.finish(); err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+// ReadConfig reads a configuration file without applying defaults or checking it, so flags
+// can change it before Finish (path "" gives an empty configuration).
+func ReadConfig(path string) (*Config, error) {
+	if path == "" {
+		return &Config{}, nil
+	}
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	return ParseConfig(path, src)
 }
 
 // ParseConfig parses configuration HCL (without applying defaults; LoadConfig does).
@@ -224,8 +252,8 @@ func (c *Config) finish() error {
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		return bad("listen", c.Listen, "host:port, e.g. 127.0.0.1:4656")
 	}
-	if c.Token == "" {
-		c.Token = os.Getenv("HETGPU_TOKEN")
+	if err := c.finishSecurity(bad); err != nil {
+		return err
 	}
 	if c.PublicURL != "" && !strings.HasPrefix(c.PublicURL, "http://") && !strings.HasPrefix(c.PublicURL, "https://") {
 		return bad("public_url", c.PublicURL, "an http:// or https:// URL")

@@ -13,6 +13,7 @@ func TestParseConfig(t *testing.T) {
 listen     = "0.0.0.0:9000"
 public_url = "https://sidecar.example:9000"
 token      = "t0k"
+insecure   = true # no tls block on a non-loopback address
 state_dir  = "/var/lib/hetgpu"
 shadow     = true
 reconcile  = "2s"
@@ -56,7 +57,7 @@ gang {
 	if err := c.Finish(); err != nil {
 		t.Fatal(err)
 	}
-	if c.Listen != "0.0.0.0:9000" || c.Token != "t0k" || !c.Shadow || c.ReconcileD != 2*time.Second || c.DebounceD != 100*time.Millisecond ||
+	if c.Listen != "0.0.0.0:9000" || c.Token != "t0k" || !c.Insecure || !c.Shadow || c.ReconcileD != 2*time.Second || c.DebounceD != 100*time.Millisecond ||
 		c.Nomad.Address != "https://nomad:4646" || c.Nomad.Namespace != "ml" || *c.Nomad.SampleDeviceStats || c.ResyncD != 30*time.Second ||
 		c.Simulator.Cluster != "gavel-108" || c.Simulator.Speed != 60 || c.Simulator.Trace != "bundled:default" ||
 		c.Placement.Preset != "gogh" || c.Predictor.Window != 500 || !c.UseNomad() ||

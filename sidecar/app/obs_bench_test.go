@@ -59,7 +59,8 @@ func obsAPI(tb testing.TB) (*httptest.Server, *store.Store) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	srv := httptest.NewServer(server.New(server.Config{}, svc).Handler())
+	// The batch benchmark posts service.MaxBatch records: raise the API's limits to it.
+	srv := httptest.NewServer(server.New(server.Config{MaxBodyBytes: 64 << 20, MaxObservations: service.MaxBatch}, svc).Handler())
 	tb.Cleanup(srv.Close)
 	return srv, st
 }

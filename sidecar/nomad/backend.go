@@ -36,6 +36,9 @@ type Config struct {
 	// ExplainBaseURL is the sidecar's address as users reach it; the job's ui link points to
 	// {ExplainBaseURL}/v1/jobs/{ns}/{id}/explain?format=html. Empty: no link.
 	ExplainBaseURL string
+	// SignExplain, when set, returns the "exp=…&sig=…" query that lets the link open the
+	// job's explain page without a token (sidecar/explainlink).
+	SignExplain func(ns, id string) string
 	// Shadow: un-held annotated jobs are offered for decision too (the service records but
 	// never pins in shadow mode), and their own allocations are left out of the snapshot.
 	Shadow bool
@@ -793,7 +796,11 @@ func (b *Backend) explainURL(ns, id string) string {
 	if b.cfg.ExplainBaseURL == "" {
 		return ""
 	}
-	return strings.TrimRight(b.cfg.ExplainBaseURL, "/") + "/v1/jobs/" + url.PathEscape(ns) + "/" + url.PathEscape(id) + "/explain?format=html"
+	u := strings.TrimRight(b.cfg.ExplainBaseURL, "/") + "/v1/jobs/" + url.PathEscape(ns) + "/" + url.PathEscape(id) + "/explain?format=html"
+	if b.cfg.SignExplain != nil {
+		u += "&" + b.cfg.SignExplain(ns, id)
+	}
+	return u
 }
 
 func nodeNames(as []cluster.Assignment, nodes map[string]cluster.Node) string {

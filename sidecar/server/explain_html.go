@@ -11,7 +11,10 @@ import (
 type explainPage struct {
 	Namespace, JobID string
 	NotFound         bool
-	Ex               *service.Explanation
+	// Signed is the signed link's "&exp=…&sig=…" the page was opened with, so its JSON link
+	// opens too.
+	Signed template.URL
+	Ex     *service.Explanation
 }
 
 var explainTmpl = template.Must(template.New("explain").Funcs(template.FuncMap{
@@ -58,6 +61,6 @@ th{background:#f3f3f3}td.l,th.l{text-align:left}tr.chosen{background:#e8f6e8;fon
 {{range .Alternatives}}<li><b>{{upper .GPUType}}</b>{{if .NodeName}} on {{.NodeName}}{{else}}{{if .NodeIDs}} on {{join .NodeIDs ", "}}{{end}}{{end}}: {{.Why}}</li>{{end}}
 </ul>{{end}}
 {{end}}{{end}}
-<p><a href="/v1/jobs/{{.Namespace}}/{{.JobID}}/explain?format=json">JSON</a> · <a href="/v1/queue">queue</a> · <a href="/v1/decisions">decisions</a> · <a href="/ui/fleet">dashboard</a></p>
+<p><a href="/v1/jobs/{{.Namespace}}/{{.JobID}}/explain?format=json{{.Signed}}">JSON</a> · <a href="/v1/queue">queue</a> · <a href="/v1/decisions">decisions</a> · <a href="/ui/fleet">dashboard</a></p>
 </body></html>
 `))

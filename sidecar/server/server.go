@@ -14,17 +14,20 @@
 // With several replicas (sidecar/ha) a standby answers every GET itself and sends every POST
 // to the leader with 307 Temporary Redirect (method and body kept), 503 while none leads.
 //
-// With a token configured every endpoint but /v1/health needs "Authorization: Bearer TOKEN".
+// Tokens (auth.go): token grants everything; read_token the GET endpoints, write_token the
+// POSTs; /v1/health is open. A signed explain link (sidecar/explainlink) opens one job's
+// explain page without a token. TLS and mTLS: tls.go. Request limits: limits.go.
 // Handlers recover from panics: bad input never takes the sidecar down.
 package server
 
 import (
 	"bytes"
 	"context"
-	"crypto/subtle"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"html/template"
 	"io"
 	"net"
 	"net/http"
@@ -38,6 +41,7 @@ import (
 	"github.com/hetgpu/hetgpu/internal/httpjson"
 	"github.com/hetgpu/hetgpu/sidecar/cluster"
 	"github.com/hetgpu/hetgpu/sidecar/dashboard"
+	"github.com/hetgpu/hetgpu/sidecar/explainlink"
 	"github.com/hetgpu/hetgpu/sidecar/service"
 	"github.com/hetgpu/hetgpu/sidecar/store"
 )
@@ -45,15 +49,25 @@ import (
 // DefaultListen is the API's default address.
 const DefaultListen = "127.0.0.1:4656"
 
-// maxBody bounds request bodies: room for service.MaxBatch records of a few hundred bytes.
-const maxBody = 8 << 20
-
 // Config configures the server.
 type Config struct {
 	Listen string
-	// Token, when set, is required as a bearer token.
-	Token  string
-	Logger hclog.Logger
+	// Token, when set, is required as a bearer token and grants everything (admin);
+	// ReadToken grants the read endpoints, WriteToken the POSTs (auth.go).
+	Token, ReadToken, WriteToken string
+	// TLS serves HTTPS (and mTLS with a client CA); Insecure lets a non-loopback listener
+	// run without TLS or tokens (CheckExposure).
+	TLS      TLSFiles
+	Insecure bool
+	// Links verifies signed explain links; PublicExplain opens every job's explain page
+	// (read-only) without a token.
+	Links         *explainlink.Signer
+	PublicExplain bool
+	// MaxBodyBytes bounds request bodies (default DefaultMaxBody), MaxObservations the run
+	// records of one POST (default DefaultMaxObservations, at most service.MaxBatch).
+	MaxBodyBytes    int64
+	MaxObservations int
+	Logger          hclog.Logger
 	// NomadURL, when set, is the Nomad UI's address the dashboard links jobs to.
 	NomadURL string
 }
@@ -74,11 +88,14 @@ func New(cfg Config, svc *service.Service) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBody
+	}
 	s := &Server{cfg: cfg, svc: svc, log: cfg.Logger.Named("api"), mux: http.NewServeMux()}
 	s.mux.HandleFunc("GET /v1/health", s.health)
 	s.mux.HandleFunc("GET /v1/queue", s.queue)
 	s.mux.HandleFunc("GET /v1/decisions", s.decisions)
-	s.mux.HandleFunc("GET /v1/jobs/{ns}/{id}/explain", s.explain)
+	s.mux.HandleFunc(explainPattern, s.explain)
 	s.mux.HandleFunc("POST /v1/observations", s.observations)
 	s.mux.HandleFunc("GET /v1/observations", s.listObservations)
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(svc.Metrics().Registry, promhttp.HandlerOpts{}))
@@ -97,10 +114,11 @@ func (s *Server) Handler() http.Handler {
 				httpjson.Error(w, http.StatusInternalServerError, fmt.Errorf("internal error"))
 			}
 		}()
-		if s.cfg.Token != "" && r.URL.Path != "/v1/health" && !s.authorized(r) {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="hetgpu"`)
-			httpjson.Error(w, http.StatusUnauthorized, errors.New("missing or wrong bearer token (Authorization: Bearer TOKEN)"))
+		if s.authorize(w, r) {
 			return
+		}
+		if r.Body != nil {
+			r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
 		}
 		if _, pattern := s.mux.Handler(r); pattern == "" {
 			s.noRoute(w, r)
@@ -131,24 +149,37 @@ func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) {
 	httpjson.Error(w, http.StatusNotFound, fmt.Errorf("no such endpoint %s %s; see GET / for the list", r.Method, r.URL.Path))
 }
 
-func (s *Server) authorized(r *http.Request) bool {
-	h := r.Header.Get("Authorization")
-	tok, ok := strings.CutPrefix(h, "Bearer ")
-	return ok && subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), []byte(s.cfg.Token)) == 1
-}
-
 // Serve listens until ctx ends, then shuts down gracefully. ready, when set, receives the
 // bound address (useful with ":0").
 func (s *Server) Serve(ctx context.Context, ready func(addr string)) error {
+	warn, err := CheckExposure(s.cfg)
+	if err != nil {
+		s.log.Error("refusing to serve the API", "reason", err)
+		return err
+	}
+	if warn != "" {
+		s.log.Warn("API exposed without protection", "reason", warn)
+	}
 	ln, err := net.Listen("tcp", s.cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", s.cfg.Listen, err)
 	}
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second}
+	scheme := "http"
+	if s.cfg.TLS.Enabled() {
+		tc, err := LoadTLS(s.cfg.TLS)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		ln, scheme = tls.NewListener(ln, tc), "https"
+	}
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, MaxHeaderBytes: maxHeaderBytes}
 	if ready != nil {
 		ready(ln.Addr().String())
 	}
-	s.log.Info("API listening", "address", ln.Addr().String(), "token", s.cfg.Token != "", "dashboard", "http://"+ln.Addr().String()+"/ui/fleet")
+	s.log.Info("API listening", "address", ln.Addr().String(), "tls", scheme == "https", "mtls", s.cfg.TLS.ClientCAFile != "",
+		"token", s.cfg.Token != "", "read_token", s.cfg.ReadToken != "", "write_token", s.cfg.WriteToken != "",
+		"public_explain", s.cfg.PublicExplain, "dashboard", scheme+"://"+ln.Addr().String()+"/ui/fleet")
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -230,7 +261,7 @@ func (s *Server) explain(w http.ResponseWriter, r *http.Request) {
 	}
 	if wantsHTML(r) {
 		var buf bytes.Buffer
-		if err := explainTmpl.Execute(&buf, explainPage{Namespace: ns, JobID: id, Ex: ex}); err != nil {
+		if err := explainTmpl.Execute(&buf, explainPage{Namespace: ns, JobID: id, Ex: ex, Signed: template.URL(signedQuery(r))}); err != nil {
 			httpjson.Error(w, http.StatusInternalServerError, err)
 			return
 		}
@@ -246,13 +277,8 @@ func (s *Server) explain(w http.ResponseWriter, r *http.Request) {
 // Malformed records are 400, implausible ones 422 (field, value and bound named), more than
 // service.MaxBatch records 413; in each case nothing is stored.
 func (s *Server) observations(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
-	if err != nil {
-		httpjson.Error(w, http.StatusBadRequest, fmt.Errorf("read body: %w", err))
-		return
-	}
-	if len(body) > maxBody {
-		httpjson.Error(w, http.StatusRequestEntityTooLarge, fmt.Errorf("body larger than %d bytes; post fewer observations at a time", maxBody))
+	body, ok := s.readBody(w, r)
+	if !ok {
 		return
 	}
 	obs, err := DecodeObservations(body)
@@ -260,8 +286,8 @@ func (s *Server) observations(w http.ResponseWriter, r *http.Request) {
 		httpjson.Error(w, http.StatusBadRequest, err)
 		return
 	}
-	if len(obs) > service.MaxBatch {
-		httpjson.Error(w, http.StatusRequestEntityTooLarge, fmt.Errorf("%d observations in one request: at most %d (service.MaxBatch); post them in several requests", len(obs), service.MaxBatch))
+	if n := s.maxObservations(); len(obs) > n {
+		httpjson.Error(w, http.StatusRequestEntityTooLarge, fmt.Errorf("%d observations in one request exceed max_observations = %d; post them in several requests", len(obs), n))
 		return
 	}
 	res, err := s.svc.ObserveBatch(r.Context(), obs, service.SourceDriver, r.Header.Get("Idempotency-Key"))

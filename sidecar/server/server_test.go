@@ -154,8 +154,8 @@ func TestObservations(t *testing.T) {
 		{"unknown gpu", `{"job_id":"j","group":"g","gpu_type":"Voodoo 5","gpus":1,"runtime_s":1}`, 400, `field gpu_type = \"Voodoo 5\"`},
 		{"batch all-or-nothing", "[" + good + `,{"job_id":""}]`, 400, "observation 1: field job_id"},
 		{"trailing", good + good, 400, "trailing data"},
-		{"too large", `{"job_id":"` + strings.Repeat("x", 9<<20) + `"}`, 413, "larger than"},
-		{"too many records", "[" + strings.Repeat(good+",", service.MaxBatch) + good + "]", 413, "at most 10000"},
+		{"too large", `{"job_id":"` + strings.Repeat("x", 9<<20) + `"}`, 413, "request body exceeds max_body_bytes = 1048576"},
+		{"too many records", "[" + strings.Repeat(good+",", server.DefaultMaxObservations) + good + "]", 413, "1001 observations in one request exceed max_observations = 1000"},
 		// Implausible values: 422 naming field, value and bound; nothing stored.
 		{"throughput 1e300", strings.Replace(good, "812.5", "1e300", 1), 422, "field throughput = 1e+300: expected at most 39000 steps/s for 2 a100"},
 		{"energy 1e300", strings.Replace(good, "5e5", "1e300", 1), 422, "field energy_j = 1e+300: expected at most"},

@@ -16,6 +16,10 @@ func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	shadow := fs.Bool("shadow", false, "decide and record without pinning (needs Nomad)")
 	logLevel := fs.String("log-level", "", "log level: trace, debug, info, warn, error")
 	haOn := fs.Bool("ha", false, "run as one of several replicas with one leader elected on a Nomad Variables lock (see the ha block)")
+	tlsCert := fs.String("tls-cert", "", "serve HTTPS with this PEM certificate (config tls.cert_file)")
+	tlsKey := fs.String("tls-key", "", "the certificate's PEM private key (config tls.key_file)")
+	tlsClientCA := fs.String("tls-client-ca", "", "require client certificates signed by this PEM CA (mTLS; config tls.client_ca_file)")
+	insecure := fs.Bool("insecure", false, "serve a non-loopback address without TLS or tokens anyway (config insecure)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, `Usage: hetgpu sidecar [-config FILE] [flags]
 
@@ -35,7 +39,8 @@ Flags:
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: hetgpu sidecar: unexpected argument %q (use -config FILE)", errUsage, fs.Arg(0))
 	}
-	cfg, err := app.LoadConfig(*configPath)
+	// Flags apply before the checks: -tls-cert may be what makes the file's listen valid.
+	cfg, err := app.ReadConfig(*configPath)
 	if err != nil {
 		return err
 	}
@@ -52,8 +57,12 @@ Flags:
 		cfg.LogLevel = *logLevel
 	}
 	if *haOn {
+		if cfg.HA == nil {
+			cfg.HA = &app.HAConfig{}
+		}
 		cfg.HA.Enabled = true
 	}
+	applyTLSFlags(cfg, *tlsCert, *tlsKey, *tlsClientCA, *insecure)
 	if err := cfg.Finish(); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
@@ -64,9 +73,29 @@ Flags:
 	go func() {
 		select {
 		case addr := <-s.Addr:
-			fmt.Fprintf(stdout, "hetgpu sidecar: API on http://%s (backend %s)\n", addr, map[bool]string{true: "nomad", false: "simulated"}[cfg.UseNomad()])
+			fmt.Fprintf(stdout, "hetgpu sidecar: API on %s://%s (backend %s)\n", map[bool]string{true: "https", false: "http"}[cfg.TLSFiles().Enabled()], addr, map[bool]string{true: "nomad", false: "simulated"}[cfg.UseNomad()])
 		case <-ctx.Done():
 		}
 	}()
 	return s.Run(ctx)
+}
+
+// applyTLSFlags lets flags set or override the config's tls block and insecure.
+func applyTLSFlags(cfg *app.Config, cert, key, clientCA string, insecure bool) {
+	if cert != "" || key != "" || clientCA != "" {
+		if cfg.TLS == nil {
+			cfg.TLS = &app.TLSConfig{}
+		}
+		for _, f := range []struct {
+			dst *string
+			v   string
+		}{{&cfg.TLS.CertFile, cert}, {&cfg.TLS.KeyFile, key}, {&cfg.TLS.ClientCAFile, clientCA}} {
+			if f.v != "" {
+				*f.dst = f.v
+			}
+		}
+	}
+	if insecure {
+		cfg.Insecure = true
+	}
 }

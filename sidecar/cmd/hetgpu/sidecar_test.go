@@ -1,0 +1,54 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/hetgpu/hetgpu/internal/testcerts"
+	"github.com/hetgpu/hetgpu/sidecar/app"
+)
+
+// The TLS flags apply before the configuration is checked: they can be what makes a
+// non-loopback listen address acceptable.
+func TestTLSFlagsBeforeChecks(t *testing.T) {
+	dir := t.TempDir()
+	certs, err := testcerts.Write(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "sidecar.hcl")
+	if err := os.WriteFile(path, []byte("listen = \"0.0.0.0:4656\"\ntoken = \"t\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name          string
+		cert, key, ca string
+		insecure      bool
+		want          string // "" = accepted
+	}{
+		{"no flags", "", "", "", false, "no TLS"},
+		{"TLS flags", certs.ServerCert, certs.ServerKey, "", false, ""},
+		{"mTLS flags", certs.ServerCert, certs.ServerKey, certs.CA, false, ""},
+		{"-insecure", "", "", "", true, ""},
+		{"cert without key", certs.ServerCert, "", "", false, `tls.key_file = "": expected both`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("HETGPU_TOKEN", "")
+			cfg, err := app.ReadConfig(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			applyTLSFlags(cfg, tt.cert, tt.key, tt.ca, tt.insecure)
+			err = cfg.Finish()
+			if (tt.want == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Finish = %v, want %q", err, tt.want)
+			}
+			if err == nil && tt.ca != "" && cfg.TLSFiles().ClientCAFile != tt.ca {
+				t.Errorf("client CA %q, want %q", cfg.TLSFiles().ClientCAFile, tt.ca)
+			}
+		})
+	}
+}
