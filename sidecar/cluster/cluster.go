@@ -53,6 +53,37 @@ type Snapshot struct {
 	// hetgpu.preemptible; every job in the simulator), with their attained GPU time and, as
 	// EstRuntime, the estimated time they still need. Their GPUs are in Running.
 	Preemptible []Job
+	// Caps are this round's limits on the GPUs groups of namespaces hold (queue maxima and
+	// the reserves of queue guarantees, see sidecar/queue); every placement path honours
+	// them. Nil without queues.
+	Caps []GPUCap
+}
+
+// GPUCap limits the GPUs that the jobs of some namespaces hold together, running plus newly
+// placed: a queue's maximum (Namespaces are its own), or the reserve of a queue under its
+// guarantee (Except: every namespace but the queue's may use only what the queue leaves).
+type GPUCap struct {
+	// Name says what the cap is, for wait reasons: "queue team-a".
+	Name       string
+	Namespaces []string
+	Except     bool
+	// GPUType, when set, counts only GPUs of that type (a guarantee by type).
+	GPUType string
+	GPUs    int
+	// Reason is the wait reason of a job the cap holds back.
+	Reason string
+}
+
+// Covers reports whether the cap counts jobs of namespace ns.
+func (c *GPUCap) Covers(ns string) bool {
+	in := false
+	for _, n := range c.Namespaces {
+		if n == ns {
+			in = true
+			break
+		}
+	}
+	return in != c.Except
 }
 
 // Node is one client node and its devices.
