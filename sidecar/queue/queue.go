@@ -300,7 +300,7 @@ func (s *Set) caps(r *round) []cluster.GPUCap {
 				what = typ + " GPUs"
 			}
 			out = append(out, cluster.GPUCap{Name: "guarantee of queue " + q, Namespaces: ns, Except: !except, GPUType: typ,
-				GPUs: othersRun + max(free-owed, 0),
+				GPUs:   othersRun + max(free-owed, 0),
 				Reason: fmt.Sprintf("%d idle %s are held for queue %s, which is below its guarantee of %d", min(owed, free), what, q, g)})
 		}
 		if g := guarantee(sp); g > 0 {
@@ -457,15 +457,15 @@ type Status struct {
 	Max             int            `json:"max"`
 	// UsageGPUs is what its running allocations hold now; BorrowedGPUs what of that is beyond
 	// its guarantee.
-	UsageGPUs       int            `json:"usage_gpus"`
-	UsageByType     map[string]int `json:"usage_by_type,omitempty"`
-	BorrowedGPUs    int            `json:"borrowed_gpus"`
-	PendingJobs     int            `json:"pending_jobs"`
-	PendingGPUs     int            `json:"pending_gpus"`
-	GPUHours        float64        `json:"decayed_gpu_hours"`
-	Entitlement     float64        `json:"entitlement"`
-	Share           float64        `json:"share"`
-	BelowGuarantee  bool           `json:"below_guarantee"`
+	UsageGPUs      int            `json:"usage_gpus"`
+	UsageByType    map[string]int `json:"usage_by_type,omitempty"`
+	BorrowedGPUs   int            `json:"borrowed_gpus"`
+	PendingJobs    int            `json:"pending_jobs"`
+	PendingGPUs    int            `json:"pending_gpus"`
+	GPUHours       float64        `json:"decayed_gpu_hours"`
+	Entitlement    float64        `json:"entitlement"`
+	Share          float64        `json:"share"`
+	BelowGuarantee bool           `json:"below_guarantee"`
 }
 
 // Status reports every queue (parents first) as of snap; it accounts nothing.
