@@ -86,6 +86,43 @@ func (c *GPUCap) Covers(ns string) bool {
 	return in != c.Except
 }
 
+// Held counts the GPUs the cap counts among the snapshot's running allocations and the
+// decisions ds.
+func (c *GPUCap) Held(snap *Snapshot, ds []Decision) int {
+	n := 0
+	for _, a := range snap.Running {
+		if c.Covers(a.Namespace) && (c.GPUType == "" || a.GPUType == c.GPUType) {
+			n += len(a.DeviceIDs)
+		}
+	}
+	for i := range ds {
+		if c.Covers(ds[i].Namespace) && (c.GPUType == "" || ds[i].GPUType == c.GPUType) {
+			n += ds[i].GPUs()
+		}
+	}
+	return n
+}
+
+// CapWait is the wait reason of a pending job that some cap of the snapshot keeps out, with
+// the decisions ds counted as placed: the first cap covering the job whose room is less than
+// the job's GPUs; "" when none does. A cap of one GPU type keeps a job out only when no other
+// type could take it, so it is not named.
+func CapWait(snap *Snapshot, j *Job, ds []Decision) string {
+	for i := range snap.Caps {
+		c := &snap.Caps[i]
+		if !c.Covers(j.Namespace) || c.GPUType != "" {
+			continue
+		}
+		if used := c.Held(snap, ds); used+j.GPUs > c.GPUs {
+			if c.Reason != "" {
+				return c.Reason
+			}
+			return fmt.Sprintf("%s allows %d GPUs and holds %d", c.Name, c.GPUs, used)
+		}
+	}
+	return ""
+}
+
 // Node is one client node and its devices.
 type Node struct {
 	ID         string

@@ -134,49 +134,13 @@ func (m *model) capRows(byJob []int, opt func(k int) *option, st *state, entry f
 	}
 }
 
-// CapReason is the wait reason of a job some cap of the snapshot holds back: the first cap
-// covering the job whose room is less than the job's GPUs, "" when none does. Decisions are
-// counted as placed.
-func CapReason(snap *cluster.Snapshot, j *cluster.Job, decided []cluster.Decision) string {
-	for i := range snap.Caps {
-		c := &snap.Caps[i]
-		if !c.Covers(j.Namespace) {
-			continue
-		}
-		used := capHeld(snap, c, decided)
-		if used+j.GPUs > c.GPUs {
-			if c.Reason != "" {
-				return c.Reason
-			}
-			return fmt.Sprintf("%s allows %d GPUs and holds %d", c.Name, c.GPUs, used)
-		}
-	}
-	return ""
-}
-
-// capHeld counts the GPUs a cap counts among the running allocations and the decisions.
-func capHeld(snap *cluster.Snapshot, c *cluster.GPUCap, ds []cluster.Decision) int {
-	n := 0
-	for _, a := range snap.Running {
-		if c.Covers(a.Namespace) && (c.GPUType == "" || a.GPUType == c.GPUType) {
-			n += len(a.DeviceIDs)
-		}
-	}
-	for _, d := range ds {
-		if c.Covers(d.Namespace) && (c.GPUType == "" || d.GPUType == c.GPUType) {
-			n += d.GPUs()
-		}
-	}
-	return n
-}
-
 // verifyCaps checks decisions against the snapshot's caps.
 func verifyCaps(snap *cluster.Snapshot, ds []cluster.Decision) error {
 	for i := range snap.Caps {
 		c := &snap.Caps[i]
 		// Running allocations alone may exceed a cap (borrowed GPUs a reclaim has not freed
 		// yet); then any new GPU it counts is an error.
-		if n, run := capHeld(snap, c, ds), capHeld(snap, c, nil); n > c.GPUs && n > run {
+		if n, run := c.Held(snap, ds), c.Held(snap, nil); n > c.GPUs && n > run {
 			return fmt.Errorf("%s: %d GPUs held with this round's decisions, cap %d", c.Name, n, c.GPUs)
 		}
 	}

@@ -264,13 +264,14 @@ func (r *round) belowGuarantee(q *Spec) bool {
 }
 
 // Prepare is the queue stage's start of a round: it accounts usage up to snap.Now and returns
-// the snapshot the round works on, with this round's caps and with only borrowed jobs
-// preemptible (see Reclaimable). snap itself is not modified.
+// the snapshot the round works on, with this round's caps (replacing any) and with only
+// borrowed jobs preemptible (see Reclaimable). snap itself is not modified. The pipeline calls
+// it again once preemptions freed GPUs, so that the reserves see them.
 func (s *Set) Prepare(snap *cluster.Snapshot) *cluster.Snapshot {
 	s.observe(snap)
 	r := s.measure(snap)
 	out := *snap
-	out.Caps = append(slices.Clone(snap.Caps), s.caps(r)...)
+	out.Caps = s.caps(r) // a second Prepare (after preemptions) replaces the first's caps
 	out.Preemptible = s.reclaimable(snap, r)
 	return &out
 }
@@ -292,7 +293,7 @@ func (s *Set) caps(r *round) []cluster.GPUCap {
 		}
 		reserve := func(typ string, g, used, free, othersRun int) {
 			owed := min(g, used+r.pendingGPUs[q]) - used
-			if owed <= 0 {
+			if owed <= 0 || free == 0 {
 				return
 			}
 			what := "GPUs"

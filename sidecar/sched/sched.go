@@ -167,6 +167,9 @@ func (p *Pipeline) RunRound(ctx context.Context) (*Round, error) {
 				return nil, fmt.Errorf("preempt %d jobs: %w", len(plan.Preempt), err)
 			}
 			snap = AfterPreemption(snap, preempted)
+			if p.Queues != nil {
+				snap = p.Queues.Prepare(snap) // the freed GPUs are idle GPUs a reserve may hold
+			}
 		}
 		order = keepPending(plan.Order, snap)
 	}
