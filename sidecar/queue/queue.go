@@ -302,7 +302,7 @@ func (s *Set) caps(r *round) []cluster.GPUCap {
 			}
 			out = append(out, cluster.GPUCap{Name: "guarantee of queue " + q, Namespaces: ns, Except: !except, GPUType: typ,
 				GPUs:   othersRun + max(free-owed, 0),
-				Reason: fmt.Sprintf("%d idle %s are held for queue %s, which is below its guarantee of %d", min(owed, free), what, q, g)})
+				Reason: fmt.Sprintf("idle %s are held for queue %s, which is below its guarantee of %d", what, q, g)})
 		}
 		if g := guarantee(sp); g > 0 {
 			reserve("", g, r.used[q], r.free, r.runningTotal()-r.used[q])
