@@ -57,6 +57,29 @@ type Snapshot struct {
 	// the reserves of queue guarantees, see sidecar/queue); every placement path honours
 	// them. Nil without queues.
 	Caps []GPUCap
+	// Tenancy, set by the queue stage, says which preemptible running groups hold GPUs within
+	// their queue's guarantee: a preemption may stop those only for a job of the same queue
+	// (or to move them to faster GPUs). Nil without queues.
+	Tenancy *Tenancy
+}
+
+// Tenancy maps namespaces to queues and names the running groups within their queue's
+// guarantee.
+type Tenancy struct {
+	// Queue is the queue of each namespace a queue lists; others are in DefaultQueue.
+	Queue        map[string]string
+	DefaultQueue string
+	// Guaranteed holds the job keys ("namespace/id/group") of preemptible running groups that
+	// hold GPUs within their queue's guarantee.
+	Guaranteed map[string]bool
+}
+
+// QueueOf is the queue of a namespace.
+func (t *Tenancy) QueueOf(ns string) string {
+	if q, ok := t.Queue[ns]; ok {
+		return q
+	}
+	return t.DefaultQueue
 }
 
 // GPUCap limits the GPUs that the jobs of some namespaces hold together, running plus newly

@@ -11,10 +11,12 @@
 //   - writes the round's caps into the snapshot (cluster.Snapshot.Caps), which the placer
 //     turns into MILP rows: a queue's maximum, and for a queue under its guarantee with pending
 //     work a reserve of the idle GPUs it is owed that other queues may not take;
-//   - limits preemption to borrowed jobs (Reclaimable): a running job stays preemptible only
-//     when the jobs of its queue that started before it already fill the queue's guarantee,
-//     so that a queue under its guarantee reclaims borrowed GPUs and never takes GPUs a queue
-//     holds within its own guarantee.
+//   - limits preemption across queues to borrowed jobs (Reclaimable): a running job is borrowed
+//     when the jobs of its queue that started before it already fill the queue's guarantee;
+//     the others are marked guaranteed (cluster.Snapshot.Tenancy) and the preemption planner
+//     stops them only for jobs of their own queue or to move them to faster GPUs. A queue under
+//     its guarantee so reclaims borrowed GPUs and never takes GPUs another queue holds within
+//     its own guarantee.
 package queue
 
 import (

@@ -149,15 +149,17 @@ func (s *Set) observe(snap *cluster.Snapshot) {
 // round is what one snapshot says of every queue.
 type round struct {
 	used, pendingJobs, pendingGPUs map[string]int
-	usedByType                     map[string]map[string]int
-	gpuHours, share, entitle       map[string]float64
+	// pending lists the GPUs of each leaf queue's waiting jobs.
+	pending                  map[string][]int
+	usedByType               map[string]map[string]int
+	gpuHours, share, entitle map[string]float64
 	// free and healthy count the GPUs of ready nodes, per type too.
 	free, healthy         int
 	freeByType, byTypeAll map[string]int
 }
 
 func (s *Set) measure(snap *cluster.Snapshot) *round {
-	r := &round{used: map[string]int{}, pendingJobs: map[string]int{}, pendingGPUs: map[string]int{},
+	r := &round{used: map[string]int{}, pendingJobs: map[string]int{}, pendingGPUs: map[string]int{}, pending: map[string][]int{},
 		usedByType: map[string]map[string]int{}, gpuHours: map[string]float64{}, share: map[string]float64{},
 		entitle: map[string]float64{}, freeByType: map[string]int{}, byTypeAll: map[string]int{}}
 	ready := map[string]bool{}
@@ -198,6 +200,7 @@ func (s *Set) measure(snap *cluster.Snapshot) *round {
 	for i := range snap.Pending {
 		j := &snap.Pending[i]
 		q := s.QueueOf(j.Namespace)
+		r.pending[q] = append(r.pending[q], j.GPUs)
 		for _, p := range []string{q, s.specs[q].Parent} {
 			if p != "" {
 				r.pendingJobs[p]++
@@ -250,6 +253,34 @@ func (s *Set) measure(snap *cluster.Snapshot) *round {
 	return r
 }
 
+// Admitted is what a guarantee g admits of waiting jobs (their GPUs) when used GPUs are held:
+// the GPUs of the jobs that would not take the queue above g by themselves. A queue whose
+// waiting jobs are all larger than what its guarantee has left is not owed them: they start
+// on borrowed GPUs, as any job beyond a guarantee does (Kueue's nominal quota works so).
+func Admitted(pending []int, used, g int) int {
+	n := 0
+	for _, p := range pending {
+		if used+p <= g {
+			n += p
+		}
+	}
+	return n
+}
+
+// withinGuarantee reports whether a job of gpus GPUs fits what queue q's guarantee (in all, or
+// of a type) has left.
+func (r *round) withinGuarantee(q *Spec, gpus int) bool {
+	if r.used[q.Name]+gpus <= guarantee(q) {
+		return true
+	}
+	for t, n := range q.GuaranteeByType {
+		if r.usedByType[q.Name][t]+gpus <= n {
+			return true
+		}
+	}
+	return false
+}
+
 // belowGuarantee reports whether a queue holds less than its guarantee, in all or of a type.
 func (r *round) belowGuarantee(q *Spec) bool {
 	if r.used[q.Name] < guarantee(q) {
@@ -264,15 +295,35 @@ func (r *round) belowGuarantee(q *Spec) bool {
 }
 
 // Prepare is the queue stage's start of a round: it accounts usage up to snap.Now and returns
-// the snapshot the round works on, with this round's caps (replacing any) and with only
-// borrowed jobs preemptible (see Reclaimable). snap itself is not modified. The pipeline calls
-// it again once preemptions freed GPUs, so that the reserves see them.
+// the snapshot the round works on, with this round's caps (replacing any) and its Tenancy:
+// the preemptible jobs that are not borrowed (see Reclaimable) are marked guaranteed, and the
+// preemption planner stops those only for jobs of their own queue. snap itself is not
+// modified. The pipeline calls it again once preemptions freed GPUs, so that the reserves see
+// them.
 func (s *Set) Prepare(snap *cluster.Snapshot) *cluster.Snapshot {
 	s.observe(snap)
 	r := s.measure(snap)
 	out := *snap
 	out.Caps = s.caps(r) // a second Prepare (after preemptions) replaces the first's caps
-	out.Preemptible = s.reclaimable(snap, r)
+	t := &cluster.Tenancy{Queue: s.nsQueue, DefaultQueue: DefaultQueue, Guaranteed: map[string]bool{}}
+	borrowed := map[string]bool{}
+	for _, j := range s.reclaimable(snap, r) {
+		borrowed[j.Key()] = true
+	}
+	// A gang is stopped whole: one guaranteed member protects all of it.
+	guardedGang := map[string]bool{}
+	for _, j := range snap.Preemptible {
+		if !borrowed[j.Key()] {
+			t.Guaranteed[j.Key()] = true
+			guardedGang[sched.GangKey(&j)] = true
+		}
+	}
+	for _, j := range snap.Preemptible {
+		if g := sched.GangKey(&j); g != "" && guardedGang[g] {
+			t.Guaranteed[j.Key()] = true
+		}
+	}
+	out.Tenancy = t
 	return &out
 }
 
@@ -292,7 +343,7 @@ func (s *Set) caps(r *round) []cluster.GPUCap {
 			continue
 		}
 		reserve := func(typ string, g, used, free, othersRun int) {
-			owed := min(g, used+r.pendingGPUs[q]) - used
+			owed := min(g-used, Admitted(r.pending[q], used, g))
 			if owed <= 0 || free == 0 {
 				return
 			}
@@ -388,7 +439,8 @@ func (s *Set) reclaimable(snap *cluster.Snapshot, r *round) []cluster.Job {
 
 // Order implements the fair-share step on the ranker's order (learned or heuristic alike):
 //
-//  1. jobs of queues below their guarantee come first;
+//  1. jobs that fit what their queue's guarantee has left (in all or of a GPU type) come
+//     first;
 //  2. jobs that do not fit under their queue's (or parent's) maximum come last;
 //  3. within each of these tiers, a job at 0-based position p of the ranker's order takes
 //     position p x f, f = 2^(share-1) clamped to [1/4, 4], where share is its queue's decayed
@@ -412,7 +464,7 @@ func (s *Set) Order(snap *cluster.Snapshot, ranked []sched.Ranked) []sched.Ranke
 		q := s.QueueOf(rk.Job.Namespace)
 		sp := s.specs[q]
 		tier := 1
-		if r.belowGuarantee(sp) {
+		if r.withinGuarantee(sp, rk.Job.GPUs) {
 			tier = 0
 		}
 		for _, p := range []string{q, sp.Parent} {

@@ -175,8 +175,11 @@ func TestReclaimableAndCaps(t *testing.T) {
 	snap.Preemptible = []cluster.Job{pre("b", "old", 4), pre("b", "mid", 4), pre("b", "new", 4), pre("a", "a-run", 2)}
 	snap.Pending = []cluster.Job{{Namespace: "a", ID: "a-wait", Group: "g", GPUs: 4}}
 	out := s.Prepare(snap)
-	if got := keys(ranked(out.Preemptible...)); got != "mid,new" {
+	if got := keys(ranked(s.Reclaimable(snap)...)); got != "mid,new" {
 		t.Errorf("reclaimable %s, want mid,new (old is within b's guarantee, a-run within a's)", got)
+	}
+	if g := out.Tenancy.Guaranteed; len(g) != 2 || !g["b/old/g"] || !g["a/a-run/g"] || len(out.Preemptible) != 4 {
+		t.Errorf("guaranteed %v (preemptible %d), want b/old/g and a/a-run/g of the 4", g, len(out.Preemptible))
 	}
 	if len(snap.Caps) != 0 || len(snap.Preemptible) != 4 {
 		t.Error("Prepare modified the snapshot it was given")
