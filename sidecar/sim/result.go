@@ -74,7 +74,7 @@ type Result struct {
 	QueueJain float64       `json:"queue_jain,omitempty"`
 	// PartialGangPins counts gangs a pipeline pinned in part over the run (must be 0; counted
 	// by pipelines that report it, see GangCounter).
-	PartialGangPins int `json:"partial_gang_pins"`
+	PartialGangPins int `json:"partial_gang_pins,omitempty"`
 
 	JobResults []JobResult `json:"-"`
 	Series     []Sample    `json:"-"`
