@@ -42,6 +42,9 @@ func TestQueueMaximumWaits(t *testing.T) {
 	if l := nomad.GroupLines(h.Nomad.Job("default", "second"))["train"]; !strings.Contains(l, why) {
 		t.Errorf("ui line %q does not say %q", l, why)
 	}
+	if ex, err := h.Service.Explain("default", "second"); err != nil || len(ex.Groups) != 1 || !strings.Contains(ex.Groups[0].Summary, "waits for its queue: "+why) {
+		t.Errorf("explain: %+v, %v; want the summary to name the queue", ex, err)
+	}
 	v := h.Service.Queues()
 	var a *queue.Status
 	for i := range v.Queues {
