@@ -67,16 +67,32 @@ queue "b" {
 	submitToyIn(t, c.API, bins, "team-b", "b-first", 100000, "100ms", long)
 	waitFor(t, 90*time.Second, "b-first running", func() bool { return len(live("team-b", "b-first")) == 1 },
 		func() string { return state("team-b", "b-first") })
-	// Started later: the queue's second job runs on borrowed GPUs.
-	submitToyIn(t, c.API, bins, "team-b", "b-second", 100000, "100ms", long)
+	// Started later: the queue's second job runs on borrowed GPUs. It is longer, so that the
+	// ranker never puts it before b-first (with min_run 0 two equal jobs of one queue would
+	// take turns).
+	submitToyIn(t, c.API, bins, "team-b", "b-second", 100000, "100ms", map[string]string{"hetgpu.preemptible": "true", "hetgpu.runtime": "20h"})
 	waitFor(t, 90*time.Second, "b-second running", func() bool { return len(live("team-b", "b-second")) == 1 },
 		func() string { return state("team-b", "b-second") })
 	firstAlloc := live("team-b", "b-first")[0].ID
 
 	submitToyIn(t, c.API, bins, "team-a", "a-job", 100000, "100ms", map[string]string{"hetgpu.runtime": "10h"})
+	// The preemption is a version of b-second tagged hetgpu-rehold-N that holds it again (its ui
+	// line says so until the line saying why it waits replaces it).
+	preempted := func(ns, id string) bool {
+		vs, _, _, err := c.API.Jobs().Versions(id, false, q(ns))
+		if err != nil {
+			return false
+		}
+		for _, v := range vs {
+			if v.VersionTag != nil && strings.HasPrefix(v.VersionTag.Name, "hetgpu-rehold-") && strings.Contains(v.VersionTag.Description, "preempted") {
+				return true
+			}
+		}
+		return false
+	}
 	waitFor(t, 90*time.Second, "b-second preempted for team-a's guarantee", func() bool {
 		j, _, err := c.API.Jobs().Info("b-second", q("team-b"))
-		return err == nil && scHeld(j) && j.UI != nil && strings.Contains(j.UI.Description, "preempted")
+		return err == nil && scHeld(j) && preempted("team-b", "b-second")
 	}, func() string { return state("team-b", "b-second") + "\n" + state("team-a", "a-job") })
 	waitFor(t, 90*time.Second, "a-job running on the reclaimed GPUs", func() bool { return len(live("team-a", "a-job")) == 1 },
 		func() string {
@@ -87,7 +103,7 @@ queue "b" {
 	if l := live("team-b", "b-first"); len(l) != 1 || l[0].ID != firstAlloc {
 		t.Fatalf("b-first lost its allocation: %s", state("team-b", "b-first"))
 	}
-	if j, _, err := c.API.Jobs().Info("b-first", q("team-b")); err != nil || scHeld(j) || *j.Version != 1 {
+	if j, _, err := c.API.Jobs().Info("b-first", q("team-b")); err != nil || scHeld(j) || *j.Version != 1 || preempted("team-b", "b-first") {
 		t.Fatalf("b-first was re-held or rewritten: %s", state("team-b", "b-first"))
 	}
 	// b-second waits for GPUs; the queues stand at their guarantees.
@@ -113,5 +129,10 @@ queue "b" {
 	}, func() string { s, _ := httpGet(e.sidecarURL + "/v1/queues"); return s })
 	if live := live("team-b", "b-second"); len(live) != 0 {
 		t.Fatalf("b-second runs again beside a-job: %s", state("team-b", "b-second"))
+	}
+	// Its wait says why: the node is full (no queue holds it back now that a is at its
+	// guarantee), and b-first was never preempted.
+	if preempted("team-b", "b-first") {
+		t.Fatalf("b-first, within team-b's guarantee, was preempted: %s", state("team-b", "b-first"))
 	}
 }

@@ -392,10 +392,19 @@ func (s *Set) reclaimable(snap *cluster.Snapshot, r *round) []cluster.Job {
 	for i := range snap.Preemptible {
 		pre[snap.Preemptible[i].Key()] = true
 	}
+	// Allocations of groups that wait again (preempted or re-held, still stopping) are on
+	// their way out: they fill no guarantee.
+	leaving := map[string]bool{}
+	for i := range snap.Pending {
+		leaving[snap.Pending[i].Key()] = true
+	}
 	byKey := map[string]*group{}
 	byQueue := map[string][]*group{}
 	for _, a := range snap.Running {
 		k := a.Namespace + "/" + a.JobID + "/" + a.Group
+		if leaving[k] {
+			continue
+		}
 		g := byKey[k]
 		if g == nil {
 			g = &group{key: k, start: a.StartTime, preemptible: pre[k]}
