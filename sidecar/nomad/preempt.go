@@ -72,6 +72,27 @@ func (b *Backend) checkPreemptible(ps []cluster.Preemption, idx []int) error {
 	return nil
 }
 
+// registerHeld registers a re-held job (enforcing the index it was read at), records it as
+// the tracked job and tags the new version hetgpu-rehold-N with desc.
+func (b *Backend) registerHeld(ctx context.Context, job *api.Job, desc string) error {
+	ns, id := deref(job.Namespace, "default"), deref(job.ID, "")
+	wq := (&api.WriteOptions{Namespace: ns}).WithContext(ctx)
+	resp, _, err := b.c.Jobs().RegisterOpts(job, &api.RegisterOptions{EnforceIndex: true, ModifyIndex: deref(job.JobModifyIndex, 0), PreserveCounts: true}, wq)
+	if err != nil {
+		return fmt.Errorf("register: %w", err)
+	}
+	job.JobModifyIndex = &resp.JobModifyIndex
+	mi := resp.JobModifyIndex
+	job.ModifyIndex = &mi
+	v := deref(job.Version, 0) + 1
+	job.Version = &v
+	b.storeJob(job)
+	if _, err := b.c.Jobs().TagVersion(id, v, fmt.Sprintf("hetgpu-rehold-%d", resp.JobModifyIndex), desc, wq); err != nil {
+		b.log.Debug("tagging the re-held version failed", "job", jobKey(ns, id), "error", err)
+	}
+	return nil
+}
+
 // reholdGang re-holds the groups ps[idx] (one job) in one register and stops their
 // allocations, and those of the job's groups without GPUs when the hold went on the job.
 func (b *Backend) reholdGang(ctx context.Context, ps []cluster.Preemption, idx []int) (bool, error) {
@@ -128,20 +149,9 @@ func (b *Backend) reholdGang(ctx context.Context, ps []cluster.Preemption, idx [
 		b.storeJob(job)
 		return false, fmt.Errorf("preempt %s: %w", key, err)
 	}
-	wq := (&api.WriteOptions{Namespace: ns}).WithContext(ctx)
-	resp, _, err := b.c.Jobs().RegisterOpts(job, &api.RegisterOptions{EnforceIndex: true, ModifyIndex: deref(job.JobModifyIndex, 0), PreserveCounts: true}, wq)
-	if err != nil {
-		return false, fmt.Errorf("preempt %s: register: %w", key, err)
-	}
-	job.JobModifyIndex = &resp.JobModifyIndex
-	mi := resp.JobModifyIndex
-	job.ModifyIndex = &mi
-	v := deref(job.Version, 0) + 1
-	job.Version = &v
-	b.storeJob(job)
 	reason := ps[idx[0]].Reason
-	if _, err := b.c.Jobs().TagVersion(id, v, fmt.Sprintf("hetgpu-rehold-%d", resp.JobModifyIndex), "hetgpu preempted "+strings.Join(groups, ", ")+": "+truncate(reason, 120), wq); err != nil {
-		b.log.Debug("tagging the preempted version failed", "job", key, "error", err)
+	if err := b.registerHeld(ctx, job, "hetgpu preempted "+strings.Join(groups, ", ")+": "+truncate(reason, 120)); err != nil {
+		return false, fmt.Errorf("preempt %s: %w", key, err)
 	}
 	b.log.Warn("pinned job preempted", "job", key, "groups", groups, "job_level_hold", jobLevel, "reason", reason)
 	// A batch job's running allocations survive a job update: stop them. Their replacements

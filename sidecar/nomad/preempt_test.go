@@ -30,6 +30,24 @@ func gangJob(id string) *api.Job {
 	}
 }
 
+// pinPending pins the two pending GPU groups side by side on the A100 node.
+func pinPending(t *testing.T, f *fixture) {
+	t.Helper()
+	f.resync(t)
+	snap := f.snapshot(t)
+	var ds []cluster.Decision
+	for _, j := range snap.Pending {
+		ds = append(ds, decide(snap, j, "node-a100-00"))
+		snap.Running = append(snap.Running, cluster.Alloc{NodeID: "node-a100-00", DeviceIDs: ds[len(ds)-1].Assign[0].InstanceIDs})
+	}
+	if len(ds) != 2 {
+		t.Fatalf("pending = %+v, want the two GPU groups", snap.Pending)
+	}
+	if res, err := f.b.Pin(context.Background(), ds); err != nil || len(res) != 2 || !res[0].Applied || !res[1].Applied {
+		t.Fatalf("pin = %+v, %v", res, err)
+	}
+}
+
 // TestPreemptGangOneRegister: preempting all GPU groups of a gang is one register with the
 // hold on the job, and every allocation of the job stops, the launcher's included; preempting
 // one GPU group while another still runs holds that group alone and leaves the launcher.
@@ -47,20 +65,7 @@ func TestPreemptGangOneRegister(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newFixture(t, nil)
 			f.srv.Register(gangJob("gang"))
-			f.resync(t)
-			snap := f.snapshot(t)
-			var ds []cluster.Decision
-			for _, j := range snap.Pending {
-				ds = append(ds, decide(snap, j, "node-a100-00"))
-				snap.Running = append(snap.Running, cluster.Alloc{NodeID: "node-a100-00", DeviceIDs: ds[len(ds)-1].Assign[0].InstanceIDs})
-			}
-			if len(ds) != 2 {
-				t.Fatalf("pending = %+v, want the two GPU groups", snap.Pending)
-			}
-			res, err := f.b.Pin(context.Background(), ds)
-			if err != nil || !res[0].Applied || !res[1].Applied {
-				t.Fatalf("pin = %+v, %v", res, err)
-			}
+			pinPending(t, f)
 			f.resync(t)
 			byGroup := map[string]string{}
 			for _, a := range f.srv.Allocs("default", "gang") {
@@ -76,7 +81,7 @@ func TestPreemptGangOneRegister(t *testing.T) {
 			for _, g := range tt.groups {
 				ps = append(ps, cluster.Preemption{Namespace: "default", JobID: "gang", Group: g, Reason: "queue team-a reclaims its guarantee"})
 			}
-			res, err = f.b.Preempt(context.Background(), ps)
+			res, err := f.b.Preempt(context.Background(), ps)
 			if err != nil || len(res) != len(ps) {
 				t.Fatalf("preempt = %+v, %v", res, err)
 			}
@@ -141,16 +146,7 @@ func TestPreemptRefusesWholeJob(t *testing.T) {
 	job.Meta["hetgpu.preemptible"] = "false"
 	job.TaskGroups[1].Meta = map[string]string{"hetgpu.preemptible": "true"}
 	f.srv.Register(job)
-	f.resync(t)
-	snap := f.snapshot(t)
-	var ds []cluster.Decision
-	for _, j := range snap.Pending {
-		ds = append(ds, decide(snap, j, "node-a100-00"))
-		snap.Running = append(snap.Running, cluster.Alloc{NodeID: "node-a100-00", DeviceIDs: ds[len(ds)-1].Assign[0].InstanceIDs})
-	}
-	if res, _ := f.b.Pin(context.Background(), ds); len(res) != 2 || !res[0].Applied {
-		t.Fatalf("pin = %+v", res)
-	}
+	pinPending(t, f)
 	f.resync(t)
 	res, err := f.b.Preempt(context.Background(), []cluster.Preemption{
 		{Namespace: "default", JobID: "gang", Group: "workers", Reason: "r"}, {Namespace: "default", JobID: "gang", Group: "eval", Reason: "r"}})
