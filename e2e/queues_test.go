@@ -24,7 +24,8 @@ func TestQueueReclaimsBorrowed(t *testing.T) {
 	}
 	startSidecar(t, c, bins, e.port, `reconcile = "1s"
 preemption {
-  min_run = "0s"
+  min_run        = "0s"
+  long_job_guard = false
 }
 queue "a" {
   namespaces = ["team-a"]
@@ -68,8 +69,8 @@ queue "b" {
 	waitFor(t, 90*time.Second, "b-first running", func() bool { return len(live("team-b", "b-first")) == 1 },
 		func() string { return state("team-b", "b-first") })
 	// Started later: the queue's second job runs on borrowed GPUs. It is longer, so that the
-	// ranker never puts it before b-first (with min_run 0 two equal jobs of one queue would
-	// take turns).
+	// ranker never puts it before b-first (with min_run 0 and no long-job guard, two equal jobs
+	// of one queue would take turns).
 	submitToyIn(t, c.API, bins, "team-b", "b-second", 100000, "100ms", map[string]string{"hetgpu.preemptible": "true", "hetgpu.runtime": "20h"})
 	waitFor(t, 90*time.Second, "b-second running", func() bool { return len(live("team-b", "b-second")) == 1 },
 		func() string { return state("team-b", "b-second") })

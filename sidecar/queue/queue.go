@@ -416,6 +416,9 @@ func (s *Set) reclaimable(snap *cluster.Snapshot, r *round) []cluster.Job {
 		if a.StartTime.Before(g.start) {
 			g.start = a.StartTime
 		}
+		if g.start.IsZero() {
+			g.start = snap.Now // not started yet: the newest
+		}
 	}
 	borrowed := map[string]bool{}
 	for q, gs := range byQueue {

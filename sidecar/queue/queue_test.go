@@ -162,7 +162,8 @@ func TestReclaimableAndCaps(t *testing.T) {
 		t.Fatal(err)
 	}
 	snap := &cluster.Snapshot{Now: t0, Nodes: []cluster.Node{node("n", "a100", 16)}}
-	// b runs 12: 4 within its guarantee (oldest), 8 borrowed; a runs 2 and waits for 4.
+	// b runs 12: 4 within its guarantee (the oldest started), 8 borrowed; a runs 2 and waits
+	// for 4.
 	snap.Running = []cluster.Alloc{
 		alloc("b", "old", "n", "a100", 0, 4, t0.Add(-3*time.Hour)),
 		alloc("b", "mid", "n", "a100", 4, 4, t0.Add(-2*time.Hour)),
@@ -174,15 +175,17 @@ func TestReclaimableAndCaps(t *testing.T) {
 	}
 	snap.Preemptible = []cluster.Job{pre("b", "old", 4), pre("b", "mid", 4), pre("b", "new", 4), pre("a", "a-run", 2)}
 	// b's "gone" was preempted and waits again while its allocation stops: it fills nothing.
+	// old was pinned again and has not started yet (no start time): it is b's newest now.
+	snap.Running[0].StartTime = time.Time{}
 	snap.Nodes = append(snap.Nodes, node("m", "a100", 4))
 	snap.Running = append(snap.Running, alloc("b", "gone", "m", "a100", 0, 4, t0.Add(-4*time.Hour)))
 	snap.Pending = []cluster.Job{{Namespace: "a", ID: "a-wait", Group: "g", GPUs: 4}, {Namespace: "b", ID: "gone", Group: "g", GPUs: 4}}
 	out := s.Prepare(snap)
-	if got := keys(ranked(s.Reclaimable(snap)...)); got != "mid,new" {
-		t.Errorf("reclaimable %s, want mid,new (old is within b's guarantee, a-run within a's)", got)
+	if got := keys(ranked(s.Reclaimable(snap)...)); got != "old,new" {
+		t.Errorf("reclaimable %s, want old,new (mid is within b's guarantee, a-run within a's)", got)
 	}
-	if g := out.Tenancy.Guaranteed; len(g) != 2 || !g["b/old/g"] || !g["a/a-run/g"] || len(out.Preemptible) != 4 {
-		t.Errorf("guaranteed %v (preemptible %d), want b/old/g and a/a-run/g of the 4", g, len(out.Preemptible))
+	if g := out.Tenancy.Guaranteed; len(g) != 2 || !g["b/mid/g"] || !g["a/a-run/g"] || len(out.Preemptible) != 4 {
+		t.Errorf("guaranteed %v (preemptible %d), want b/mid/g and a/a-run/g of the 4", g, len(out.Preemptible))
 	}
 	if len(snap.Caps) != 0 || len(snap.Preemptible) != 4 {
 		t.Error("Prepare modified the snapshot it was given")
