@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -327,48 +328,105 @@ func (s *Set) Prepare(snap *cluster.Snapshot) *cluster.Snapshot {
 	return &out
 }
 
-// caps are a round's limits: every queue's maximum, and the reserve of every leaf queue under
-// its guarantee with pending work: the idle GPUs it is owed (up to what it waits for), which
-// jobs of other queues may not take.
+// caps are a round's limits: every queue's maximum, and one reserve for the leaf queues below
+// their guarantee with pending work their guarantee admits (see Admitted): the idle GPUs they
+// are owed together, which jobs of the other queues may not take. Queues that are owed compete
+// among themselves by the order (their admitted jobs come first), so one owed queue's reserve
+// never blocks another's. The same per GPU type for guarantees by type.
 func (s *Set) caps(r *round) []cluster.GPUCap {
 	var out []cluster.GPUCap
 	for _, q := range s.names {
 		sp := s.specs[q]
-		ns, except := s.namespaces(q)
 		if sp.Max > 0 {
+			ns, except := s.namespaces(q)
 			out = append(out, cluster.GPUCap{Name: "queue " + q, Namespaces: ns, Except: except, GPUs: sp.Max,
 				Reason: fmt.Sprintf("queue %s is at its maximum of %d GPUs", q, sp.Max)})
 		}
-		if !s.leaf(q) || r.pendingJobs[q] == 0 {
-			continue
+	}
+	// owedOf is what leaf q is owed of GPU type typ ("" all) given its guarantee g and use.
+	owedOf := func(q string, g, used int) int {
+		if g <= used || r.pendingJobs[q] == 0 {
+			return 0
 		}
-		reserve := func(typ string, g, used, free, othersRun int) {
-			owed := min(g-used, Admitted(r.pending[q], used, g))
-			if owed <= 0 || free == 0 {
-				return
+		return min(g-used, Admitted(r.pending[q], used, g))
+	}
+	reserve := func(typ string, free int, owed map[string]int, usedOf func(q string) int) {
+		total := 0
+		var names []string
+		for _, q := range s.names {
+			if owed[q] > 0 {
+				total += owed[q]
+				names = append(names, q)
 			}
-			what := "GPUs"
-			if typ != "" {
-				what = typ + " GPUs"
+		}
+		if total == 0 || free == 0 {
+			return
+		}
+		// The cap covers every queue not owed: the default queue's namespaces are those no
+		// queue lists, so when it is not owed the cap lists the owed queues' and excludes them.
+		others, run := 0, 0
+		var listed []string
+		defaultOwed := owed[DefaultQueue] > 0
+		for _, q := range s.names {
+			if !s.leaf(q) {
+				continue
 			}
-			out = append(out, cluster.GPUCap{Name: "guarantee of queue " + q, Namespaces: ns, Except: !except, GPUType: typ,
-				GPUs:   othersRun + max(free-owed, 0),
-				Reason: fmt.Sprintf("idle %s are held for queue %s, which is below its guarantee of %d", what, q, g)})
+			if owed[q] == 0 {
+				run += usedOf(q)
+				others++
+			}
+			if q != DefaultQueue && (owed[q] > 0) != defaultOwed {
+				listed = append(listed, s.specs[q].Namespaces...)
+			}
 		}
-		if g := guarantee(sp); g > 0 {
-			reserve("", g, r.used[q], r.free, r.runningTotal()-r.used[q])
+		if others == 0 {
+			return
 		}
-		for _, t := range sortedKeys(sp.GuaranteeByType) {
-			used := r.usedByType[q][t]
-			reserve(t, sp.GuaranteeByType[t], used, r.freeByType[t], r.runningOfType(t)-used)
+		sort.Strings(listed)
+		what := "GPUs"
+		if typ != "" {
+			what = typ + " GPUs"
 		}
+		out = append(out, cluster.GPUCap{Name: "guarantees of queue " + strings.Join(names, ", "), Namespaces: listed, Except: !defaultOwed,
+			GPUType: typ, GPUs: run + max(free-total, 0),
+			Reason: fmt.Sprintf("idle %s are held for %s %s, below %s", what, plural(len(names), "queue", "queues"), strings.Join(names, ", "),
+				plural(len(names), "its guarantee", "their guarantees"))})
+	}
+	owed := map[string]int{}
+	for _, q := range s.names {
+		if s.leaf(q) {
+			owed[q] = owedOf(q, guarantee(s.specs[q]), r.used[q])
+		}
+	}
+	reserve("", r.free, owed, func(q string) int { return r.used[q] })
+	var types []string
+	for _, q := range s.names {
+		for t := range s.specs[q].GuaranteeByType {
+			if !slices.Contains(types, t) {
+				types = append(types, t)
+			}
+		}
+	}
+	sort.Strings(types)
+	for _, t := range types {
+		owedT := map[string]int{}
+		for _, q := range s.names {
+			if g, ok := s.specs[q].GuaranteeByType[t]; ok && s.leaf(q) {
+				owedT[q] = owedOf(q, g, r.usedByType[q][t])
+			}
+		}
+		reserve(t, r.freeByType[t], owedT, func(q string) int { return r.usedByType[q][t] })
 	}
 	return out
 }
 
-func (r *round) runningTotal() int { return r.healthy - r.free }
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
 
-func (r *round) runningOfType(t string) int { return r.byTypeAll[t] - r.freeByType[t] }
 
 // Reclaimable returns snap's preemptible jobs that are borrowed (see reclaimable).
 func (s *Set) Reclaimable(snap *cluster.Snapshot) []cluster.Job {

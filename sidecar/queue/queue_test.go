@@ -193,7 +193,7 @@ func TestReclaimableAndCaps(t *testing.T) {
 	var reserve, bMax *cluster.GPUCap
 	for i := range out.Caps {
 		switch out.Caps[i].Name {
-		case "guarantee of queue a":
+		case "guarantees of queue a":
 			reserve = &out.Caps[i]
 		case "queue b":
 			bMax = &out.Caps[i]
@@ -205,5 +205,31 @@ func TestReclaimableAndCaps(t *testing.T) {
 	// a is owed min(8, 2 + 4) - 2 = 4 GPUs; 2 are idle: others may hold their 16 running and 0 more.
 	if reserve == nil || reserve.GPUs != 16 || reserve.Covers("a") || !reserve.Covers("b") || !reserve.Covers("elsewhere") {
 		t.Errorf("a's reserve %+v, want others capped at 16", reserve)
+	}
+}
+
+// TestOneReserveForAllOwedQueues: two queues below their guarantees with 1-GPU jobs waiting
+// share one reserve; it covers the other queues only, so neither owed queue blocks the other.
+func TestOneReserveForAllOwedQueues(t *testing.T) {
+	s, err := New(Config{Queues: []Spec{
+		{Name: "a", Namespaces: []string{"a"}, Guarantee: 4},
+		{Name: "c", Namespaces: []string{"c"}, Guarantee: 4},
+		{Name: "b", Namespaces: []string{"b"}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := &cluster.Snapshot{Now: t0, Nodes: []cluster.Node{node("n", "a100", 8)},
+		Running: []cluster.Alloc{alloc("b", "run", "n", "a100", 0, 6, t0)},
+		Pending: []cluster.Job{{Namespace: "a", ID: "a1", Group: "g", GPUs: 1}, {Namespace: "c", ID: "c1", Group: "g", GPUs: 1}}}
+	out := s.Prepare(snap)
+	if len(out.Caps) != 1 {
+		t.Fatalf("caps %+v, want one reserve", out.Caps)
+	}
+	c := out.Caps[0]
+	// Owed 1 + 1 of the 2 idle GPUs: b and the default queue may hold their 6 and no more.
+	if c.GPUs != 6 || c.Covers("a") || c.Covers("c") || !c.Covers("b") || !c.Covers("unlisted") ||
+		c.Reason != "idle GPUs are held for queues a, c, below their guarantees" {
+		t.Errorf("reserve %+v", c)
 	}
 }
