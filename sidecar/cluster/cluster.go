@@ -72,6 +72,10 @@ type Tenancy struct {
 	// Guaranteed holds the job keys ("namespace/id/group") of preemptible running groups that
 	// hold GPUs within their queue's guarantee.
 	Guaranteed map[string]bool
+	// Owed are the queues below their guarantee with pending work it admits, and the GPUs
+	// they are owed: they may reclaim borrowed GPUs from jobs younger than the planner's
+	// minimum run time.
+	Owed map[string]int
 }
 
 // QueueOf is the queue of a namespace.

@@ -120,10 +120,23 @@ func (p *Planner) Plan(ctx context.Context, snap *cluster.Snapshot, ranked []sch
 		running[snap.Preemptible[i].Key()] = true
 	}
 	// A job with any allocation younger than MinRun may not be stopped at all.
+	// young are the jobs MinRun protects that a queue owed its guarantee may still reclaim
+	// (borrowed ones, see guard); they never move.
+	young := map[string]bool{}
 	if p.cfg.MinRun > 0 {
 		for _, a := range snap.Running {
+			k := a.Namespace + "/" + a.JobID + "/" + a.Group
 			if snap.Now.Sub(a.StartTime) < p.cfg.MinRun {
-				delete(running, a.Namespace+"/"+a.JobID+"/"+a.Group)
+				if reclaimable(snap.Tenancy, k) && running[k] {
+					young[k] = true
+					continue
+				}
+				delete(running, k)
+			}
+		}
+		for k := range young {
+			if !running[k] {
+				delete(young, k)
 			}
 		}
 	}
@@ -156,7 +169,7 @@ func (p *Planner) Plan(ctx context.Context, snap *cluster.Snapshot, ranked []sch
 	order := p.order(ranked, total, snap.Tenancy)
 	plan := sched.Plan{Order: make([]sched.Ranked, 0, len(order))}
 	moves := map[string]string{}
-	guard := newGuard(snap, held, running)
+	guard := newGuard(snap, held, running, young)
 	for _, r := range order {
 		if err := ctx.Err(); err != nil {
 			return sched.Plan{}, err
@@ -188,7 +201,7 @@ func (p *Planner) Plan(ctx context.Context, snap *cluster.Snapshot, ranked []sch
 			}
 		}
 		switch {
-		case keepOK && (best == nil || bestRate < p.cfg.Hysteresis*p.rate(j, st.units[cur[0].unit].gpuType, len(cur), pred)):
+		case keepOK && (young[k] || best == nil || bestRate < p.cfg.Hysteresis*p.rate(j, st.units[cur[0].unit].gpuType, len(cur), pred)):
 			st.claim(cur, false)
 			continue // keeps running: not in the placement order
 		case best != nil:

@@ -11,26 +11,41 @@ import (
 // within their queue's guarantee) from jobs of other queues in the virtual packing: until such
 // a job is visited, its GPUs count against every job of another queue (unit.res). Jobs of its
 // own queue may take them (the queue's own ranking decides), and once visited it keeps them or
-// moves as any job does. Without tenancy the guard does nothing.
+// moves as any job does. Borrowed jobs younger than MinRun are kept the same way from every
+// job but those of queues owed their guarantee (reclaim does not wait for MinRun). Without
+// tenancy the guard does nothing.
 type guard struct {
 	t *cluster.Tenancy
-	// prot is, per unit, the GPUs of unvisited guaranteed jobs by queue; mine the spots of
-	// each guaranteed job.
+	// prot is, per unit, the GPUs of unvisited protected jobs by the queue that may take them
+	// (youngKey: queues owed their guarantee); mine the spots of each protected job.
 	prot map[int]map[string]int
 	mine map[string][]spot
+	keys map[string]string
 }
 
-func newGuard(snap *cluster.Snapshot, held map[string][]spot, running map[string]bool) *guard {
-	g := &guard{t: snap.Tenancy, prot: map[int]map[string]int{}, mine: map[string][]spot{}}
+// youngKey marks borrowed jobs younger than MinRun in guard.prot.
+const youngKey = "\x00young"
+
+// reclaimable reports whether a job under MinRun may still be reclaimed: it is borrowed and
+// some queue is owed its guarantee.
+func reclaimable(t *cluster.Tenancy, k string) bool {
+	return t != nil && len(t.Owed) > 0 && !t.Guaranteed[k]
+}
+
+func newGuard(snap *cluster.Snapshot, held map[string][]spot, running, young map[string]bool) *guard {
+	g := &guard{t: snap.Tenancy, prot: map[int]map[string]int{}, mine: map[string][]spot{}, keys: map[string]string{}}
 	if g.t == nil {
 		return g
 	}
 	for k, spots := range held {
-		if !running[k] || !g.t.Guaranteed[k] {
+		if !running[k] || !g.t.Guaranteed[k] && !young[k] {
 			continue
 		}
 		q := g.t.QueueOf(nsOf(k))
-		g.mine[k] = spots
+		if young[k] {
+			q = youngKey
+		}
+		g.mine[k], g.keys[k] = spots, q
 		for _, s := range spots {
 			if g.prot[s.unit] == nil {
 				g.prot[s.unit] = map[string]int{}
@@ -49,14 +64,15 @@ func (g *guard) visit(st *state, j *cluster.Job, k string) {
 	q := g.t.QueueOf(j.Namespace)
 	if spots, ok := g.mine[k]; ok {
 		for _, s := range spots {
-			g.prot[s.unit][q] -= s.gpus
+			g.prot[s.unit][g.keys[k]] -= s.gpus
 		}
 		delete(g.mine, k)
 	}
+	owed := g.t.Owed[q] > 0
 	for u, byQ := range g.prot {
 		res := 0
 		for oq, n := range byQ {
-			if oq != q {
+			if oq != q && (oq != youngKey || !owed) {
 				res += n
 			}
 		}

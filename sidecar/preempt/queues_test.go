@@ -67,3 +67,48 @@ func TestGuaranteedJobsStopOnlyForTheirQueue(t *testing.T) {
 		})
 	}
 }
+
+// TestOwedQueueReclaimsYoungBorrowedJobs: a borrowed job younger than MinRun is stopped for a
+// job of a queue owed its guarantee, and for nobody else; a young guaranteed job is not.
+func TestOwedQueueReclaimsYoungBorrowedJobs(t *testing.T) {
+	for _, tt := range []struct {
+		name       string
+		owed       string // the queue owed its guarantee, if any
+		guaranteed bool
+		want       string
+	}{
+		{"owed queue reclaims", "a", false, "young"},
+		{"no queue owed: min_run protects", "", false, ""},
+		{"another queue owed: min_run protects from this one", "c", false, ""},
+		{"a guaranteed job stays", "a", true, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			snap := &cluster.Snapshot{Now: now, Nodes: []cluster.Node{node("n0", "a100", 4)}}
+			y := job("young", 4, 5*time.Hour)
+			y.Namespace = "team-b"
+			running(snap, y, "n0", "a100", now.Add(-5*time.Minute))
+			w := job("waiting", 4, time.Hour)
+			w.Namespace = "team-a"
+			snap.Pending = []cluster.Job{w}
+			snap.Tenancy = &cluster.Tenancy{Queue: map[string]string{"team-a": "a", "team-b": "b"}, DefaultQueue: "default",
+				Guaranteed: map[string]bool{}, Owed: map[string]int{}}
+			if tt.owed != "" {
+				snap.Tenancy.Owed[tt.owed] = 4
+			}
+			if tt.guaranteed {
+				snap.Tenancy.Guaranteed["team-b/young/train"] = true
+			}
+			p, err := New(Default()) // MinRun 30m
+			if err != nil {
+				t.Fatal(err)
+			}
+			plan, err := p.Plan(context.Background(), snap, rankAll(snap, "waiting", "young"), speeds{"a100": 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, _ := ids(plan); strings.Join(got, ",") != tt.want {
+				t.Errorf("preempted %v, want [%s]", got, tt.want)
+			}
+		})
+	}
+}

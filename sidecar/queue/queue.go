@@ -305,8 +305,9 @@ func (s *Set) Prepare(snap *cluster.Snapshot) *cluster.Snapshot {
 	s.observe(snap)
 	r := s.measure(snap)
 	out := *snap
-	out.Caps = s.caps(r) // a second Prepare (after preemptions) replaces the first's caps
-	t := &cluster.Tenancy{Queue: s.nsQueue, DefaultQueue: DefaultQueue, Guaranteed: map[string]bool{}}
+	var owed map[string]int
+	out.Caps, owed = s.caps(r) // a second Prepare (after preemptions) replaces the first's caps
+	t := &cluster.Tenancy{Queue: s.nsQueue, DefaultQueue: DefaultQueue, Guaranteed: map[string]bool{}, Owed: owed}
 	borrowed := map[string]bool{}
 	for _, j := range s.reclaimable(snap, r) {
 		borrowed[j.Key()] = true
@@ -333,7 +334,7 @@ func (s *Set) Prepare(snap *cluster.Snapshot) *cluster.Snapshot {
 // are owed together, which jobs of the other queues may not take. Queues that are owed compete
 // among themselves by the order (their admitted jobs come first), so one owed queue's reserve
 // never blocks another's. The same per GPU type for guarantees by type.
-func (s *Set) caps(r *round) []cluster.GPUCap {
+func (s *Set) caps(r *round) ([]cluster.GPUCap, map[string]int) {
 	var out []cluster.GPUCap
 	for _, q := range s.names {
 		sp := s.specs[q]
@@ -416,8 +417,16 @@ func (s *Set) caps(r *round) []cluster.GPUCap {
 			}
 		}
 		reserve(t, r.freeByType[t], owedT, func(q string) int { return r.usedByType[q][t] })
+		for q, n := range owedT {
+			owed[q] += n
+		}
 	}
-	return out
+	for q, n := range owed {
+		if n == 0 {
+			delete(owed, q)
+		}
+	}
+	return out, owed
 }
 
 func plural(n int, one, many string) string {
