@@ -436,7 +436,6 @@ func plural(n int, one, many string) string {
 	return many
 }
 
-
 // Reclaimable returns snap's preemptible jobs that are borrowed (see reclaimable).
 func (s *Set) Reclaimable(snap *cluster.Snapshot) []cluster.Job {
 	return s.reclaimable(snap, s.measure(snap))
