@@ -268,8 +268,8 @@ func Admitted(pending []int, used, g int) int {
 	return n
 }
 
-// withinGuarantee reports whether a job of gpus GPUs fits what queue q's guarantee (in all, or
-// of a type) has left.
+// withinGuarantee reports whether gpus more GPUs fit what queue q's guarantee (in all, or of a
+// type) has left.
 func (r *round) withinGuarantee(q *Spec, gpus int) bool {
 	if r.used[q.Name]+gpus <= guarantee(q) {
 		return true
@@ -517,8 +517,8 @@ func (s *Set) reclaimable(snap *cluster.Snapshot, r *round) []cluster.Job {
 
 // Order implements the fair-share step on the ranker's order (learned or heuristic alike):
 //
-//  1. jobs that fit what their queue's guarantee has left (in all or of a GPU type) come
-//     first;
+//  1. waiting jobs that fit what their queue's guarantee has left (in all or of a GPU type),
+//     taken in the ranker's order until the guarantee is filled, come first;
 //  2. jobs that do not fit under their queue's (or parent's) maximum come last;
 //  3. within each of these tiers, a job at 0-based position p of the ranker's order takes
 //     position p x f, f = 2^(share-1) clamped to [1/4, 4], where share is its queue's decayed
@@ -537,13 +537,20 @@ func (s *Set) Order(snap *cluster.Snapshot, ranked []sched.Ranked) []sched.Ranke
 		pos  float64
 		i    int
 	}
+	pending := make(map[string]bool, len(snap.Pending))
+	for i := range snap.Pending {
+		pending[snap.Pending[i].Key()] = true
+	}
+	// taken is what each queue's guarantee has given tier 0 so far, in the ranker's order.
+	taken := map[string]int{}
 	keys := make([]key, len(ranked))
 	for i, rk := range ranked {
 		q := s.QueueOf(rk.Job.Namespace)
 		sp := s.specs[q]
 		tier := 1
-		if r.withinGuarantee(sp, rk.Job.GPUs) {
+		if pending[rk.Job.Key()] && r.withinGuarantee(sp, taken[q]+rk.Job.GPUs) {
 			tier = 0
+			taken[q] += rk.Job.GPUs
 		}
 		for _, p := range []string{q, sp.Parent} {
 			if p == "" {

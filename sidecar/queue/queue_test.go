@@ -233,3 +233,20 @@ func TestOneReserveForAllOwedQueues(t *testing.T) {
 		t.Errorf("reserve %+v", c)
 	}
 }
+
+// TestOrderFillsTheGuaranteeOnly: a queue's waiting jobs go first only until they fill what its
+// guarantee has left; the rest keep the ranker's order.
+func TestOrderFillsTheGuaranteeOnly(t *testing.T) {
+	s, err := New(Config{Queues: []Spec{{Name: "a", Namespaces: []string{"a"}, Guarantee: 4}, {Name: "b", Namespaces: []string{"b"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pend := func(ns, id string, g int) cluster.Job { return cluster.Job{Namespace: ns, ID: id, Group: "g", GPUs: g} }
+	snap := &cluster.Snapshot{Now: t0, Nodes: []cluster.Node{node("n", "a100", 8)},
+		Running: []cluster.Alloc{alloc("a", "run", "n", "a100", 0, 1, t0)}}
+	snap.Pending = []cluster.Job{pend("b", "b1", 1), pend("a", "a1", 2), pend("b", "b2", 1), pend("a", "a2", 2), pend("a", "a3", 1)}
+	// a holds 1 of 4: a1 (2) fits, a2 (2) would make 5, a3 (1) makes 4.
+	if got, want := keys(s.Order(snap, ranked(snap.Pending...))), "a1,a3,b1,b2,a2"; got != want {
+		t.Errorf("order %s, want %s", got, want)
+	}
+}
