@@ -107,8 +107,10 @@ func (s *Set) namespaces(q string) (ns []string, except bool) {
 	return slices.Clone(s.specs[q].Namespaces), false
 }
 
-// guarantee is a queue's guarantee in GPUs of any type: the larger of guarantee and the sum
+// Total is the queue's guarantee in GPUs of any type: the larger of guarantee and the sum
 // of its guarantees by type.
+func (q *Spec) Total() int { return guarantee(q) }
+
 func guarantee(q *Spec) int {
 	n := 0
 	for _, v := range q.GuaranteeByType {

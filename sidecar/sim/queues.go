@@ -120,12 +120,7 @@ func (m *QueueMeter) advance(now float64) {
 func (m *QueueMeter) guarantees() map[string]int {
 	out := map[string]int{}
 	for _, q := range m.set.Config().Queues {
-		n := q.Guarantee
-		byType := 0
-		for _, v := range q.GuaranteeByType {
-			byType += v
-		}
-		out[q.Name] = max(n, byType)
+		out[q.Name] = q.Total()
 	}
 	return out
 }
