@@ -24,6 +24,12 @@ const fastHeartbeats = "  heartbeat_grace   = \"2s\"\n  min_heartbeat_ttl = \"2s
 // of stepTime each; meta is merged into the job's meta.
 func submitToy(t *testing.T, c *api.Client, bins binaries, id string, steps int, stepTime string, meta map[string]string) {
 	t.Helper()
+	submitToyIn(t, c, bins, "", id, steps, stepTime, meta)
+}
+
+// submitToyIn is submitToy in namespace ns ("" for the client's).
+func submitToyIn(t *testing.T, c *api.Client, bins binaries, ns, id string, steps int, stepTime string, meta map[string]string) {
+	t.Helper()
 	src, err := os.ReadFile("../jobspecs/resnet50-train.nomad.hcl")
 	must(t, err)
 	job, err := c.Jobs().ParseHCLOpts(&api.JobsParseRequest{JobHCL: string(src),
@@ -35,7 +41,11 @@ func submitToy(t *testing.T, c *api.Client, bins binaries, id string, steps int,
 		job.Meta[k] = v
 	}
 	job.TaskGroups[0].Tasks[0].Config["args"] = []any{"-steps", fmt.Sprint(steps), "-step-time", stepTime, "-batch", "64"}
-	if _, _, err := c.Jobs().Register(job, nil); err != nil {
+	var wo *api.WriteOptions
+	if ns != "" {
+		job.Namespace, wo = &ns, &api.WriteOptions{Namespace: ns}
+	}
+	if _, _, err := c.Jobs().Register(job, wo); err != nil {
 		t.Fatalf("register %s: %v", id, err)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/hetgpu/hetgpu/sidecar/policies"
 	"github.com/hetgpu/hetgpu/sidecar/predict"
 	"github.com/hetgpu/hetgpu/sidecar/preempt"
+	"github.com/hetgpu/hetgpu/sidecar/queue"
 	"github.com/hetgpu/hetgpu/sidecar/rank"
 	"github.com/hetgpu/hetgpu/sidecar/rank/rlsim"
 	"github.com/hetgpu/hetgpu/sidecar/rank/rltrain"
@@ -154,6 +155,11 @@ func StagesWithRanker(c *Config, stateDir string, log hclog.Logger) (service.Sta
 	if enabled {
 		if stages.Preemptor, err = preempt.New(pc); err != nil {
 			return st, nil, err
+		}
+	}
+	if c.QueueConfig.Enabled() {
+		if stages.Queues, err = queue.New(c.QueueConfig); err != nil {
+			return st, nil, fmt.Errorf("queues: %w", err)
 		}
 	}
 	return stages, rs, nil

@@ -53,6 +53,101 @@ type Snapshot struct {
 	// hetgpu.preemptible; every job in the simulator), with their attained GPU time and, as
 	// EstRuntime, the estimated time they still need. Their GPUs are in Running.
 	Preemptible []Job
+	// Caps are this round's limits on the GPUs groups of namespaces hold (queue maxima and
+	// the reserves of queue guarantees, see sidecar/queue); every placement path honours
+	// them. Nil without queues.
+	Caps []GPUCap
+	// Tenancy, set by the queue stage, says which preemptible running groups hold GPUs within
+	// their queue's guarantee: a preemption may stop those only for a job of the same queue
+	// (or to move them to faster GPUs). Nil without queues.
+	Tenancy *Tenancy
+}
+
+// Tenancy maps namespaces to queues and names the running groups within their queue's
+// guarantee.
+type Tenancy struct {
+	// Queue is the queue of each namespace a queue lists; others are in DefaultQueue.
+	Queue        map[string]string
+	DefaultQueue string
+	// Guaranteed holds the job keys ("namespace/id/group") of preemptible running groups that
+	// hold GPUs within their queue's guarantee.
+	Guaranteed map[string]bool
+	// Owed are the queues below their guarantee with pending work it admits, and the GPUs
+	// they are owed: they may reclaim borrowed GPUs from jobs younger than the planner's
+	// minimum run time.
+	Owed map[string]int
+}
+
+// QueueOf is the queue of a namespace.
+func (t *Tenancy) QueueOf(ns string) string {
+	if q, ok := t.Queue[ns]; ok {
+		return q
+	}
+	return t.DefaultQueue
+}
+
+// GPUCap limits the GPUs that the jobs of some namespaces hold together, running plus newly
+// placed: a queue's maximum (Namespaces are its own), or the reserve of a queue under its
+// guarantee (Except: every namespace but the queue's may use only what the queue leaves).
+type GPUCap struct {
+	// Name says what the cap is, for wait reasons: "queue team-a".
+	Name       string
+	Namespaces []string
+	Except     bool
+	// GPUType, when set, counts only GPUs of that type (a guarantee by type).
+	GPUType string
+	GPUs    int
+	// Reason is the wait reason of a job the cap holds back.
+	Reason string
+}
+
+// Covers reports whether the cap counts jobs of namespace ns.
+func (c *GPUCap) Covers(ns string) bool {
+	in := false
+	for _, n := range c.Namespaces {
+		if n == ns {
+			in = true
+			break
+		}
+	}
+	return in != c.Except
+}
+
+// Held counts the GPUs the cap counts among the snapshot's running allocations and the
+// decisions ds.
+func (c *GPUCap) Held(snap *Snapshot, ds []Decision) int {
+	n := 0
+	for _, a := range snap.Running {
+		if c.Covers(a.Namespace) && (c.GPUType == "" || a.GPUType == c.GPUType) {
+			n += len(a.DeviceIDs)
+		}
+	}
+	for i := range ds {
+		if c.Covers(ds[i].Namespace) && (c.GPUType == "" || ds[i].GPUType == c.GPUType) {
+			n += ds[i].GPUs()
+		}
+	}
+	return n
+}
+
+// CapWait is the wait reason of a pending job that some cap of the snapshot keeps out, with
+// the decisions ds counted as placed: the first cap covering the job whose room is less than
+// the job's GPUs; "" when none does. A cap of one GPU type keeps a job out only when no other
+// type could take it, so it is not named.
+func CapWait(snap *Snapshot, j *Job, ds []Decision) string {
+	for i := range snap.Caps {
+		c := &snap.Caps[i]
+		if !c.Covers(j.Namespace) || c.GPUType != "" {
+			continue
+		}
+		if used := c.Held(snap, ds); used+j.GPUs > c.GPUs {
+			if c.Reason != "" {
+				return c.Reason
+			}
+			return fmt.Sprintf("%s allows %d GPUs and holds %d", c.Name, c.GPUs, used)
+		}
+	}
+	return ""
 }
 
 // Node is one client node and its devices.

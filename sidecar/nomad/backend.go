@@ -484,47 +484,6 @@ func (b *Backend) preemptible(jobKeys []string, running []cluster.Alloc, now tim
 
 var _ cluster.Preempter = (*Backend)(nil)
 
-// Preempt re-holds each group (Nomad then stops its allocations); a group whose job does not
-// carry hetgpu.preemptible = true is refused, whatever the caller asks.
-func (b *Backend) Preempt(ctx context.Context, ps []cluster.Preemption) ([]cluster.PinResult, error) {
-	if err := cluster.FenceHeld(ctx, b.cfg.Fence); err != nil {
-		return nil, fmt.Errorf("preempt: %w", err)
-	}
-	out := make([]cluster.PinResult, 0, len(ps))
-	for _, p := range ps {
-		res := cluster.PinResult{JobKey: p.JobKey()}
-		b.mu.Lock()
-		jr, ok := b.jobs[jobKey(p.Namespace, p.JobID)]
-		var a cluster.Annotations
-		var err error
-		if ok {
-			tg := findGroup(jr.job, p.Group)
-			if tg == nil {
-				ok = false
-			} else {
-				a, err = annot.Parse(jr.job.Meta, tg.Meta, p.Group)
-			}
-		}
-		b.mu.Unlock()
-		switch {
-		case !ok:
-			res.Err = fmt.Errorf("preempt %s: %w", p.JobKey(), service.ErrJobGone)
-		case err != nil || !a.Preemptible:
-			res.Err = fmt.Errorf("preempt %s: the group is not annotated %s = true", p.JobKey(), annot.KeyPreemptible)
-		default:
-			r := b.rehold(ctx, fault{ns: p.Namespace, id: p.JobID, group: p.Group, reason: "preempted: " + p.Reason})
-			res.Applied, res.Err = r.Applied, r.Err
-			if r.Applied {
-				// A batch job's running allocations survive a job update: stop them. Their
-				// replacements meet the hold and wait for hetgpu.
-				res.Err = b.stopGroup(ctx, p.Namespace, p.JobID, p.Group)
-			}
-		}
-		out = append(out, res)
-	}
-	return out, nil
-}
-
 // deviceHolders maps every GPU instance to the allocations that still hold it, once per Pin
 // call (each pin checks its GPUs against it instead of walking every allocation). Callers
 // hold b.mu.

@@ -37,6 +37,8 @@ type model struct {
 	nsIdx   map[string]int
 	// nsCap is the most GPUs a namespace may hold in total (running + new); -1 = no cap.
 	nsCap []int
+	// caps are the snapshot's queue caps (queues.go).
+	caps []capRow
 
 	jobs   []jobInfo
 	window int
@@ -136,6 +138,7 @@ type state struct {
 	nodeJobs []int
 	nsGPUs   []int
 	isoNS    []int // per isolation key: -1 free, namespace index, -2 several
+	capUsed  []int // per queue cap: GPUs it counts (queues.go)
 }
 
 func (s *state) clone() *state {
@@ -145,6 +148,7 @@ func (s *state) clone() *state {
 		nodeJobs: append([]int(nil), s.nodeJobs...),
 		nsGPUs:   append([]int(nil), s.nsGPUs...),
 		isoNS:    append([]int(nil), s.isoNS...),
+		capUsed:  append([]int(nil), s.capUsed...),
 	}
 }
 
@@ -370,6 +374,8 @@ func newModel(cfg Config, snap *cluster.Snapshot, ranked []sched.Ranked, pred sc
 			m.nsCap[i] = int(math.Floor(share * float64(m.healthy)))
 		}
 	}
+
+	m.initCaps(st)
 
 	// Look-ahead pressure per type.
 	m.pressure = make([]float64, len(m.types))

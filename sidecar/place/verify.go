@@ -244,5 +244,5 @@ func Verify(snap *cluster.Snapshot, decisions []cluster.Decision, cfg Config) er
 			return fmt.Errorf("namespace %s holds %d GPUs, cap %.0f", j.Namespace, nsGPUs[j.Namespace], share*float64(healthy))
 		}
 	}
-	return nil
+	return verifyCaps(snap, decisions)
 }

@@ -94,6 +94,7 @@ func New(cfg Config, svc *service.Service) *Server {
 	s := &Server{cfg: cfg, svc: svc, log: cfg.Logger.Named("api"), mux: http.NewServeMux()}
 	s.mux.HandleFunc("GET /v1/health", s.health)
 	s.mux.HandleFunc("GET /v1/queue", s.queue)
+	s.mux.HandleFunc("GET /v1/queues", func(w http.ResponseWriter, _ *http.Request) { httpjson.Write(w, http.StatusOK, svc.Queues()) })
 	s.mux.HandleFunc("GET /v1/decisions", s.decisions)
 	s.mux.HandleFunc(explainPattern, s.explain)
 	s.mux.HandleFunc("POST /v1/observations", s.observations)
@@ -403,6 +404,7 @@ const indexHTML = `<!doctype html><html><head><meta charset="utf-8"><title>hetgp
 <ul>
 <li><a href="/v1/health">GET /v1/health</a>: service state</li>
 <li><a href="/v1/queue">GET /v1/queue</a>: ranked pending jobs with scores and features</li>
+<li><a href="/v1/queues">GET /v1/queues</a>: queues with guarantee, maximum, usage, borrowed GPUs, pending work and fair share</li>
 <li><a href="/v1/decisions">GET /v1/decisions</a>: decisions, newest first (?limit=N&amp;after=SEQ)</li>
 <li>GET /v1/jobs/{namespace}/{job}/explain: why a job runs where it runs (?format=html)</li>
 <li><a href="/v1/fleet">GET /v1/fleet</a>: nodes and GPUs with health, readings and holders; totals per GPU type (?gpu_type=&amp;class=&amp;health=&amp;state=)</li>

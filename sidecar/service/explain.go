@@ -255,7 +255,8 @@ type QueueEntry struct {
 	Status string `json:"status"`
 	// Wait says why a group that was not decided waits: "infeasible", "capacity" (it fits the
 	// cluster, not the GPUs free now), "behind" (it fit the free GPUs; jobs ranked ahead came
-	// first) or "invalid"; Reason says it in words.
+	// first), "queue" (its queue's maximum or another queue's guarantee keeps it out) or
+	// "invalid"; Reason says it in words.
 	Wait       string `json:"wait,omitempty"`
 	Infeasible bool   `json:"infeasible,omitempty"`
 	Reason     string `json:"reason,omitempty"`
@@ -405,6 +406,8 @@ func (s *Service) Explain(ns, id string) (*Explanation, error) {
 				ge.Summary += "; waits for capacity: " + q.Reason
 			case WaitBehind:
 				ge.Summary += "; waits behind higher-ranked jobs: " + q.Reason
+			case WaitQueue:
+				ge.Summary += "; waits for its queue: " + q.Reason
 			}
 		}
 		if why, ok := s.reheldReason[q.JobKey]; ok {

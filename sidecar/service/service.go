@@ -19,6 +19,7 @@ import (
 
 	"github.com/hetgpu/hetgpu/sidecar/cluster"
 	"github.com/hetgpu/hetgpu/sidecar/feasible"
+	"github.com/hetgpu/hetgpu/sidecar/queue"
 	"github.com/hetgpu/hetgpu/sidecar/rank"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
 	"github.com/hetgpu/hetgpu/sidecar/store"
@@ -74,6 +75,8 @@ type Stages struct {
 	// Tuner, when set, gets every measured run and is asked to learn from them every
 	// TuneEvery, off the decision path (online fine-tuning of the ranking policy).
 	Tuner Tuner
+	// Queues, when set, is the queue stage (caps, reclaim, fair share; GET /v1/queues).
+	Queues *queue.Set
 }
 
 // Tuner learns from finished runs in the background: Tune may train for a while and replaces
@@ -162,6 +165,9 @@ func New(cfg Config, backend Backend, stages Stages, st *store.Store) (*Service,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("service: read state: %w", err)
+	}
+	if stages.Queues != nil {
+		s.metrics.Registry.MustRegister(newQueueCollector(s))
 	}
 	s.learner = &learnGroup{s: s}
 	if err := s.catchUp(context.Background()); err != nil {
@@ -257,6 +263,9 @@ func (s *Service) Round(ctx context.Context) (*sched.Round, error) {
 	noter := pinNoter{Backend: s.backend, s: s, tri: tri, pred: memo}
 	pipe := &sched.Pipeline{Cluster: noter, Ranker: s.stages.Ranker, Predictor: memo, Placer: s.stages.Placer,
 		ReserveAfter: s.cfg.GangReserveAfter}
+	if s.stages.Queues != nil {
+		pipe.Queues = s.stages.Queues
+	}
 	if pre, ok := s.backend.(cluster.Preempter); ok && s.stages.Preemptor != nil {
 		pipe.Cluster = preemptNoter{noter, pre}
 		pipe.Preemptor = s.stages.Preemptor

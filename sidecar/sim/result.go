@@ -21,6 +21,7 @@ const BoundedSlowdownFloorS = 10.0
 // JobResult is one finished job.
 type JobResult struct {
 	ID          string  `json:"id"`
+	Namespace   string  `json:"namespace,omitempty"`
 	JobType     string  `json:"job_type"`
 	GPUs        int     `json:"gpus"`
 	ArrivalS    float64 `json:"arrival_s"`
@@ -67,6 +68,14 @@ type Result struct {
 	// WallS is how long the simulation took (not deterministic; left out of golden files).
 	WallS float64 `json:"wall_s"`
 
+	// Queues are the per-queue outcomes of a policy run with queues (QueueMeter), and
+	// QueueJain Jain's index over their shares (GPU-hours over weight).
+	Queues    []QueueResult `json:"queues,omitempty"`
+	QueueJain float64       `json:"queue_jain,omitempty"`
+	// PartialGangPins counts gangs a pipeline pinned in part over the run (must be 0; counted
+	// by pipelines that report it, see GangCounter).
+	PartialGangPins int `json:"partial_gang_pins,omitempty"`
+
 	JobResults []JobResult `json:"-"`
 	Series     []Sample    `json:"-"`
 }
@@ -94,7 +103,7 @@ func (e *Engine) Result(policy string) *Result {
 		ratios = append(ratios, jct/j.IdealS)
 		refHours += j.RefGPUHours
 		r.Preemptions += j.Preemptions
-		r.JobResults = append(r.JobResults, JobResult{ID: j.ID, JobType: j.JobType, GPUs: j.GPUs, ArrivalS: j.ArrivalS,
+		r.JobResults = append(r.JobResults, JobResult{ID: j.ID, Namespace: j.Namespace, JobType: j.JobType, GPUs: j.GPUs, ArrivalS: j.ArrivalS,
 			StartS: j.FirstStart, FinishS: j.Finish, JCTS: jct, QueueS: j.FirstStart - j.ArrivalS, IdealS: j.IdealS,
 			GPUType: j.lastType, Preemptions: j.Preemptions, EnergyJ: j.energyJ})
 	}
@@ -187,6 +196,14 @@ func Simulate(ctx context.Context, su Setup, p Policy, progress func(done int)) 
 	}
 	r := e.Result(p.Name())
 	r.Trace = su.Trace.Name
+	if g, ok := p.(GangCounter); ok {
+		r.PartialGangPins = g.PartialGangPins()
+	}
+	if q, ok := p.(QueueReporter); ok {
+		var jain float64
+		r.Queues, jain = q.QueueResults(r)
+		r.QueueJain = jainOrNaN(jain)
+	}
 	r.WallS = time.Since(t0).Seconds()
 	return r, nil
 }

@@ -27,10 +27,13 @@ type SyntheticSpec struct {
 	MultiGPU bool
 	// SeedSet says the spec named a seed (otherwise the caller's --seed applies).
 	SeedSet bool
+	// Tenants, when > 0, spreads the jobs uniformly over namespaces tenant-0 .. tenant-(N-1)
+	// (drawn from a generator of their own, so the jobs are those of the same spec without).
+	Tenants int
 }
 
 // syntheticKeys documents the spec string's keys, in the order errors list them.
-var syntheticKeys = []string{"jobs", "rate", "seed", "ref", "multigpu"}
+var syntheticKeys = []string{"jobs", "rate", "seed", "ref", "multigpu", "tenants"}
 
 // ParseSyntheticSpec parses "jobs=1000,rate=0.2,seed=1[,ref=v100][,multigpu=true]" (the part after
 // "synthetic:"). rate is in jobs per hour, Gavel's unit. jobs and rate are required.
@@ -71,6 +74,12 @@ func ParseSyntheticSpec(s string) (SyntheticSpec, error) {
 				return sp, fmt.Errorf("synthetic spec: key ref is empty, expected a GPU type such as v100")
 			}
 			sp.RefGPU = strings.ToLower(v)
+		case "tenants":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 || n > 1000 {
+				return sp, fmt.Errorf("synthetic spec: key tenants = %q, expected an integer in 0..1000 (namespaces tenant-0, tenant-1, ...)", v)
+			}
+			sp.Tenants = n
 		case "multigpu":
 			b, err := strconv.ParseBool(v)
 			if err != nil {
@@ -92,7 +101,11 @@ func ParseSyntheticSpec(s string) (SyntheticSpec, error) {
 
 // String renders the spec in the form ParseSyntheticSpec reads.
 func (sp SyntheticSpec) String() string {
-	return fmt.Sprintf("jobs=%d,rate=%g,seed=%d,ref=%s,multigpu=%t", sp.Jobs, sp.RatePerHour, sp.Seed, sp.RefGPU, sp.MultiGPU)
+	s := fmt.Sprintf("jobs=%d,rate=%g,seed=%d,ref=%s,multigpu=%t", sp.Jobs, sp.RatePerHour, sp.Seed, sp.RefGPU, sp.MultiGPU)
+	if sp.Tenants > 0 {
+		s += fmt.Sprintf(",tenants=%d", sp.Tenants)
+	}
+	return s
 }
 
 // SyntheticOptions supply what the recipe needs from the throughput table.
@@ -122,6 +135,7 @@ func Synthetic(sp SyntheticSpec, o SyntheticOptions) (*Trace, error) {
 		distributed[jt] = o.Measured == nil || o.Measured(jt, sp.RefGPU, 2)
 	}
 	rng := rand.New(rand.NewPCG(sp.Seed, 0x9e3779b97f4a7c15))
+	tenants := rand.New(rand.NewPCG(sp.Seed, 0x7e4a475))
 	t := &Trace{Name: "synthetic:" + sp.String(), Jobs: make([]Job, 0, sp.Jobs)}
 	meanGap := 3600 / sp.RatePerHour
 	now := 0.0
@@ -169,6 +183,9 @@ func Synthetic(sp SyntheticSpec, o SyntheticOptions) (*Trace, error) {
 		}
 		if err := j.setType(jt); err != nil {
 			return nil, fmt.Errorf("synthetic trace: %w", err)
+		}
+		if sp.Tenants > 0 {
+			j.Namespace = fmt.Sprintf("tenant-%d", tenants.IntN(sp.Tenants))
 		}
 		t.Jobs = append(t.Jobs, j)
 	}
