@@ -10,10 +10,6 @@ import (
 	"github.com/hetgpu/hetgpu/sidecar/sched"
 )
 
-// ReferenceGPU is the GPU type a job's Annotations.EstRuntime refers to (the simulator's
-// sim.ReferenceGPU): the runtime on another type is EstRuntime x throughput(ref) / throughput(type).
-const ReferenceGPU = "v100"
-
 // DefaultHorizon is how far ahead "near-future availability" looks.
 const DefaultHorizon = 30 * time.Minute
 
@@ -32,7 +28,8 @@ const maxTypes = 64
 type Extractor struct {
 	// Horizon of near-future availability (DefaultHorizon when zero).
 	Horizon time.Duration
-	// RefGPU overrides ReferenceGPU.
+	// RefGPU overrides gpuspec.ReferenceGPU, the type Annotations.EstRuntime refers to: the
+	// runtime on another type is EstRuntime x throughput(ref) / throughput(type).
 	RefGPU string
 
 	types   []string
@@ -49,7 +46,7 @@ type Extractor struct {
 	cand []uint64
 	thr  []float64
 	pow  []float64
-	// remembered runtime estimates of jobs (key -> seconds on ReferenceGPU and the per-type
+	// remembered runtime estimates of jobs (key -> seconds on gpuspec.ReferenceGPU and the per-type
 	// throughput ratio base), for near-future availability once they run.
 	known   map[memoKey]jobMemo
 	rounds  int
@@ -207,7 +204,7 @@ func (x *Extractor) refGPU() string {
 	if x.RefGPU != "" {
 		return x.RefGPU
 	}
-	return ReferenceGPU
+	return gpuspec.ReferenceGPU
 }
 
 // sumTopFree sums the free GPUs of the up to d nodes of type t with the most free GPUs.

@@ -43,10 +43,6 @@ import (
 	"github.com/hetgpu/hetgpu/sidecar/trace"
 )
 
-// ReferenceGPU is the GPU type work is normalised to for "energy per unit of work" (kWh per
-// V100 GPU-hour of work) and oracle runtime estimates.
-const ReferenceGPU = "v100"
-
 // DefaultEpoch is the wall-clock time of simulated second 0 in snapshots.
 var DefaultEpoch = time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
 
@@ -60,7 +56,7 @@ type Config struct {
 	// GPUSpecs defaults to gpuspec.Default().
 	GPUSpecs *gpuspec.Table
 	// Oracle lets snapshots carry each job's true runtime (Annotations.EstRuntime, on
-	// ReferenceGPU): only for policies that are allowed oracle information (sjf).
+	// gpuspec.ReferenceGPU): only for policies that are allowed oracle information (sjf).
 	Oracle bool
 	// RestartPenaltyS is work (in seconds at the new rate) lost each time a preempted job
 	// restarts.
@@ -114,9 +110,9 @@ type JobState struct {
 	Nodes     int
 	// Rate is the current speed in steps/s while running.
 	Rate float64
-	// IdealS is the runtime alone on the best GPU type of the cluster; RefS on ReferenceGPU.
+	// IdealS is the runtime alone on the best GPU type of the cluster; RefS on gpuspec.ReferenceGPU.
 	IdealS, RefS float64
-	// RefGPUHours is the job's work in ReferenceGPU GPU-hours (RefS x GPUs / 3600).
+	// RefGPUHours is the job's work in gpuspec.ReferenceGPU GPU-hours (RefS x GPUs / 3600).
 	RefGPUHours float64
 
 	remaining  float64 // steps left, as of lastUpdate
@@ -367,7 +363,7 @@ func (e *Engine) submit(jobs []trace.Job) error {
 			}
 			best = math.Max(best, e.rate(tj.JobType, g, tj.GPUs, k > 1))
 		}
-		if ref := e.rate(tj.JobType, ReferenceGPU, tj.GPUs, false); ref > 0 {
+		if ref := e.rate(tj.JobType, gpuspec.ReferenceGPU, tj.GPUs, false); ref > 0 {
 			j.RefS = tj.TotalSteps / ref
 			j.RefGPUHours = j.RefS * float64(tj.GPUs) / 3600
 		}

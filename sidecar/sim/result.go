@@ -53,7 +53,7 @@ type Result struct {
 	// GPUUtil is busy GPU time / (GPUs x makespan).
 	GPUUtil   float64 `json:"gpu_util"`
 	EnergyKWh float64 `json:"energy_kwh"`
-	// EnergyPerWork is kWh per V100 GPU-hour of work (the jobs' work measured on ReferenceGPU).
+	// EnergyPerWork is kWh per V100 GPU-hour of work (the jobs' work measured on gpuspec.ReferenceGPU).
 	EnergyPerWork float64 `json:"energy_per_work_kwh"`
 	// BoundedSlowdown is the mean of max(1, JCT / max(ideal runtime, 10 s)).
 	BoundedSlowdown float64 `json:"bounded_slowdown"`

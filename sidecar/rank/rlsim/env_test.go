@@ -67,12 +67,6 @@ func TestEnvPlays(t *testing.T) {
 	}
 }
 
-func TestReferenceGPUMatchesSimulator(t *testing.T) {
-	if rank.ReferenceGPU != sim.ReferenceGPU {
-		t.Fatalf("rank.ReferenceGPU %q != sim.ReferenceGPU %q: runtime estimates would be misread", rank.ReferenceGPU, sim.ReferenceGPU)
-	}
-}
-
 type collector struct {
 	mu  sync.Mutex
 	obs []cluster.Observation
