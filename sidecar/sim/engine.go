@@ -20,7 +20,9 @@
 //     (actual rate / rate it would have alone on one node) to each of its GPUs; a GPU's util is
 //     the sum over its jobs, at most 1. Defaults: alpha 0.7, busy_util 0.9 (cluster spec
 //     `power` block). Energy integrates the power of every GPU, busy or idle, from the first
-//     arrival to the last completion.
+//     arrival to the last completion; SimulateAll then extends each policy's figure at idle
+//     power to the last completion of any policy it ran (CommonEnergyWindow), so that a
+//     policy whose last job ends early is not credited with the idle time it leaves.
 //   - Preemption (State.Preempt) returns a job to the queue with its progress kept; its next
 //     start loses Config.RestartPenaltyS seconds of work (default 0, as in Gavel's simulator).
 package sim
@@ -220,6 +222,7 @@ type Engine struct {
 	busyGPUs                      int
 	energyJ, busyGPUSeconds       float64
 	energyAtFinish, busyAtFinish  float64
+	idleW                         float64 // the whole cluster's draw with every GPU idle
 
 	rates     map[rateKey]float64
 	latencies []time.Duration
@@ -273,6 +276,7 @@ func New(cfg Config) (*Engine, error) {
 		e.maxPerNode = max(e.maxPerNode, c.GPUsPerNode)
 		e.totalGPUs += c.GPUsPerNode * c.Count
 	}
+	e.idleW = e.powerW
 	e.baseNodes = e.buildNodes()
 	return e, nil
 }
