@@ -64,3 +64,41 @@ func BenchmarkPlace1024Jobs10240GPUs(b *testing.B) {
 func BenchmarkPlace64Jobs256GPUs(b *testing.B) {
 	benchPlace(b, BenchSpec{Jobs: 64, GPUs: 256, Types: 4, Seed: 2}, Default())
 }
+
+// benchVerify times Verify on the decisions of one placement (what the pipeline checks before
+// pinning), to compare with the placement's own time above.
+func benchVerify(b *testing.B, spec BenchSpec) {
+	snap, err := RandomSnapshot(spec)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	pred := NewPriorPredictor()
+	ranked, err := FIFO{}.Rank(ctx, snap, pred)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pl, err := New(Default(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ds, _, err := pl.Place(ctx, snap, ranked, pred)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := pl.Verify(snap, ds); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(len(ds)), "decisions")
+}
+
+func BenchmarkVerify256Jobs1024GPUs(b *testing.B) {
+	benchVerify(b, BenchSpec{Jobs: 256, GPUs: 1024, Types: 4, Seed: 1})
+}
+
+func BenchmarkVerify1024Jobs10240GPUs(b *testing.B) {
+	benchVerify(b, BenchSpec{Jobs: 1024, GPUs: 10240, Types: 4, Seed: 1})
+}

@@ -170,6 +170,11 @@ func (p *Pipeline) RunRound(ctx context.Context) (*Round, error) {
 		return nil, err
 	}
 	r.Preempted = preempted
+	if v, ok := p.Placer.(Verifier); ok && len(r.Decisions) > 0 {
+		if err := v.Verify(r.Snapshot, r.Decisions); err != nil {
+			return r, fmt.Errorf("%w: %w", ErrUnverified, err)
+		}
+	}
 	if len(r.Decisions) > 0 {
 		r.Pins, err = p.Cluster.Pin(ctx, r.Decisions)
 		if err != nil {
