@@ -71,7 +71,7 @@ func Verify(snap *cluster.Snapshot, decisions []cluster.Decision, cfg Config) er
 	for _, a := range snap.Running {
 		nodeJobs[a.NodeID]++
 		nsGPUs[a.Namespace] += len(a.DeviceIDs)
-		k := a.Namespace + "/" + a.JobID
+		k := cluster.JobKey(a.Namespace, a.JobID)
 		if jobNodes[k] == nil {
 			jobNodes[k] = map[string]bool{}
 		}
@@ -173,7 +173,7 @@ func Verify(snap *cluster.Snapshot, decisions []cluster.Decision, cfg Config) er
 			if !cj.NodeFeasible(n) {
 				return fmt.Errorf("job %s: node %s fails its constraints", key, n.ID)
 			}
-			if cj.Distinct && jobNodes[j.Namespace+"/"+j.ID][n.ID] {
+			if cj.Distinct && jobNodes[cluster.JobKey(j.Namespace, j.ID)][n.ID] {
 				return fmt.Errorf("job %s: distinct_hosts, but node %s already runs it", key, n.ID)
 			}
 			for pi, dp := range cj.DistinctBy {

@@ -534,7 +534,7 @@ func (st *state) resolve(k cacheKey) *resolved {
 	}
 	f := k.f
 	if f.Name == "" {
-		f.Name = k.ns + "/" + k.id + "/" + k.group
+		f.Name = cluster.GroupKey(k.ns, k.id, k.group)
 	}
 	r = &resolved{wl: newWorkload(f), id: -1}
 	if id, ok := st.ix.byKey[r.wl.key]; ok {

@@ -223,7 +223,7 @@ func AfterPreemption(snap *cluster.Snapshot, res []cluster.PinResult) *cluster.S
 	out := *snap
 	out.Running = make([]cluster.Alloc, 0, len(snap.Running))
 	for _, a := range snap.Running {
-		if !gone[a.Namespace+"/"+a.JobID+"/"+a.Group] {
+		if !gone[a.Key()] {
 			out.Running = append(out.Running, a)
 		}
 	}

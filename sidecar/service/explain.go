@@ -366,7 +366,7 @@ func (s *Service) Explain(ns, id string) (*Explanation, error) {
 	}
 	s.mu.RLock()
 	snap := s.lastSnap
-	prefix := ns + "/" + id + "/"
+	prefix := cluster.JobKey(ns, id) + "/"
 	for k, d := range s.pinning {
 		if strings.HasPrefix(k, prefix) {
 			dd := d

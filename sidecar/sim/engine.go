@@ -345,7 +345,7 @@ func (e *Engine) submit(jobs []trace.Job) error {
 		if ns == "" {
 			ns = "default"
 		}
-		key := ns + "/" + tj.ID + "/" + JobGroup
+		key := cluster.GroupKey(ns, tj.ID, JobGroup)
 		if _, dup := e.byKey[key]; dup {
 			return fmt.Errorf("sim: job %s submitted twice", key)
 		}
