@@ -232,9 +232,9 @@ func (p *lpProbe) Schedule(ctx context.Context, s *sim.State) error {
 	return nil
 }
 
-// The production-pipeline baselines run through sched.Pipeline on the engine and finish a
-// small contended trace, never violating capacity.
-func TestPipelinePoliciesFinish(t *testing.T) {
+// contended is a quarter of modern-mix and a synthetic trace of 40 jobs that keeps it busy.
+func contended(t *testing.T) (*sim.Spec, *trace.Trace) {
+	t.Helper()
 	s, err := sim.LoadSpec("modern-mix:scale=0.25")
 	if err != nil {
 		t.Fatal(err)
@@ -243,6 +243,13 @@ func TestPipelinePoliciesFinish(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s, tr
+}
+
+// The production-pipeline baselines run through sched.Pipeline on the engine and finish a
+// small contended trace, never violating capacity.
+func TestPipelinePoliciesFinish(t *testing.T) {
+	s, tr := contended(t)
 	for _, name := range []string{"rltune", "gogh"} {
 		t.Run(name, func(t *testing.T) {
 			p, err := New(name, Options{Spec: s, Throughput: tab(t)})
@@ -276,14 +283,7 @@ func TestPipelinePoliciesFinish(t *testing.T) {
 // hetgpu-heuristic is the hetgpu pipeline with the fallback order: it runs under its own name,
 // and where the learned and heuristic orders differ so does the schedule.
 func TestHetgpuHeuristicDiffers(t *testing.T) {
-	s, err := sim.LoadSpec("modern-mix:scale=0.25")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr, err := trace.Load("synthetic:jobs=40,rate=6", sim.TraceOptions(tab(t), 2))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, tr := contended(t)
 	starts := map[string]map[string]float64{}
 	for _, name := range []string{"hetgpu", HetgpuHeuristic} {
 		p, err := New(name, Options{Spec: s, Throughput: tab(t), Seed: 2})
