@@ -74,8 +74,6 @@ type Result struct {
 
 	JobResults []JobResult `json:"-"`
 	Series     []Sample    `json:"-"`
-	// refGPUHours is the finished jobs' work (EnergyPerWork's denominator).
-	refGPUHours float64
 }
 
 // Result summarises the run so far.
@@ -122,7 +120,7 @@ func (e *Engine) Result(policy string) *Result {
 		if r.MakespanS > 0 {
 			r.GPUUtil = e.busyAtFinish / (float64(e.totalGPUs) * r.MakespanS)
 		}
-		r.EnergyKWh, r.EnergyWindowS, r.refGPUHours = e.energyAtFinish/3.6e6, r.MakespanS, refHours
+		r.EnergyKWh, r.EnergyWindowS = e.energyAtFinish/3.6e6, r.MakespanS
 		if refHours > 0 {
 			r.EnergyPerWork = r.EnergyKWh / refHours
 		}
@@ -246,14 +244,13 @@ func CommonEnergyWindow(rs []*Result) {
 		window = math.Max(window, r.EnergyWindowS)
 	}
 	for _, r := range rs {
-		if r.Jobs == 0 || r.EnergyWindowS >= window {
+		if r.Jobs == 0 || r.EnergyWindowS >= window || r.EnergyKWh <= 0 {
 			continue
 		}
-		r.EnergyKWh += r.IdlePowerW * (window - r.EnergyWindowS) / 3.6e6
-		r.EnergyWindowS = window
-		if r.refGPUHours > 0 {
-			r.EnergyPerWork = r.EnergyKWh / r.refGPUHours
-		}
+		kwh := r.EnergyKWh + r.IdlePowerW*(window-r.EnergyWindowS)/3.6e6
+		// The work is the same: energy per work grows with the energy.
+		r.EnergyPerWork *= kwh / r.EnergyKWh
+		r.EnergyKWh, r.EnergyWindowS = kwh, window
 	}
 }
 
