@@ -28,7 +28,7 @@ import (
 )
 
 // DefaultPowerAlpha is the exponent of the power curve when Spec.PowerAlpha is 0.
-const DefaultPowerAlpha = 0.7
+const DefaultPowerAlpha = gpuspec.PowerAlpha
 
 // Spec describes a fake node.
 type Spec struct {

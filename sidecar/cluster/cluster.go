@@ -39,7 +39,7 @@ type Preemption struct {
 }
 
 // JobKey returns the Key of the preempted job.
-func (p *Preemption) JobKey() string { return p.Namespace + "/" + p.JobID + "/" + p.Group }
+func (p *Preemption) JobKey() string { return GroupKey(p.Namespace, p.JobID, p.Group) }
 
 // Snapshot is the state of the cluster at one instant.
 type Snapshot struct {
@@ -277,7 +277,7 @@ type Job struct {
 }
 
 // Key identifies a job across rounds: "namespace/id/group".
-func (j *Job) Key() string { return j.Namespace + "/" + j.ID + "/" + j.Group }
+func (j *Job) Key() string { return GroupKey(j.Namespace, j.ID, j.Group) }
 
 // MaxNodes is the distribution degree D_j: how many nodes the job may span (>= 1).
 func (j *Job) MaxNodes() int {
@@ -359,7 +359,7 @@ type Decision struct {
 }
 
 // JobKey returns the Key of the decided job.
-func (d *Decision) JobKey() string { return d.Namespace + "/" + d.JobID + "/" + d.Group }
+func (d *Decision) JobKey() string { return GroupKey(d.Namespace, d.JobID, d.Group) }
 
 // GPUs is the number of instances the decision uses.
 func (d *Decision) GPUs() int {

@@ -169,9 +169,9 @@ func New(cfg Config) (*Backend, error) {
 	}, nil
 }
 
-func jobKey(ns, id string) string { return ns + "/" + id }
+func jobKey(ns, id string) string { return cluster.JobKey(ns, id) }
 
-func groupKey(ns, id, group string) string { return ns + "/" + id + "/" + group }
+func groupKey(ns, id, group string) string { return cluster.GroupKey(ns, id, group) }
 
 // holdsDevices reports whether an allocation still has its devices: until its client reports
 // it ended, a stopping allocation (desired stop, e.g. a preempted one) still runs its task.

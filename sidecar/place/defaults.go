@@ -22,13 +22,14 @@ type PriorPredictor struct {
 	ReferenceType string
 	// ScalingExponent: n GPUs run n^e times one GPU (0.85, as sidecar/throughput's fallback).
 	ScalingExponent float64
-	// BusyUtil and Alpha parameterise gpuspec.Spec.Power (0.9 and 0.7, the simulator's).
+	// BusyUtil and Alpha parameterise gpuspec.Spec.Power (gpuspec.BusyUtil and PowerAlpha).
 	BusyUtil, Alpha float64
 }
 
 // NewPriorPredictor returns the prior with its documented defaults.
 func NewPriorPredictor() *PriorPredictor {
-	return &PriorPredictor{Specs: gpuspec.Default(), ReferenceType: "v100", ScalingExponent: 0.85, BusyUtil: 0.9, Alpha: 0.7}
+	return &PriorPredictor{Specs: gpuspec.Default(), ReferenceType: gpuspec.ReferenceGPU, ScalingExponent: 0.85,
+		BusyUtil: gpuspec.BusyUtil, Alpha: gpuspec.PowerAlpha}
 }
 
 // SpeedRatio is a GPU type's per-GPU speed relative to the reference type: dense FP16 tensor

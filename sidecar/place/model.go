@@ -152,7 +152,7 @@ func (s *state) clone() *state {
 	}
 }
 
-func allocKey(ns, job string) string { return ns + "/" + job }
+func allocKey(ns, job string) string { return cluster.JobKey(ns, job) }
 
 // newModel indexes the snapshot and the ranked jobs. lambda is the round's base energy weight.
 func newModel(cfg Config, snap *cluster.Snapshot, ranked []sched.Ranked, pred sched.Predictor, lambda float64) (*model, *state, error) {

@@ -98,7 +98,7 @@ func (r *Record) Validate() error {
 // else from energy over runtime; energy per step from energy over steps.
 func RecordFromObservation(o *cluster.Observation) (Record, error) {
 	f := ObservationFeatures(o)
-	r := Record{Schema: RecordSchema, Source: SourceObserved, Time: o.Time, Job: o.Namespace + "/" + o.JobID + "/" + o.Group,
+	r := Record{Schema: RecordSchema, Source: SourceObserved, Time: o.Time, Job: o.Key(),
 		ModelFamily: f.Family, ModelName: f.Name, BatchSize: f.BatchSize, ParamCount: f.ParamCount, Framework: f.Framework,
 		GPUType: gpuspec.Canonical(o.GPUType), GPUs: o.GPUs, Throughput: o.StepsPerSec(), AvgPowerW: o.AvgPowerW, CoRunner: o.CoRunner}
 	if r.GPUType == "" {

@@ -47,12 +47,10 @@ const (
 	SrcUnknown = "unknown"
 )
 
-// Power model defaults: with no measurement a training job is taken to run at 80 %
-// utilisation with gpuspec's documented curvature 0.7, i.e. at 0.8^0.7 = 85.5 % of the way
-// from idle to TDP.
+// Power model defaults: with no measurement a training job is taken to run at
+// gpuspec.BusyUtil (90 %) utilisation on gpuspec's curve (alpha 0.7), i.e. at 0.9^0.7 = 92.9 %
+// of the way from idle to TDP, as the simulator charges it.
 const (
-	priorUtil       = 0.8
-	powerAlpha      = 0.7
 	powerTypePseudo = 5.0 // pseudo-runs behind the per-type prior load
 	powerJobPseudo  = 2.0 // pseudo-runs behind a workload's offset
 )
@@ -477,7 +475,7 @@ func (p *Predictor) build(recs []Record) *state {
 		typeSum[wk.gpu] += pw.sumFrac
 		typeN[wk.gpu] += float64(pw.n)
 	}
-	f0 := math.Pow(priorUtil, powerAlpha)
+	f0 := math.Pow(gpuspec.BusyUtil, gpuspec.PowerAlpha)
 	for _, g := range p.specs.Types() {
 		st.powerType[g] = (typeSum[g] + powerTypePseudo*f0) / (typeN[g] + powerTypePseudo)
 	}
@@ -536,7 +534,7 @@ func (st *state) resolve(k cacheKey) *resolved {
 	}
 	f := k.f
 	if f.Name == "" {
-		f.Name = k.ns + "/" + k.id + "/" + k.group
+		f.Name = cluster.GroupKey(k.ns, k.id, k.group)
 	}
 	r = &resolved{wl: newWorkload(f), id: -1}
 	if id, ok := st.ix.byKey[r.wl.key]; ok {

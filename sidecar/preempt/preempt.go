@@ -142,7 +142,7 @@ func (p *Planner) Plan(ctx context.Context, snap *cluster.Snapshot, ranked []sch
 	}
 	held := map[string][]spot{} // running preemptible job -> its GPUs
 	for _, a := range snap.Running {
-		k := a.Namespace + "/" + a.JobID + "/" + a.Group
+		k := a.Key()
 		u, ok := st.byNodeType[[2]string{a.NodeID, a.GPUType}]
 		if !ok {
 			// A node that takes no new work: nothing to plan there, and a job partly on it

@@ -178,6 +178,11 @@ func (p *Pipeline) RunRound(ctx context.Context) (*Round, error) {
 		return nil, err
 	}
 	r.Preempted = preempted
+	if v, ok := p.Placer.(Verifier); ok && len(r.Decisions) > 0 {
+		if err := v.Verify(r.Snapshot, r.Decisions); err != nil {
+			return r, fmt.Errorf("%w: %w", ErrUnverified, err)
+		}
+	}
 	if len(r.Decisions) > 0 {
 		r.Pins, err = p.Cluster.Pin(ctx, r.Decisions)
 		if err != nil {
@@ -232,7 +237,7 @@ func AfterPreemption(snap *cluster.Snapshot, res []cluster.PinResult) *cluster.S
 	out := *snap
 	out.Running = make([]cluster.Alloc, 0, len(snap.Running))
 	for _, a := range snap.Running {
-		if !gone[a.Namespace+"/"+a.JobID+"/"+a.Group] {
+		if !gone[a.Key()] {
 			out.Running = append(out.Running, a)
 		}
 	}

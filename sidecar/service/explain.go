@@ -10,12 +10,10 @@ import (
 	"time"
 
 	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/sidecar/gpuspec"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
 	"github.com/hetgpu/hetgpu/sidecar/store"
 )
-
-// ReferenceGPU is the type user runtime estimates (hetgpu.runtime) refer to.
-const ReferenceGPU = "v100"
 
 // memo caches predictions for one round: ranker, placer and explanations ask the same
 // questions.
@@ -148,7 +146,7 @@ func (c capacity) fits(job *cluster.Job, typ string) bool {
 func estimates(c capacity, job *cluster.Job, pred sched.Predictor, chosen *cluster.Decision) []store.Estimate {
 	var ref sched.Estimate
 	if job.Hetgpu.EstRuntime > 0 {
-		ref = pred.Predict(job, ReferenceGPU, job.GPUs)
+		ref = pred.Predict(job, gpuspec.ReferenceGPU, job.GPUs)
 	}
 	out := make([]store.Estimate, 0, len(c.types))
 	for _, t := range c.types {
@@ -369,7 +367,7 @@ func (s *Service) Explain(ns, id string) (*Explanation, error) {
 	}
 	s.mu.RLock()
 	snap := s.lastSnap
-	prefix := ns + "/" + id + "/"
+	prefix := cluster.JobKey(ns, id) + "/"
 	for k, d := range s.pinning {
 		if strings.HasPrefix(k, prefix) {
 			dd := d

@@ -392,7 +392,7 @@ type builtPredictor interface {
 // predictionError compares a measured run with what the decision predicted (else with the
 // predictor's current answer).
 func (s *Service) predictionError(o *cluster.Observation) {
-	key := o.Namespace + "/" + o.JobID + "/" + o.Group
+	key := o.Key()
 	var thr, pw float64
 	if r, ok := s.store.Latest(key); ok && r.Decision != nil && r.Decision.GPUType == o.GPUType && r.Decision.GPUs() == o.GPUs {
 		thr, pw = r.Decision.PredThroughput, r.Decision.PredPowerW

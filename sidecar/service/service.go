@@ -288,7 +288,10 @@ func (s *Service) Round(ctx context.Context) (*sched.Round, error) {
 		if err != nil && (r == nil || r.Snapshot == nil) {
 			return nil, s.roundFailed(err)
 		}
-		if err != nil {
+		if errors.Is(err, sched.ErrUnverified) {
+			// A placement that breaks the rules is a bug: nothing was pinned; say so loudly.
+			s.log.Error("placement rejected before pinning", "error", err)
+		} else if err != nil {
 			// Pinning failed as a whole (backend error): record what was decided, retry next round.
 			s.log.Warn("pinning failed", "error", err)
 		}

@@ -45,7 +45,7 @@ type Wait struct {
 }
 
 // JobKey returns the group's "namespace/id/group".
-func (w *Wait) JobKey() string { return w.Namespace + "/" + w.JobID + "/" + w.Group }
+func (w *Wait) JobKey() string { return cluster.GroupKey(w.Namespace, w.JobID, w.Group) }
 
 // minThroughputPlacer is a placer that says whether it drops placements below a job's T_min
 // (*place.Placer does, by preset). Placers that do not say are taken to honour it.

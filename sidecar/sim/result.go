@@ -52,9 +52,14 @@ type Result struct {
 	AvgQueueS     float64 `json:"avg_queue_s"`
 	MakespanS     float64 `json:"makespan_s"`
 	// GPUUtil is busy GPU time / (GPUs x makespan).
-	GPUUtil   float64 `json:"gpu_util"`
-	EnergyKWh float64 `json:"energy_kwh"`
-	// EnergyPerWork is kWh per V100 GPU-hour of work (the jobs' work measured on ReferenceGPU).
+	GPUUtil float64 `json:"gpu_util"`
+	// EnergyKWh is every GPU's energy, busy or idle, over EnergyWindowS from the first arrival:
+	// the run's own makespan, or after CommonEnergyWindow the longest makespan of the runs
+	// compared, the rest at the cluster's idle draw IdlePowerW.
+	EnergyKWh     float64 `json:"energy_kwh"`
+	EnergyWindowS float64 `json:"energy_window_s"`
+	IdlePowerW    float64 `json:"idle_power_w"`
+	// EnergyPerWork is kWh per V100 GPU-hour of work (the jobs' work measured on gpuspec.ReferenceGPU).
 	EnergyPerWork float64 `json:"energy_per_work_kwh"`
 	// BoundedSlowdown is the mean of max(1, JCT / max(ideal runtime, 10 s)).
 	BoundedSlowdown float64 `json:"bounded_slowdown"`
@@ -84,7 +89,7 @@ type Result struct {
 func (e *Engine) Result(policy string) *Result {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	r := &Result{Policy: policy, Cluster: e.cfg.Spec.Name, Unschedulable: e.unschedulble}
+	r := &Result{Policy: policy, Cluster: e.cfg.Spec.Name, Unschedulable: e.unschedulble, IdlePowerW: e.idleW}
 	var jcts, ratios []float64
 	var queue, bsld, refHours float64
 	for _, j := range e.jobs {
@@ -124,7 +129,7 @@ func (e *Engine) Result(policy string) *Result {
 		if r.MakespanS > 0 {
 			r.GPUUtil = e.busyAtFinish / (float64(e.totalGPUs) * r.MakespanS)
 		}
-		r.EnergyKWh = e.energyAtFinish / 3.6e6
+		r.EnergyKWh, r.EnergyWindowS = e.energyAtFinish/3.6e6, r.MakespanS
 		if refHours > 0 {
 			r.EnergyPerWork = r.EnergyKWh / refHours
 		}
@@ -242,7 +247,28 @@ func SimulateAll(ctx context.Context, su Setup, policies []Policy, parallel int,
 			return out, err
 		}
 	}
+	CommonEnergyWindow(out)
 	return out, nil
+}
+
+// CommonEnergyWindow puts the energy of runs of one trace (so one first arrival) on one
+// window: from the first arrival to the last completion of any of them. A run that finished
+// earlier is charged its cluster's idle draw for the rest, as its GPUs would draw it; else a
+// policy whose last job ends late would pay for idle time another policy simply leaves out.
+func CommonEnergyWindow(rs []*Result) {
+	window := 0.0
+	for _, r := range rs {
+		window = math.Max(window, r.EnergyWindowS)
+	}
+	for _, r := range rs {
+		if r.Jobs == 0 || r.EnergyWindowS >= window || r.EnergyKWh <= 0 {
+			continue
+		}
+		kwh := r.EnergyKWh + r.IdlePowerW*(window-r.EnergyWindowS)/3.6e6
+		// The work is the same: energy per work grows with the energy.
+		r.EnergyPerWork *= kwh / r.EnergyKWh
+		r.EnergyKWh, r.EnergyWindowS = kwh, window
+	}
 }
 
 // TraceOptions adapts a throughput table for trace loading: durations become steps on the

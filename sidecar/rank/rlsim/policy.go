@@ -18,7 +18,7 @@ import (
 )
 
 // DefaultEstimateSigma is the spread of simulated user runtime estimates: each job's estimate is
-// its true runtime (on rank.ReferenceGPU) times exp(Sigma x z), z ~ N(0, 1) fixed per job. With
+// its true runtime (on gpuspec.ReferenceGPU) times exp(Sigma x z), z ~ N(0, 1) fixed per job. With
 // 0.5, half of the estimates are off by more than 40 %: what a user who declares a step count and
 // reads a throughput off a dashboard, or who stops early, would give. Policies that use
 // estimates (hetgpu, F1) all see the same noisy values; sjf alone sees exact ones.
