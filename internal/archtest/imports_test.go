@@ -76,7 +76,7 @@ var todo = map[string]string{
 	"driver -> sidecar/cluster":                 "the cluster model the driver needs moves outside sidecar/",
 	"driver -> sidecar/gpuspec":                 "GPU specs move to a model package outside sidecar/",
 	"driver/report -> sidecar/cluster":          "the cluster model the driver needs moves outside sidecar/",
-	"sidecar/sim -> sidecar/queue":             "the per-queue meter is evaluation: it moves beside the report when the simulator is only a backend",
+	"sidecar/sim -> sidecar/queue":              "the per-queue meter is evaluation: it moves beside the report when the simulator is only a backend",
 	"sidecar/nomad -> sidecar/service":          "the types the backend shares with the service belong to the cluster model",
 	"sidecar/rank -> gonum.org/v1/plot":         "training curves move to training (rank/rltrain)",
 	"sidecar/rank -> gonum.org/v1/plot/plotter": "training curves move to training (rank/rltrain)",
