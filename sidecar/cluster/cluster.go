@@ -315,8 +315,11 @@ type Observation struct {
 	PeakPowerW    float64 `json:"peak_power_w,omitempty"`
 	RuntimeS      float64 `json:"runtime_s"`
 	ExitCode      int     `json:"exit_code"`
-	// CoRunner is the model name of a job that shared the GPU, if any.
-	CoRunner string    `json:"co_runner,omitempty"`
+	// CoRunner is the model name of a job that shared the GPU, if any; CoRunnerBatchSize
+	// its batch size and CoRunnerJob its "namespace/job/group" (GPU slots under MPS).
+	CoRunner          string `json:"co_runner,omitempty"`
+	CoRunnerBatchSize int    `json:"co_runner_batch_size,omitempty"`
+	CoRunnerJob       string `json:"co_runner_job,omitempty"`
 	Time     time.Time `json:"time"`
 	// Partial marks a run stopped, killed, preempted or failed before it finished: it is
 	// stored, but never learned from and never counted as a finished run.
