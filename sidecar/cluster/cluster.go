@@ -317,10 +317,10 @@ type Observation struct {
 	ExitCode      int     `json:"exit_code"`
 	// CoRunner is the model name of a job that shared the GPU, if any; CoRunnerBatchSize
 	// its batch size and CoRunnerJob its "namespace/job/group" (GPU slots under MPS).
-	CoRunner          string `json:"co_runner,omitempty"`
-	CoRunnerBatchSize int    `json:"co_runner_batch_size,omitempty"`
-	CoRunnerJob       string `json:"co_runner_job,omitempty"`
-	Time     time.Time `json:"time"`
+	CoRunner          string    `json:"co_runner,omitempty"`
+	CoRunnerBatchSize int       `json:"co_runner_batch_size,omitempty"`
+	CoRunnerJob       string    `json:"co_runner_job,omitempty"`
+	Time              time.Time `json:"time"`
 	// Partial marks a run stopped, killed, preempted or failed before it finished: it is
 	// stored, but never learned from and never counted as a finished run.
 	Partial bool `json:"partial,omitempty"`

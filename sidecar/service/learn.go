@@ -79,6 +79,7 @@ func Validate(o *cluster.Observation, now time.Time) error {
 		{"namespace", o.Namespace, true}, {"job_id", o.JobID, true}, {"group", o.Group, true}, {"task", o.Task, false},
 		{"alloc_id", o.AllocID, false}, {"model_family", o.ModelFamily, false}, {"model_name", o.ModelName, false},
 		{"framework", o.Framework, false}, {"gpu_type", o.GPUType, false}, {"gpu_name", o.GPUName, false}, {"co_runner", o.CoRunner, false},
+		{"co_runner_job", o.CoRunnerJob, false},
 	} {
 		switch {
 		case f.required && f.v == "":
@@ -105,6 +106,9 @@ func Validate(o *cluster.Observation, now time.Time) error {
 	}
 	if o.BatchSize < 0 || o.BatchSize > MaxBatchSize {
 		return bad("batch_size", o.BatchSize, fmt.Sprintf("an integer from 0 to %d", MaxBatchSize))
+	}
+	if o.CoRunnerBatchSize < 0 || o.CoRunnerBatchSize > MaxBatchSize {
+		return bad("co_runner_batch_size", o.CoRunnerBatchSize, fmt.Sprintf("an integer from 0 to %d", MaxBatchSize))
 	}
 	for _, f := range []struct {
 		name     string
