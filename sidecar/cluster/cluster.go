@@ -151,6 +151,9 @@ type Alloc struct {
 	StartTime time.Time
 	// Shared is true when the job agreed to share its GPUs with another job.
 	Shared bool
+	// Hetgpu holds the job's annotations where the backend knows them (the workload a
+	// co-location prediction needs for a running co-runner).
+	Hetgpu Annotations
 }
 
 // Job is one pending task group waiting for a placement decision.

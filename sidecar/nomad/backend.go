@@ -366,8 +366,8 @@ func (b *Backend) Snapshot(ctx context.Context) (*cluster.Snapshot, error) {
 			DeviceIDs: a.deviceIDs(), GPUType: gpuspec.Canonical(a.Devices[0].Name), StartTime: a.Start}
 		if jr, ok := b.jobs[jobKey(a.Namespace, a.JobID)]; ok {
 			if tg := findGroup(jr.job, a.Group); tg != nil {
-				if an, err := annot.Parse(jr.job.Meta, tg.Meta, a.Group); err == nil && an.AllowSharing {
-					ca.Shared = true
+				if an, err := annot.Parse(jr.job.Meta, tg.Meta, a.Group); err == nil {
+					ca.Shared, ca.Hetgpu = an.AllowSharing, an
 				}
 			}
 		}

@@ -676,15 +676,18 @@ func (m *model) score(ji int, opts []option, st *state) {
 		case j.g > 1 && !o.nvlink:
 			f = cfg.PCIeEfficiency
 		}
-		if o.coloc {
-			f *= cfg.SharedEfficiency
+		sf, keep := m.shareFactor(ji, o)
+		if !keep {
+			o.T, o.P = -1, 0 // a pair that loses more than it gains: dropped below
+			continue
 		}
+		f *= sf
 		o.T, o.P = e.Throughput*f, e.PowerW
 	}
 	kept := opts[:0]
 	for i := range opts {
 		o := opts[i]
-		if o.T < j.tmin {
+		if o.T < j.tmin || o.T < 0 {
 			continue
 		}
 		if j.bestT > 0 {

@@ -64,6 +64,8 @@ type model struct {
 	unitsOfNode [][]int
 	// shareUnits lists per type the units with GPUs held only by jobs that share.
 	shareUnits [][]int
+	// share indexes co-runners on shared GPUs (sharing.go).
+	share *shareIndex
 }
 
 type nodeInfo struct {
@@ -317,6 +319,7 @@ func newModel(cfg Config, snap *cluster.Snapshot, ranked []sched.Ranked, pred sc
 			}
 		}
 	}
+	m.initSharing()
 	st.nodeJobs = make([]int, len(m.nodes))
 	for i := range m.nodes {
 		st.nodeJobs[i] = m.nodes[i].allocs0

@@ -346,6 +346,8 @@ type state struct {
 	powerWl   map[int]float64
 	// powerDirect holds a workload's measured load on a type once trusted.
 	powerDirect map[wgKey]float64
+	// pairs holds observed co-location ratios (coloc_observed.go).
+	pairs map[pairKey]float64
 
 	cacheMu sync.RWMutex
 	cache   map[cacheKey]*resolved
@@ -493,6 +495,7 @@ func (p *Predictor) build(recs []Record) *state {
 	for id, s := range offSum {
 		st.powerWl[id] = s / (offN[id] + powerJobPseudo)
 	}
+	st.pairs = p.observedPairs(st, recs)
 	return st
 }
 
