@@ -479,6 +479,9 @@ type clusterClient struct {
 	Name string
 	// Fake is the device plugin's fake GPU mix, e.g. ["4x T4"].
 	Fake []string
+	// FakeExtra goes inside the device plugin's fake block (mig blocks), DeviceExtra inside
+	// its config (a sharing block).
+	FakeExtra, DeviceExtra string
 }
 
 // cluster is one Nomad server and its clients.
@@ -529,7 +532,9 @@ plugin "nomad-device-hetgpu" {
     fake {
       gpus = [%[2]s]
       seed = "e2e-%[1]s"
+%[5]s
     }
+%[6]s
   }
 }
 plugin "nomad-driver-hetgpu" {
@@ -540,10 +545,13 @@ plugin "nomad-driver-hetgpu" {
     state_dir       = %[3]q
     cgroup_parent   = "hetgpu-e2e-%[1]s.slice"
     sample_interval = "500ms"
+    mps_pipe_dir    = %[7]q
+    mps_log_dir     = %[8]q
 %[4]s
   }
 }
-`, cl.Name, fake, filepath.Join(cdir, "driver"), driverExtra),
+`, cl.Name, fake, filepath.Join(cdir, "driver"), driverExtra, cl.FakeExtra, cl.DeviceExtra,
+				filepath.Join(cdir, "mps"), filepath.Join(cdir, "mps-log")),
 		})
 		c.clients = append(c.clients, a)
 		procs = append(procs, a.proc)
