@@ -613,7 +613,7 @@ func (m *model) colocOptions(ji, t int, st *state, allow func(u int) bool, add f
 	j := &m.jobs[ji]
 	sh := m.shapeOf(j)
 	n := 0
-	for _, u := range m.shareUnits[t] {
+	for _, u := range m.colocUnits(ji, t) {
 		if n >= m.cfg.NodesPerClass {
 			return
 		}
@@ -636,12 +636,16 @@ func (m *model) colocOptions(ji, t int, st *state, allow func(u int) bool, add f
 			if j.cj.PinsInstances() && !j.cj.InstanceAllowed(un.g, in.in.ID) {
 				continue
 			}
+			if m.pairGain(ji, ii, t) < 1 {
+				continue // the pair would lose more than it gains
+			}
 			cands = append(cands, ii)
 		}
 		if len(cands) < j.g {
 			continue
 		}
 		sort.SliceStable(cands, func(a, b int) bool { return st.instUsed[cands[a]] < st.instUsed[cands[b]] })
+		m.sortByPair(ji, t, cands)
 		set := m.pickSet(u, cands, j.g)
 		byDom := map[int][]int{}
 		var order []int

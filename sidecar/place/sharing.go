@@ -2,8 +2,10 @@ package place
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/hetgpu/hetgpu/sidecar/annot"
 	"github.com/hetgpu/hetgpu/sidecar/cluster"
@@ -37,11 +39,18 @@ type shareIndex struct {
 	unitByKey map[string]int
 	// coJobs is each running allocation's job as the predictor sees it.
 	coJobs []cluster.Job
+
+	// gains caches pair gains by (job, allocation, type); candidates may be built from
+	// several goroutines.
+	mu    sync.Mutex
+	gains map[[3]int]float64
+	pairs map[pairKey]pairPred
 }
 
 func (m *model) initSharing() {
 	sh := &shareIndex{slotUnit: make([]bool, len(m.units)), unitAllocs: make([][]int, len(m.units)),
-		instAllocs: map[int][]int{}, unitByKey: map[string]int{}}
+		instAllocs: map[int][]int{}, unitByKey: map[string]int{}, gains: map[[3]int]float64{},
+		pairs: map[pairKey]pairPred{}}
 	sh.pair, _ = m.pred.(sched.PairPredictor)
 	byInst := map[string][]int{}
 	sh.coJobs = make([]cluster.Job, len(m.snap.Running))
@@ -127,13 +136,41 @@ func (m *model) coRunners(o *option) []int {
 }
 
 // pairRatios predicts job a next to job b on a GPU type; src says where it came from.
+// Predictions are cached per round by workload (model name and batch size) and type.
 func (m *model) pairRatios(a, b *cluster.Job, typ string) (ra, rb float64, src string) {
-	if m.share != nil && m.share.pair != nil {
-		if ra, rb, ok := m.share.pair.PredictPair(a, b, typ); ok && ra > 0 && rb > 0 {
-			return ra, rb, "predicted"
-		}
+	if m.share == nil || m.share.pair == nil {
+		return m.cfg.SharedEfficiency, m.cfg.SharedEfficiency, "default"
 	}
-	return m.cfg.SharedEfficiency, m.cfg.SharedEfficiency, "default"
+	wa, wb := workloadOf(a), workloadOf(b)
+	key := pairKey{wa, wb, typ}
+	m.share.mu.Lock()
+	r, ok := m.share.pairs[key]
+	m.share.mu.Unlock()
+	if !ok {
+		r = pairPred{m.cfg.SharedEfficiency, m.cfg.SharedEfficiency, "default"}
+		if ra, rb, ok := m.share.pair.PredictPair(a, b, typ); ok && ra > 0 && rb > 0 {
+			r = pairPred{ra, rb, "predicted"}
+		}
+		m.share.mu.Lock()
+		m.share.pairs[key] = r
+		m.share.mu.Unlock()
+	}
+	return r.ra, r.rb, r.src
+}
+
+type pairKey struct{ a, b, typ string }
+
+type pairPred struct {
+	ra, rb float64
+	src    string
+}
+
+// workloadOf names what a pair prediction depends on: the model and batch size, else the job.
+func workloadOf(j *cluster.Job) string {
+	if j.Hetgpu.ModelName != "" {
+		return fmt.Sprintf("%s|%s|%d", j.Hetgpu.ModelFamily, j.Hetgpu.ModelName, j.Hetgpu.BatchSize)
+	}
+	return "job:" + j.Key()
 }
 
 // shareFactor is the factor an option's co-runners put on the job's throughput; keep is
@@ -261,5 +298,63 @@ func (m *model) admitPairs(ds []cluster.Decision) []cluster.Decision {
 			out = append(out, ds[i])
 		}
 	}
+	return out
+}
+
+// pairGain is what job ji and the jobs on instance ii would do together on type t: the
+// least, over the holders, of the pair's summed ratios (1 = as good as running one after the
+// other; below 1 the pair loses).
+func (m *model) pairGain(ji, ii, t int) float64 {
+	if m.share == nil {
+		return 2
+	}
+	g := math.Inf(1)
+	for _, ai := range m.share.instAllocs[ii] {
+		key := [3]int{ji, ai, t}
+		m.share.mu.Lock()
+		v, ok := m.share.gains[key]
+		m.share.mu.Unlock()
+		if !ok {
+			ra, rb, _ := m.pairRatios(m.jobs[ji].j, &m.share.coJobs[ai], m.types[t])
+			v = ra + rb
+			m.share.mu.Lock()
+			m.share.gains[key] = v
+			m.share.mu.Unlock()
+		}
+		g = min(g, v)
+	}
+	if math.IsInf(g, 1) {
+		return 2
+	}
+	return g
+}
+
+// sortByPair orders candidate instances by pair gain, best first (stable).
+func (m *model) sortByPair(ji, t int, cands []int) {
+	if m.share == nil || m.share.pair == nil {
+		return
+	}
+	sort.SliceStable(cands, func(a, b int) bool { return m.pairGain(ji, cands[a], t) > m.pairGain(ji, cands[b], t) })
+}
+
+// colocUnits orders a type's shareable units for job ji by the best pair gain they offer, so
+// the co-location options a job gets (NodesPerClass of them) pair it with its best partners.
+func (m *model) colocUnits(ji, t int) []int {
+	us := m.shareUnits[t]
+	if m.share == nil || m.share.pair == nil || len(us) < 2 {
+		return us
+	}
+	best := make(map[int]float64, len(us))
+	for _, u := range us {
+		b := 0.0
+		for _, ii := range m.units[u].insts {
+			if m.insts[ii].used > 0 && m.insts[ii].shareable {
+				b = max(b, m.pairGain(ji, ii, t))
+			}
+		}
+		best[u] = b
+	}
+	out := append([]int(nil), us...)
+	sort.SliceStable(out, func(a, b int) bool { return best[out[a]] > best[out[b]] })
 	return out
 }

@@ -132,6 +132,7 @@ type JobState struct {
 	segSteps   float64 // remaining at segment start
 	segEnergy  float64
 	coRunner   string
+	coBatch    int
 	lastType   string
 }
 
@@ -664,7 +665,7 @@ func (e *Engine) refresh(j *JobState) {
 		}
 		if f < factor {
 			factor = f
-			j.coRunner = other.Model
+			j.coRunner, j.coBatch = other.Model, other.BatchSize
 		}
 	}
 	j.Rate = base * factor
@@ -762,7 +763,7 @@ func (e *Engine) emitObservation(j *JobState) {
 	obs := cluster.Observation{Namespace: j.Namespace, JobID: j.ID, Group: JobGroup, Task: JobGroup,
 		ModelName: j.Model, BatchSize: j.BatchSize, GPUType: j.GPUType, GPUName: n.gpuName, GPUs: j.GPUs,
 		Nodes: j.Nodes, Throughput: steps / dur, EnergyJ: j.energyJ - j.segEnergy,
-		AvgPowerW: (j.energyJ - j.segEnergy) / dur, RuntimeS: dur, CoRunner: j.coRunner,
+		AvgPowerW: (j.energyJ - j.segEnergy) / dur, RuntimeS: dur, CoRunner: j.coRunner, CoRunnerBatchSize: j.coBatch,
 		Time: e.cfg.Epoch.Add(time.Duration(e.now * float64(time.Second)))}
 	if e.batch != nil {
 		*e.batch = append(*e.batch, obs)

@@ -66,6 +66,10 @@ type Result struct {
 	DecisionP99Ms float64 `json:"decision_p99_ms"`
 	// WallS is how long the simulation took (not deterministic; left out of golden files).
 	WallS float64 `json:"wall_s"`
+	// TMinJobs counts the finished jobs that set a T_min, TMinMet those whose average rate
+	// while running met it.
+	TMinJobs int `json:"tmin_jobs,omitempty"`
+	TMinMet  int `json:"tmin_met,omitempty"`
 
 	JobResults []JobResult `json:"-"`
 	Series     []Sample    `json:"-"`
@@ -97,6 +101,12 @@ func (e *Engine) Result(policy string) *Result {
 		r.JobResults = append(r.JobResults, JobResult{ID: j.ID, JobType: j.JobType, GPUs: j.GPUs, ArrivalS: j.ArrivalS,
 			StartS: j.FirstStart, FinishS: j.Finish, JCTS: jct, QueueS: j.FirstStart - j.ArrivalS, IdealS: j.IdealS,
 			GPUType: j.lastType, Preemptions: j.Preemptions, EnergyJ: j.energyJ})
+		if j.MinThroughput > 0 {
+			r.TMinJobs++
+			if tminMet(j) {
+				r.TMinMet++
+			}
+		}
 	}
 	r.Jobs = len(jcts)
 	if r.Jobs > 0 {
@@ -241,6 +251,7 @@ func TraceOptions(tab *throughput.Table, seed uint64) trace.LoadOptions {
 			v, ok := tab.Measured(jt, g, n)
 			return ok && v > 0
 		},
-		JobTypes: trace.DefaultJobTypes(),
+		JobTypes:  trace.DefaultJobTypes(),
+		Shareable: func(jt string) bool { return ShareableJobType(tab, jt, ReferenceGPU) },
 	}
 }
