@@ -364,7 +364,7 @@ func (h *taskHandle) observation(res *drivers.ExitResult, completed time.Time, t
 		}
 		sort.SliceStable(names, func(i, j int) bool { return counts[names[i]] > counts[names[j]] })
 		obs.GPUName = names[0]
-		obs.GPUType = gpuspec.Canonical(names[0])
+		obs.GPUType = gpuspec.TypeOf(names[0]) // a MIG slice reports its slice type
 	}
 	if sum.EnergySource != telemetry.SourceNone {
 		obs.EnergyJ, obs.AvgPowerW, obs.PeakPowerW = sum.EnergyJ, sum.AvgPowerW, sum.PeakPowerW

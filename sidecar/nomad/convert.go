@@ -51,7 +51,7 @@ func convertNode(n *api.Node, topo map[string]topology) cluster.Node {
 				Type:       d.Type,
 				Name:       d.Name,
 				Attributes: map[string]cluster.Attribute{},
-				GPUType:    gpuspec.Canonical(d.Name),
+				GPUType:    gpuspec.TypeOf(d.Name), // a MIG slice is a type of its own
 			}
 			for k, a := range d.Attributes {
 				if a != nil {

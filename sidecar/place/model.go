@@ -207,7 +207,7 @@ func newModel(cfg Config, snap *cluster.Snapshot, ranked []sched.Ranked, pred sc
 			g := &n.Devices[gi]
 			typ := g.GPUType
 			if typ == "" {
-				typ = gpuspec.Canonical(g.Name)
+				typ = gpuspec.TypeOf(g.Name)
 			}
 			if typ == "" {
 				typ = g.Name

@@ -109,6 +109,16 @@ func (m *model) coRunners(o *option) []int {
 	if m.share == nil {
 		return nil
 	}
+	if !o.coloc {
+		// Most options touch no slot group: answer without allocating (score runs per option).
+		slot := false
+		for _, u := range o.units {
+			slot = slot || m.share.slotUnit[u]
+		}
+		if !slot {
+			return nil
+		}
+	}
 	seen := map[int]bool{}
 	var out []int
 	add := func(as []int) {

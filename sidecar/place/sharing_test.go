@@ -186,3 +186,37 @@ func TestSameRoundPairs(t *testing.T) {
 		})
 	}
 }
+
+// A MIG slice is a GPU type of its own: a job goes there when the slice meets its T_min.
+func TestMIGSliceIsAType(t *testing.T) {
+	prior := NewPriorPredictor()
+	const slice = "a100-mig-3g.20gb"
+	j := job("fits", 1)
+	sliceT := prior.Predict(&j, slice, 1).Throughput
+	if whole := prior.Predict(&j, "a100", 1).Throughput; !(sliceT > 0 && sliceT < whole) {
+		t.Fatalf("slice %v, whole %v", sliceT, whole)
+	}
+	mig := cluster.Node{ID: "m", Name: "m", Status: "ready", Eligible: true, Devices: []cluster.DeviceGroup{{
+		Vendor: "nvidia", Type: "gpu", Name: "NVIDIA A100-SXM4-40GB MIG 3g.20gb",
+		Instances: []cluster.Instance{{ID: "MIG-a", Healthy: true}, {ID: "MIG-b", Healthy: true}}}}}
+	tests := []struct {
+		tmin   float64
+		placed bool
+	}{{0, true}, {0.9 * sliceT, true}, {1.1 * sliceT, false}}
+	for _, tc := range tests {
+		j := job("fits", 1)
+		j.Hetgpu.MinThroughput = tc.tmin
+		snap := &cluster.Snapshot{Nodes: []cluster.Node{mig}, Pending: []cluster.Job{j}}
+		dec := placeWith(t, Default(), snap, nil)
+		if !tc.placed {
+			if len(dec) != 0 {
+				t.Errorf("T_min %v above the slice's %v: placed %+v", tc.tmin, sliceT, dec)
+			}
+			continue
+		}
+		if len(dec) != 1 || dec[0].GPUType != slice || math.Abs(dec[0].PredThroughput-sliceT) > 1e-9 ||
+			!strings.HasPrefix(dec[0].Assign[0].InstanceIDs[0], "MIG-") {
+			t.Errorf("T_min %v: decisions %+v, want the slice type %s at %v", tc.tmin, dec, slice, sliceT)
+		}
+	}
+}

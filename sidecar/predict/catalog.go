@@ -102,10 +102,10 @@ func RecordFromObservation(o *cluster.Observation) (Record, error) {
 	f := ObservationFeatures(o)
 	r := Record{Schema: RecordSchema, Source: SourceObserved, Time: o.Time, Job: o.Namespace + "/" + o.JobID + "/" + o.Group,
 		ModelFamily: f.Family, ModelName: f.Name, BatchSize: f.BatchSize, ParamCount: f.ParamCount, Framework: f.Framework,
-		GPUType: gpuspec.Canonical(o.GPUType), GPUs: o.GPUs, Throughput: o.StepsPerSec(), AvgPowerW: o.AvgPowerW, CoRunner: o.CoRunner,
+		GPUType: gpuspec.TypeOf(o.GPUType), GPUs: o.GPUs, Throughput: o.StepsPerSec(), AvgPowerW: o.AvgPowerW, CoRunner: o.CoRunner,
 		CoRunnerBatchSize: o.CoRunnerBatchSize}
 	if r.GPUType == "" {
-		r.GPUType = gpuspec.Canonical(o.GPUName)
+		r.GPUType = gpuspec.TypeOf(o.GPUName)
 	}
 	if r.GPUType == "" {
 		return Record{}, fmt.Errorf("observation %s: gpu_type = %q (gpu_name %q), expected a known GPU type", r.Job, o.GPUType, o.GPUName)
@@ -653,8 +653,8 @@ func buildIndex(recs []Record, minSamples int, specs *gpuspec.Table) *index {
 	}
 	for i := range recs {
 		r := &recs[i]
-		if r.CoRunner != "" {
-			continue
+		if _, mig := gpuspec.MIGType(r.GPUType); r.CoRunner != "" || mig {
+			continue // shared runs and MIG slices are not the workload alone on a GPU type
 		}
 		id := ix.byKey[workloadKey(r.ModelName, r.BatchSize)]
 		g := gpuspec.Canonical(r.GPUType)

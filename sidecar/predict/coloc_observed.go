@@ -25,7 +25,7 @@ func (p *Predictor) observedPairs(st *state, recs []Record) map[pairKey]float64 
 	accs := map[pairKey]*acc{}
 	for i := range recs {
 		r := &recs[i]
-		if r.CoRunner == "" || r.GPUs != 1 || r.Throughput <= 0 || r.Source != SourceObserved {
+		if _, mig := gpuspec.MIGType(r.GPUType); r.CoRunner == "" || mig || r.GPUs != 1 || r.Throughput <= 0 || r.Source != SourceObserved {
 			continue
 		}
 		g := gpuspec.Canonical(r.GPUType)
