@@ -53,7 +53,7 @@ type Options struct {
 	// FakeNVML builds the backend for nvml = "fake" from fake_gpus and fake_seed; nil makes
 	// that mode an error. The binary wires in the device plugin's fake backend. A backend
 	// that also implements LoadSimulator has the task's GPUs marked busy while it runs.
-	FakeNVML func(gpus []string, seed string) (nvml.Interface, error)
+	FakeNVML func(gpus []string, seed string, mig map[int][]string) (nvml.Interface, error)
 	// ShimExe and ShimArgs start the shim: default this executable with [shim.Command].
 	ShimExe  string
 	ShimArgs []string
@@ -270,7 +270,8 @@ func openGPUBackend(cfg PluginConfig, opts Options, logger hclog.Logger) *gpuBac
 			g.reason = "this build has no fake NVML backend"
 			break
 		}
-		lib, err := opts.FakeNVML(cfg.Fake, cfg.FakeSeed)
+		mig, _ := ParseFakeMIG(cfg.FakeMIG) // validated with the config
+		lib, err := opts.FakeNVML(cfg.Fake, cfg.FakeSeed, mig)
 		if err != nil {
 			g.reason = fmt.Sprintf("fake_gpus: %v", err)
 			break

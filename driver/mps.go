@@ -370,3 +370,22 @@ func (h *taskHandle) setCoRunner(obs *cluster.Observation) {
 		obs.CoRunner = c.Job
 	}
 }
+
+// ParseFakeMIG reads fake_mig entries "<gpu index>=<profile>,<profile>".
+func ParseFakeMIG(entries []string) (map[int][]string, error) {
+	out := map[int][]string{}
+	for i, e := range entries {
+		idx, profs, ok := strings.Cut(e, "=")
+		n, err := strconv.Atoi(strings.TrimSpace(idx))
+		if !ok || err != nil || n < 0 || strings.TrimSpace(profs) == "" {
+			return nil, fmt.Errorf(`config field "fake_mig[%d]": got %q, want "<gpu index>=<profile>,<profile>" such as "0=3g.20gb,3g.20gb"`, i, e)
+		}
+		if _, dup := out[n]; dup {
+			return nil, fmt.Errorf(`config field "fake_mig[%d]": GPU %d is listed twice`, i, n)
+		}
+		for _, p := range strings.Split(profs, ",") {
+			out[n] = append(out[n], strings.TrimSpace(p))
+		}
+	}
+	return out, nil
+}

@@ -199,3 +199,18 @@ func TestSlotTaskOnTwoGPUsFails(t *testing.T) {
 		t.Errorf("error without MPS = %v", err)
 	}
 }
+
+func TestParseFakeMIG(t *testing.T) {
+	got, err := ParseFakeMIG([]string{"0=3g.20gb, 3g.20gb", "4=1g.5gb"})
+	if err != nil || len(got) != 2 || strings.Join(got[0], "|") != "3g.20gb|3g.20gb" || got[4][0] != "1g.5gb" {
+		t.Fatalf("ParseFakeMIG = %v, %v", got, err)
+	}
+	for _, bad := range []string{"3g.20gb", "x=3g.20gb", "0=", "-1=1g.5gb"} {
+		if _, err := ParseFakeMIG([]string{bad}); err == nil || !strings.Contains(err.Error(), `config field "fake_mig[0]"`) {
+			t.Errorf("%q: %v", bad, err)
+		}
+	}
+	if _, err := ParseFakeMIG([]string{"0=1g.5gb", "0=2g.10gb"}); err == nil || !strings.Contains(err.Error(), "listed twice") {
+		t.Errorf("duplicate GPU: %v", err)
+	}
+}

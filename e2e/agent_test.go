@@ -480,8 +480,8 @@ type clusterClient struct {
 	// Fake is the device plugin's fake GPU mix, e.g. ["4x T4"].
 	Fake []string
 	// FakeExtra goes inside the device plugin's fake block (mig blocks), DeviceExtra inside
-	// its config (a sharing block).
-	FakeExtra, DeviceExtra string
+	// its config (a sharing block), DriverExtra inside the task driver's config (fake_mig).
+	FakeExtra, DeviceExtra, DriverExtra string
 }
 
 // cluster is one Nomad server and its clients.
@@ -548,10 +548,11 @@ plugin "nomad-driver-hetgpu" {
     mps_pipe_dir    = %[7]q
     mps_log_dir     = %[8]q
 %[4]s
+%[9]s
   }
 }
 `, cl.Name, fake, filepath.Join(cdir, "driver"), driverExtra, cl.FakeExtra, cl.DeviceExtra,
-				filepath.Join(cdir, "mps"), filepath.Join(cdir, "mps-log")),
+				filepath.Join(cdir, "mps"), filepath.Join(cdir, "mps-log"), cl.DriverExtra),
 		})
 		c.clients = append(c.clients, a)
 		procs = append(procs, a.proc)

@@ -198,7 +198,8 @@ func TestSharedSlotsOnRealAgent(t *testing.T) {
 
 func TestMIGSliceOnRealAgent(t *testing.T) {
 	e := newFaultEnv(t, "MIG slices end to end", []clusterClient{{Name: "mig", Fake: []string{"1x A100-SXM4-40GB"},
-		FakeExtra: "      mig {\n        gpu      = 0\n        profiles = [\"3g.20gb\", \"3g.20gb\"]\n      }"}}, "")
+		FakeExtra:   "      mig {\n        gpu      = 0\n        profiles = [\"3g.20gb\", \"3g.20gb\"]\n      }",
+		DriverExtra: "    fake_mig = [\"0=3g.20gb,3g.20gb\"]"}}, "")
 	e.startSidecar(t)
 	submitSlotJob(t, e.API, e.bins, "on-mig", "resnet/ResNet-18", "nvidia/gpu", 20)
 	var a *api.Allocation
@@ -216,4 +217,28 @@ func TestMIGSliceOnRealAgent(t *testing.T) {
 		return strings.Contains(logs, fmt.Sprintf("NVIDIA_VISIBLE_DEVICES=%q", ids[0]))
 	}, func() string { return logs })
 	waitDead(t, e.API, "on-mig", 2*time.Minute)
+
+	// The placement and the run record treat the slice as a GPU type of its own.
+	var ex struct {
+		Groups []struct {
+			Decision struct {
+				Decision struct{ GPUType string } `json:"decision"`
+			} `json:"decision"`
+		} `json:"groups"`
+	}
+	must(t, scGet(e.sidecarURL+"/v1/jobs/default/on-mig/explain", &ex))
+	if len(ex.Groups) != 1 || ex.Groups[0].Decision.Decision.GPUType != "a100-mig-3g.20gb" {
+		t.Errorf("decision GPU type = %+v, want a100-mig-3g.20gb", ex.Groups)
+	}
+	waitFor(t, 60*time.Second, "the slice run's record", func() bool {
+		var r struct {
+			Observations []struct {
+				Observation struct {
+					GPUType string `json:"gpu_type"`
+				} `json:"observation"`
+			} `json:"observations"`
+		}
+		return scGet(e.sidecarURL+"/v1/observations?namespace=default&job=on-mig", &r) == nil && len(r.Observations) == 1 &&
+			r.Observations[0].Observation.GPUType == "a100-mig-3g.20gb"
+	})
 }

@@ -90,9 +90,10 @@ func Validate(o *cluster.Observation, now time.Time) error {
 			return bad(f.name, f.v, "printable UTF-8 text (no control characters)")
 		}
 	}
-	t := gpuspec.Canonical(o.GPUType)
+	// TypeOf keeps a MIG slice's own type ("a100-mig-3g.20gb").
+	t := gpuspec.TypeOf(o.GPUType)
 	if t == "" {
-		t = gpuspec.Canonical(o.GPUName)
+		t = gpuspec.TypeOf(o.GPUName)
 	}
 	if t == "" {
 		return bad("gpu_type", o.GPUType, "a known GPU type (k80, p100, v100, t4, a10, l4, a100, h100, h200) or a gpu_name such as \"NVIDIA A100-SXM4-40GB\"")
