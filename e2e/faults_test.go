@@ -24,6 +24,19 @@ const fastHeartbeats = "  heartbeat_grace   = \"2s\"\n  min_heartbeat_ttl = \"2s
 // of stepTime each; meta is merged into the job's meta.
 func submitToy(t *testing.T, c *api.Client, bins binaries, id string, steps int, stepTime string, meta map[string]string) {
 	t.Helper()
+	job := toyJob(t, c, bins, id, steps, stepTime)
+	for k, v := range meta {
+		job.Meta[k] = v
+	}
+	if _, _, err := c.Jobs().Register(job, nil); err != nil {
+		t.Fatalf("register %s: %v", id, err)
+	}
+}
+
+// toyJob parses the resnet50 example as job id with the toy workload doing steps steps of
+// stepTime each.
+func toyJob(t *testing.T, c *api.Client, bins binaries, id string, steps int, stepTime string) *api.Job {
+	t.Helper()
 	src, err := os.ReadFile("../jobspecs/resnet50-train.nomad.hcl")
 	must(t, err)
 	job, err := c.Jobs().ParseHCLOpts(&api.JobsParseRequest{JobHCL: string(src),
@@ -31,13 +44,8 @@ func submitToy(t *testing.T, c *api.Client, bins binaries, id string, steps int,
 	must(t, err)
 	job.ID, job.Name = &id, &id
 	job.Meta["hetgpu.steps"] = fmt.Sprint(steps)
-	for k, v := range meta {
-		job.Meta[k] = v
-	}
 	job.TaskGroups[0].Tasks[0].Config["args"] = []any{"-steps", fmt.Sprint(steps), "-step-time", stepTime, "-batch", "64"}
-	if _, _, err := c.Jobs().Register(job, nil); err != nil {
-		t.Fatalf("register %s: %v", id, err)
-	}
+	return job
 }
 
 // killToys ends the toy workloads of the cluster's allocations that outlive the test (a

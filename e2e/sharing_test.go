@@ -6,7 +6,6 @@ package e2e
 
 import (
 	"fmt"
-	"os"
 	"sort"
 	"strings"
 	"testing"
@@ -19,16 +18,9 @@ import (
 // "nvidia/gpu-slot") instead of two GPUs, as a model of its own.
 func submitSlotJob(t *testing.T, c *api.Client, bins binaries, id, model, device string, steps int) {
 	t.Helper()
-	src, err := os.ReadFile("../jobspecs/resnet50-train.nomad.hcl")
-	must(t, err)
-	job, err := c.Jobs().ParseHCLOpts(&api.JobsParseRequest{JobHCL: string(src),
-		Variables: fmt.Sprintf("toy_train = %q\n", bins.Toy), Canonicalize: true})
-	must(t, err)
-	job.ID, job.Name = &id, &id
+	job := toyJob(t, c, bins, id, steps, "100ms")
 	job.Meta["hetgpu.model"] = model
-	job.Meta["hetgpu.steps"] = fmt.Sprint(steps)
 	task := job.TaskGroups[0].Tasks[0]
-	task.Config["args"] = []any{"-steps", fmt.Sprint(steps), "-step-time", "100ms", "-batch", "64"}
 	task.Resources.Devices = []*api.RequestedDevice{{Name: device, Count: ptrTo[uint64](1)}}
 	if _, _, err := c.Jobs().Register(job, nil); err != nil {
 		t.Fatalf("register %s: %v", id, err)

@@ -1,7 +1,6 @@
 package place
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"strings"
@@ -54,18 +53,7 @@ func slotJob(id, model string) cluster.Job {
 
 func placeWith(t *testing.T, cfg Config, snap *cluster.Snapshot, pred sched.Predictor) []cluster.Decision {
 	t.Helper()
-	ranked, err := FIFO{}.Rank(context.Background(), snap, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pl, err := New(cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dec, _, err := pl.PlaceDetailed(context.Background(), snap, ranked, pred)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dec, _ := placePred(t, cfg, snap, pred)
 	if err := Verify(snap, dec, cfg); err != nil {
 		t.Fatal(err)
 	}

@@ -18,11 +18,7 @@ type pairKey struct{ gpu, a, b string }
 // observedPairs collects the ratios of the single-GPU shared runs in recs, against st's
 // isolated predictions.
 func (p *Predictor) observedPairs(st *state, recs []Record) map[pairKey]float64 {
-	type acc struct {
-		sum float64
-		n   int
-	}
-	accs := map[pairKey]*acc{}
+	means := ratioMeans{}
 	for i := range recs {
 		r := &recs[i]
 		if _, mig := gpuspec.MIGType(r.GPUType); r.CoRunner == "" || mig || r.GPUs != 1 || r.Throughput <= 0 || r.Source != SourceObserved {
@@ -33,23 +29,33 @@ func (p *Predictor) observedPairs(st *state, recs []Record) map[pairKey]float64 
 		if iso <= 0 {
 			continue
 		}
-		k := pairKey{g, workloadKey(r.ModelName, r.BatchSize), workloadKey(r.CoRunner, r.CoRunnerBatchSize)}
-		a := accs[k]
-		if a == nil {
-			a = &acc{}
-			accs[k] = a
-		}
-		// Bounded: a ratio above 1 is noise or a bad isolated estimate, and 0.02 keeps one
-		// stalled run from dominating the mean.
-		a.sum += math.Log(min(1, max(0.02, r.Throughput/iso)))
-		a.n++
+		means.add(pairKey{g, workloadKey(r.ModelName, r.BatchSize), workloadKey(r.CoRunner, r.CoRunnerBatchSize)}, r.Throughput/iso)
 	}
-	if len(accs) == 0 {
+	return means.result()
+}
+
+// ratioMeans collects ratios per key for their geometric means, each bounded to [0.02, 1]: a
+// ratio above 1 is noise or a bad baseline estimate, and the floor keeps one stalled run from
+// dominating the mean.
+type ratioMeans map[pairKey]*[2]float64
+
+func (r ratioMeans) add(k pairKey, ratio float64) {
+	a := r[k]
+	if a == nil {
+		a = &[2]float64{}
+		r[k] = a
+	}
+	a[0] += math.Log(min(1, max(0.02, ratio)))
+	a[1]++
+}
+
+func (r ratioMeans) result() map[pairKey]float64 {
+	if len(r) == 0 {
 		return nil
 	}
-	out := make(map[pairKey]float64, len(accs))
-	for k, a := range accs {
-		out[k] = math.Exp(a.sum / float64(a.n))
+	out := make(map[pairKey]float64, len(r))
+	for k, a := range r {
+		out[k] = math.Exp(a[0] / a[1])
 	}
 	return out
 }

@@ -1,8 +1,6 @@
 package predict
 
 import (
-	"math"
-
 	"github.com/hetgpu/hetgpu/sidecar/gpuspec"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
 )
@@ -38,11 +36,7 @@ func (p *Predictor) estimateMIG(st *state, k cacheKey, typ string, gpus int) sch
 // observedMIG collects, per slice type and workload, the geometric mean of slice runs'
 // throughput over the parent prediction.
 func (p *Predictor) observedMIG(st *state, recs []Record) map[pairKey]float64 {
-	type acc struct {
-		sum float64
-		n   int
-	}
-	accs := map[pairKey]*acc{}
+	means := ratioMeans{}
 	for i := range recs {
 		r := &recs[i]
 		typ, ok := gpuspec.MIGType(r.GPUType)
@@ -55,21 +49,7 @@ func (p *Predictor) observedMIG(st *state, recs []Record) map[pairKey]float64 {
 		if base <= 0 {
 			continue
 		}
-		key := pairKey{typ, workloadKey(r.ModelName, r.BatchSize), ""}
-		a := accs[key]
-		if a == nil {
-			a = &acc{}
-			accs[key] = a
-		}
-		a.sum += math.Log(min(1, max(0.02, r.Throughput/base)))
-		a.n++
+		means.add(pairKey{typ, workloadKey(r.ModelName, r.BatchSize), ""}, r.Throughput/base)
 	}
-	if len(accs) == 0 {
-		return nil
-	}
-	out := make(map[pairKey]float64, len(accs))
-	for k, a := range accs {
-		out[k] = math.Exp(a.sum / float64(a.n))
-	}
-	return out
+	return means.result()
 }
