@@ -124,6 +124,15 @@ func (p *Planner) Plan(ctx context.Context, snap *cluster.Snapshot, ranked []sch
 			}
 		}
 	}
+	// A GPU two jobs share (co-location) is counted once, and its jobs stay where they are:
+	// stopping one of them leaves the GPU held by the other.
+	holders := map[string]int{}
+	for _, a := range snap.Running {
+		for _, id := range a.DeviceIDs {
+			holders[a.NodeID+"\x00"+id]++
+		}
+	}
+	counted := map[string]bool{}
 	held := map[string][]spot{} // running preemptible job -> its GPUs
 	for _, a := range snap.Running {
 		k := a.Namespace + "/" + a.JobID + "/" + a.Group
@@ -134,7 +143,17 @@ func (p *Planner) Plan(ctx context.Context, snap *cluster.Snapshot, ranked []sch
 			delete(running, k)
 			continue
 		}
-		n := len(a.DeviceIDs)
+		n := 0
+		for _, id := range a.DeviceIDs {
+			key := a.NodeID + "\x00" + id
+			if holders[key] > 1 {
+				delete(running, k)
+			}
+			if !counted[key] {
+				counted[key] = true
+				n++
+			}
+		}
 		st.units[u].now -= n
 		held[k] = append(held[k], spot{u, n})
 	}
