@@ -316,7 +316,8 @@ func (e *Engine) snapshot() *cluster.Snapshot {
 		for k, ni := range order {
 			snap.Running = append(snap.Running, cluster.Alloc{ID: fmt.Sprintf("%s-%d", j.ID, k), Namespace: j.Namespace,
 				JobID: j.ID, Group: JobGroup, NodeID: e.nodes[ni].id, DeviceIDs: byNode[ni],
-				GPUType: j.GPUType, StartTime: e.wall(j.segStart), Shared: j.Placement.Shared})
+				GPUType: j.GPUType, StartTime: e.wall(j.segStart), Shared: j.Placement.Shared,
+				Hetgpu: e.clusterJob(j).Hetgpu})
 		}
 	}
 	sort.Slice(snap.Running, func(a, b int) bool { return snap.Running[a].ID < snap.Running[b].ID })

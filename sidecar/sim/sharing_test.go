@@ -97,6 +97,10 @@ func TestSlotsLetTwoJobsShareAGPU(t *testing.T) {
 	if len(snap.Running) != 2 || !snap.Running[0].Shared || !snap.Running[1].Shared {
 		t.Fatalf("running %+v", snap.Running)
 	}
+	// A co-runner's workload and T_min reach the placement (pair predictions, T_min checks).
+	if a := snap.Running[0]; a.JobID != "a" || a.Hetgpu.ModelName != "ResNet-18" || a.Hetgpu.BatchSize != 16 || a.Hetgpu.MinThroughput != 3 {
+		t.Errorf("running allocation a: %+v", a)
+	}
 	e.AdvanceTo(1e9)
 	r := e.Result("pins")
 	if r.Jobs != 2 || r.TMinJobs != 1 {
