@@ -158,8 +158,9 @@ func (m *model) pairRatios(a, b *cluster.Job, typ string) (ra, rb float64, src s
 	m.share.mu.Unlock()
 	if !ok {
 		r = pairPred{m.cfg.SharedEfficiency, m.cfg.SharedEfficiency, "default"}
-		if ra, rb, ok := m.share.pair.PredictPair(a, b, typ); ok && ra > 0 && rb > 0 {
-			r = pairPred{ra, rb, "predicted"}
+		if ra, rb, ok := m.share.pair.PredictPair(a, b, typ); ok {
+			// A ratio of 0 is a measured out-of-memory pair: never formed (pairLoses).
+			r = pairPred{max(ra, 0), max(rb, 0), "predicted"}
 		}
 		m.share.mu.Lock()
 		m.share.pairs[key] = r
@@ -199,7 +200,7 @@ func (m *model) shareFactor(ji int, o *option) (f float64, keep bool) {
 	for _, ai := range co {
 		c := &m.share.coJobs[ai]
 		ra, rb, _ := m.pairRatios(j, c, typ)
-		if ra+rb < 1 {
+		if pairLoses(ra, rb) {
 			return 0, false
 		}
 		if tmin := c.Hetgpu.MinThroughput; m.cfg.HonorMinThroughput && tmin > 0 {
@@ -276,7 +277,7 @@ func (m *model) admitPairs(ds []cluster.Decision) []cluster.Decision {
 				p := &ds[pi]
 				pj := jobOf[p.JobKey()]
 				ra, rb, src := m.pairRatios(ji.j, pj.j, d.GPUType)
-				if ra+rb < 1 || d.PredThroughput*ra < ji.tmin || p.PredThroughput*rb < pj.tmin {
+				if pairLoses(ra, rb) || d.PredThroughput*ra < ji.tmin || p.PredThroughput*rb < pj.tmin {
 					ok = false
 					break
 				}
@@ -327,6 +328,9 @@ func (m *model) pairGain(ji, ii, t int) float64 {
 		if !ok {
 			ra, rb, _ := m.pairRatios(m.jobs[ji].j, &m.share.coJobs[ai], m.types[t])
 			v = ra + rb
+			if pairLoses(ra, rb) {
+				v = 0
+			}
 			m.share.mu.Lock()
 			m.share.gains[key] = v
 			m.share.mu.Unlock()
@@ -368,3 +372,7 @@ func (m *model) colocUnits(ji, t int) []int {
 	sort.SliceStable(out, func(a, b int) bool { return best[out[a]] > best[out[b]] })
 	return out
 }
+
+// pairLoses reports whether a pair is not worth forming: together the two jobs do less than
+// one after the other would, or one of them cannot run at all next to the other.
+func pairLoses(ra, rb float64) bool { return ra <= 0 || rb <= 0 || ra+rb < 1 }

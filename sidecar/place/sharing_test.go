@@ -65,6 +65,7 @@ func TestSlotCoLocationUsesPairPrediction(t *testing.T) {
 	pred := pairTable{prior, map[[2]string][2]float64{
 		{"new", "running"}:    {0.8, 0.7},
 		{"greedy", "running"}: {0.4, 0.5}, // loses more than it gains
+		{"oom", "running"}:    {0, 1.2},   // measured out of memory together
 	}}
 	running := cluster.Alloc{ID: "r", Namespace: "default", JobID: "running", Group: "g", NodeID: "n",
 		DeviceIDs: []string{"GPU-n-0-slot0"}, Hetgpu: cluster.Annotations{ModelName: "running"}}
@@ -79,6 +80,7 @@ func TestSlotCoLocationUsesPairPrediction(t *testing.T) {
 	}{
 		{name: "pair that gains", job: slotJob("a", "new"), wantPlaced: true, wantT: 0.8 * alone},
 		{name: "pair that loses", job: slotJob("a", "greedy")},
+		{name: "pair out of memory", job: slotJob("a", "oom")},
 		{name: "own T_min broken by sharing", job: slotJob("a", "new"), tmin: 0.9 * alone},
 		{name: "co-runner's T_min broken", job: slotJob("a", "new"), coTmin: 0.75 * alone},
 		{name: "no pair prediction: SharedEfficiency", job: slotJob("a", "unknown"), wantPlaced: true, wantT: Default().SharedEfficiency * alone},

@@ -124,8 +124,8 @@ func (p *Planner) Plan(ctx context.Context, snap *cluster.Snapshot, ranked []sch
 			}
 		}
 	}
-	// A GPU two jobs share (co-location) is counted once, and its jobs stay where they are:
-	// stopping one of them leaves the GPU held by the other.
+	// A GPU k jobs share (co-location) counts as k slots, as the device plugin's GPU slots
+	// do: each job holds one, and stopping it frees one for a job that shares.
 	holders := map[string]int{}
 	for _, a := range snap.Running {
 		for _, id := range a.DeviceIDs {
@@ -143,15 +143,13 @@ func (p *Planner) Plan(ctx context.Context, snap *cluster.Snapshot, ranked []sch
 			delete(running, k)
 			continue
 		}
-		n := 0
+		n := len(a.DeviceIDs)
 		for _, id := range a.DeviceIDs {
 			key := a.NodeID + "\x00" + id
-			if holders[key] > 1 {
-				delete(running, k)
-			}
-			if !counted[key] {
+			if h := holders[key]; h > 1 && !counted[key] {
 				counted[key] = true
-				n++
+				st.units[u].virt += h - 1
+				st.units[u].now += h - 1
 			}
 		}
 		st.units[u].now -= n

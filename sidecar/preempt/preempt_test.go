@@ -113,9 +113,9 @@ func TestPlan(t *testing.T) {
 			order:   []string{"new", "old"},
 		},
 		{
-			// Two jobs sharing GPU n1-0 hold one GPU, not two: the other three are free for the
-			// newcomer, and neither sharer is stopped (that would leave the GPU held anyway).
-			name: "a shared GPU counts once and its jobs stay",
+			// Two jobs sharing GPU n1-0 hold its two slots, not two GPUs: the other three are
+			// free for the newcomer, and neither sharer is stopped.
+			name: "a shared GPU counts as slots",
 			build: func() *cluster.Snapshot {
 				s := &cluster.Snapshot{Now: now, Nodes: []cluster.Node{node("n1", "v100", 4)}}
 				running(s, job("a", 1, time.Hour), "n1", "v100", now.Add(-2*time.Hour))

@@ -544,6 +544,9 @@ func (e *Engine) validate(j *JobState, p Placement) (string, int, error) {
 		switch {
 		case s.n == 0:
 		case s.n == 1 && p.Shared && s.holders[0].Placement.Shared:
+			if e.pairOOM(j, s.holders[0], n.gpuType) {
+				return "", 0, fmt.Errorf("job %s cannot share GPU %s with %s: the pair runs out of memory", j.Key, instanceID(n.id, r.Index), s.holders[0].Key)
+			}
 		default:
 			return "", 0, fmt.Errorf("job %s: GPU %s is in use", j.Key, instanceID(n.id, r.Index))
 		}

@@ -84,3 +84,10 @@ func tminMet(j *JobState) bool {
 // allowsSharing reports whether a job may share its GPU: single-GPU jobs on a cluster with
 // slots.
 func (e *Engine) allowsSharing(j *JobState) bool { return e.cfg.Spec.Slots >= 2 && j.GPUs == 1 }
+
+// pairOOM reports whether the throughput table measured a pair as running out of memory
+// together (a throughput of 0 for either job).
+func (e *Engine) pairOOM(a, b *JobState, gpuType string) bool {
+	ra, rb, ok := e.cfg.Throughput.Colocated(gpuType, a.JobType, a.GPUs, b.JobType, b.GPUs)
+	return ok && (ra <= 0 || rb <= 0)
+}
