@@ -481,6 +481,9 @@ type clusterClient struct {
 	Fake []string
 	// Extra is added to the client's agent configuration (e.g. a raw_exec plugin block).
 	Extra string
+	// FakeExtra goes inside the device plugin's fake block (mig blocks), DeviceExtra inside
+	// its config (a sharing block), DriverExtra inside the task driver's config (fake_mig).
+	FakeExtra, DeviceExtra, DriverExtra string
 }
 
 // clusterOpts are a test cluster's options besides its clients: driverExtra goes into the
@@ -564,7 +567,9 @@ plugin "nomad-device-hetgpu" {
     fake {
       gpus = [%[2]s]
       seed = "e2e-%[1]s"
+%[5]s
     }
+%[6]s
   }
 }
 plugin "nomad-driver-hetgpu" {
@@ -575,10 +580,14 @@ plugin "nomad-driver-hetgpu" {
     state_dir       = %[3]q
     cgroup_parent   = "hetgpu-e2e-%[1]s.slice"
     sample_interval = "500ms"
+    mps_pipe_dir    = %[7]q
+    mps_log_dir     = %[8]q
 %[4]s
+%[9]s
   }
 }
-`, cl.Name, fake, filepath.Join(cdir, "driver"), driverExtra),
+`, cl.Name, fake, filepath.Join(cdir, "driver"), driverExtra, cl.FakeExtra, cl.DeviceExtra,
+				filepath.Join(cdir, "mps"), filepath.Join(cdir, "mps-log"), cl.DriverExtra),
 		})
 		c.clients = append(c.clients, a)
 		procs = append(procs, a.proc)

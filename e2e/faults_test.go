@@ -30,17 +30,10 @@ func submitToy(t *testing.T, c *api.Client, bins binaries, id string, steps int,
 // submitToyIn is submitToy in namespace ns ("" for the client's).
 func submitToyIn(t *testing.T, c *api.Client, bins binaries, ns, id string, steps int, stepTime string, meta map[string]string) {
 	t.Helper()
-	src, err := os.ReadFile("../jobspecs/resnet50-train.nomad.hcl")
-	must(t, err)
-	job, err := c.Jobs().ParseHCLOpts(&api.JobsParseRequest{JobHCL: string(src),
-		Variables: fmt.Sprintf("toy_train = %q\n", bins.Toy), Canonicalize: true})
-	must(t, err)
-	job.ID, job.Name = &id, &id
-	job.Meta["hetgpu.steps"] = fmt.Sprint(steps)
+	job := toyJob(t, c, bins, id, steps, stepTime)
 	for k, v := range meta {
 		job.Meta[k] = v
 	}
-	job.TaskGroups[0].Tasks[0].Config["args"] = []any{"-steps", fmt.Sprint(steps), "-step-time", stepTime, "-batch", "64"}
 	var wo *api.WriteOptions
 	if ns != "" {
 		job.Namespace, wo = &ns, &api.WriteOptions{Namespace: ns}
@@ -48,6 +41,21 @@ func submitToyIn(t *testing.T, c *api.Client, bins binaries, ns, id string, step
 	if _, _, err := c.Jobs().Register(job, wo); err != nil {
 		t.Fatalf("register %s: %v", id, err)
 	}
+}
+
+// toyJob parses the resnet50 example as job id with the toy workload doing steps steps of
+// stepTime each.
+func toyJob(t *testing.T, c *api.Client, bins binaries, id string, steps int, stepTime string) *api.Job {
+	t.Helper()
+	src, err := os.ReadFile("../jobspecs/resnet50-train.nomad.hcl")
+	must(t, err)
+	job, err := c.Jobs().ParseHCLOpts(&api.JobsParseRequest{JobHCL: string(src),
+		Variables: fmt.Sprintf("toy_train = %q\n", bins.Toy), Canonicalize: true})
+	must(t, err)
+	job.ID, job.Name = &id, &id
+	job.Meta["hetgpu.steps"] = fmt.Sprint(steps)
+	job.TaskGroups[0].Tasks[0].Config["args"] = []any{"-steps", fmt.Sprint(steps), "-step-time", stepTime, "-batch", "64"}
+	return job
 }
 
 // killToys ends the toy workloads of the cluster's allocations that outlive the test (a

@@ -275,6 +275,12 @@ func (f *Fleet) setInterfaceFuncs() {
 			if g.dev.UUID == uuid {
 				return g.h, nvml.SUCCESS
 			}
+			// NVML finds MIG devices by their UUID too (driver R470 and later).
+			for _, m := range g.migs {
+				if m.uuid == uuid {
+					return m.dev, nvml.SUCCESS
+				}
+			}
 		}
 		return nil, nvml.ERROR_NOT_FOUND
 	}

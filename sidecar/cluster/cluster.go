@@ -246,6 +246,9 @@ type Alloc struct {
 	StartTime time.Time
 	// Shared is true when the job agreed to share its GPUs with another job.
 	Shared bool
+	// Hetgpu holds the job's annotations where the backend knows them (the workload a
+	// co-location prediction needs for a running co-runner).
+	Hetgpu Annotations
 }
 
 // Job is one pending task group waiting for a placement decision.
@@ -410,9 +413,12 @@ type Observation struct {
 	PeakPowerW    float64 `json:"peak_power_w,omitempty"`
 	RuntimeS      float64 `json:"runtime_s"`
 	ExitCode      int     `json:"exit_code"`
-	// CoRunner is the model name of a job that shared the GPU, if any.
-	CoRunner string    `json:"co_runner,omitempty"`
-	Time     time.Time `json:"time"`
+	// CoRunner is the model name of a job that shared the GPU, if any; CoRunnerBatchSize
+	// its batch size and CoRunnerJob its "namespace/job/group" (GPU slots under MPS).
+	CoRunner          string    `json:"co_runner,omitempty"`
+	CoRunnerBatchSize int       `json:"co_runner_batch_size,omitempty"`
+	CoRunnerJob       string    `json:"co_runner_job,omitempty"`
+	Time              time.Time `json:"time"`
 	// Partial marks a run stopped, killed, preempted or failed before it finished: it is
 	// stored, but never learned from and never counted as a finished run.
 	Partial bool `json:"partial,omitempty"`

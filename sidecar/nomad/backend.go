@@ -370,11 +370,11 @@ func (b *Backend) Snapshot(ctx context.Context) (*cluster.Snapshot, error) {
 			continue
 		}
 		ca := cluster.Alloc{ID: a.ID, Namespace: a.Namespace, JobID: a.JobID, Group: a.Group, NodeID: a.NodeID,
-			DeviceIDs: a.deviceIDs(), GPUType: gpuspec.Canonical(a.Devices[0].Name), StartTime: a.Start}
+			DeviceIDs: a.deviceIDs(), GPUType: gpuspec.TypeOf(a.Devices[0].Name), StartTime: a.Start}
 		if jr, ok := b.jobs[jobKey(a.Namespace, a.JobID)]; ok {
 			if tg := findGroup(jr.job, a.Group); tg != nil {
-				if an, err := annot.Parse(jr.job.Meta, tg.Meta, a.Group); err == nil && an.AllowSharing {
-					ca.Shared = true
+				if an, err := annot.Parse(jr.job.Meta, tg.Meta, a.Group); err == nil {
+					ca.Shared, ca.Hetgpu = an.AllowSharing, an
 				}
 			}
 		}

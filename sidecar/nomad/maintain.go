@@ -223,7 +223,7 @@ func (b *Backend) nomadPlacement(ns, id, group string) (service.Placement, bool)
 		}
 		nodes[a.NodeID] = true
 		p.DeviceIDs = append(p.DeviceIDs, a.deviceIDs()...)
-		p.GPUType = gpuspec.Canonical(a.Devices[0].Name)
+		p.GPUType = gpuspec.TypeOf(a.Devices[0].Name)
 	}
 	if len(nodes) == 0 {
 		return p, false

@@ -57,12 +57,19 @@ func (p *PriorPredictor) Predict(job *cluster.Job, gpuType string, gpus int) sch
 	if !ok {
 		return sched.Estimate{Uncertainty: 1, Source: "datasheet-prior"}
 	}
-	return sched.Estimate{
+	e := sched.Estimate{
 		Throughput:  p.SpeedRatio(gpuType) * math.Pow(float64(gpus), p.ScalingExponent),
 		PowerW:      float64(gpus) * s.Power(p.BusyUtil, p.Alpha),
 		Uncertainty: 0.5,
 		Source:      "datasheet-prior",
 	}
+	if share, ok := gpuspec.MIGSpeedShare(gpuType); ok {
+		// A MIG slice: its share of the parent (Lookup gave the parent's datasheet).
+		_, sm, _, _ := gpuspec.MIGShare(gpuType)
+		e.Throughput *= share
+		e.PowerW *= sm
+	}
+	return e
 }
 
 // FIFO is the engine's stand-alone prioritiser: oldest submission first (ties by job key),

@@ -66,6 +66,8 @@ type model struct {
 	unitsOfNode [][]int
 	// shareUnits lists per type the units with GPUs held only by jobs that share.
 	shareUnits [][]int
+	// share indexes co-runners on shared GPUs (sharing.go).
+	share *shareIndex
 }
 
 type nodeInfo struct {
@@ -209,7 +211,7 @@ func newModel(cfg Config, snap *cluster.Snapshot, ranked []sched.Ranked, pred sc
 			g := &n.Devices[gi]
 			typ := g.GPUType
 			if typ == "" {
-				typ = gpuspec.Canonical(g.Name)
+				typ = gpuspec.TypeOf(g.Name)
 			}
 			if typ == "" {
 				typ = g.Name
@@ -321,6 +323,7 @@ func newModel(cfg Config, snap *cluster.Snapshot, ranked []sched.Ranked, pred sc
 			}
 		}
 	}
+	m.initSharing()
 	st.nodeJobs = make([]int, len(m.nodes))
 	for i := range m.nodes {
 		st.nodeJobs[i] = m.nodes[i].allocs0

@@ -203,7 +203,7 @@ func Verify(snap *cluster.Snapshot, decisions []cluster.Decision, cfg Config) er
 			}
 			t := g.GPUType
 			if t == "" {
-				t = gpuspec.Canonical(g.Name)
+				t = gpuspec.TypeOf(g.Name)
 			}
 			if t == "" {
 				t = g.Name

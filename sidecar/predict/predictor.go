@@ -344,6 +344,10 @@ type state struct {
 	powerWl   map[int]float64
 	// powerDirect holds a workload's measured load on a type once trusted.
 	powerDirect map[wgKey]float64
+	// pairs holds observed co-location ratios (coloc_observed.go), mig observed MIG slice
+	// speed shares (mig.go).
+	pairs map[pairKey]float64
+	mig   map[pairKey]float64
 
 	cacheMu sync.RWMutex
 	cache   map[cacheKey]*resolved
@@ -491,6 +495,8 @@ func (p *Predictor) build(recs []Record) *state {
 	for id, s := range offSum {
 		st.powerWl[id] = s / (offN[id] + powerJobPseudo)
 	}
+	st.pairs = p.observedPairs(st, recs)
+	st.mig = p.observedMIG(st, recs)
 	return st
 }
 
@@ -587,6 +593,9 @@ func (p *Predictor) PredictBuilt(job *cluster.Job, gpuType string, gpus int) sch
 }
 
 func (p *Predictor) estimateOn(st *state, k cacheKey, gpuType string, gpus int) sched.Estimate {
+	if mt, ok := gpuspec.MIGType(gpuType); ok {
+		return p.estimateMIG(st, k, mt, gpus)
+	}
 	g := gpuType
 	if _, ok := p.gf[g]; !ok {
 		if g = gpuspec.Canonical(gpuType); g == "" {

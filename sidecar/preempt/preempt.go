@@ -140,6 +140,15 @@ func (p *Planner) Plan(ctx context.Context, snap *cluster.Snapshot, ranked []sch
 			}
 		}
 	}
+	// A GPU k jobs share (co-location) counts as k slots, as the device plugin's GPU slots
+	// do: each job holds one, and stopping it frees one for a job that shares.
+	holders := map[string]int{}
+	for _, a := range snap.Running {
+		for _, id := range a.DeviceIDs {
+			holders[a.NodeID+"\x00"+id]++
+		}
+	}
+	counted := map[string]bool{}
 	held := map[string][]spot{} // running preemptible job -> its GPUs
 	for _, a := range snap.Running {
 		k := a.Key()
@@ -151,6 +160,14 @@ func (p *Planner) Plan(ctx context.Context, snap *cluster.Snapshot, ranked []sch
 			continue
 		}
 		n := len(a.DeviceIDs)
+		for _, id := range a.DeviceIDs {
+			key := a.NodeID + "\x00" + id
+			if h := holders[key]; h > 1 && !counted[key] {
+				counted[key] = true
+				st.units[u].virt += h - 1
+				st.units[u].now += h - 1
+			}
+		}
 		st.units[u].now -= n
 		held[k] = append(held[k], spot{u, n})
 	}

@@ -46,6 +46,15 @@ func (m *memo) Predict(job *cluster.Job, gpuType string, gpus int) sched.Estimat
 	return e
 }
 
+// PredictPair forwards to the wrapped predictor when it predicts pairs (uncached: only
+// co-location options ask, a few per round).
+func (m *memo) PredictPair(a, b *cluster.Job, gpuType string) (float64, float64, bool) {
+	if pp, ok := m.p.(sched.PairPredictor); ok {
+		return pp.PredictPair(a, b, gpuType)
+	}
+	return 0, 0, false
+}
+
 // finite maps NaN and ±Inf (which JSON cannot carry) to 0: a predictor or ranker may produce
 // them for an unknown workload, and one must never keep a round's records from being stored.
 func finite(x float64) float64 {

@@ -130,6 +130,7 @@ type JobState struct {
 	segSteps   float64 // remaining at segment start
 	segEnergy  float64
 	coRunner   string
+	coBatch    int
 	lastType   string
 }
 
@@ -543,6 +544,9 @@ func (e *Engine) validate(j *JobState, p Placement) (string, int, error) {
 		switch {
 		case s.n == 0:
 		case s.n == 1 && p.Shared && s.holders[0].Placement.Shared:
+			if e.pairOOM(j, s.holders[0], n.gpuType) {
+				return "", 0, fmt.Errorf("job %s cannot share GPU %s with %s: the pair runs out of memory", j.Key, instanceID(n.id, r.Index), s.holders[0].Key)
+			}
 		default:
 			return "", 0, fmt.Errorf("job %s: GPU %s is in use", j.Key, instanceID(n.id, r.Index))
 		}
@@ -664,7 +668,7 @@ func (e *Engine) refresh(j *JobState) {
 		}
 		if f < factor {
 			factor = f
-			j.coRunner = other.Model
+			j.coRunner, j.coBatch = other.Model, other.BatchSize
 		}
 	}
 	j.Rate = base * factor
@@ -762,7 +766,7 @@ func (e *Engine) emitObservation(j *JobState) {
 	obs := cluster.Observation{Namespace: j.Namespace, JobID: j.ID, Group: JobGroup, Task: JobGroup,
 		ModelName: j.Model, BatchSize: j.BatchSize, GPUType: j.GPUType, GPUName: n.gpuName, GPUs: j.GPUs,
 		Nodes: j.Nodes, Throughput: steps / dur, EnergyJ: j.energyJ - j.segEnergy,
-		AvgPowerW: (j.energyJ - j.segEnergy) / dur, RuntimeS: dur, CoRunner: j.coRunner,
+		AvgPowerW: (j.energyJ - j.segEnergy) / dur, RuntimeS: dur, CoRunner: j.coRunner, CoRunnerBatchSize: j.coBatch,
 		Time: e.cfg.Epoch.Add(time.Duration(e.now * float64(time.Second)))}
 	if e.batch != nil {
 		*e.batch = append(*e.batch, obs)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/hetgpu/hetgpu/sidecar/gpuspec"
 	"github.com/hetgpu/hetgpu/sidecar/throughput"
 	"github.com/hetgpu/hetgpu/sidecar/trace"
 )
@@ -72,6 +73,10 @@ type Result struct {
 	DecisionP99Ms float64 `json:"decision_p99_ms"`
 	// WallS is how long the simulation took (not deterministic; left out of golden files).
 	WallS float64 `json:"wall_s"`
+	// TMinJobs counts the finished jobs that set a T_min, TMinMet those whose average rate
+	// while running met it.
+	TMinJobs int `json:"tmin_jobs,omitempty"`
+	TMinMet  int `json:"tmin_met,omitempty"`
 
 	// Queues are the per-queue outcomes of a policy run with queues (QueueMeter), and
 	// QueueJain Jain's index over their shares (GPU-hours over weight).
@@ -111,6 +116,12 @@ func (e *Engine) Result(policy string) *Result {
 		r.JobResults = append(r.JobResults, JobResult{ID: j.ID, Namespace: j.Namespace, JobType: j.JobType, GPUs: j.GPUs, ArrivalS: j.ArrivalS,
 			StartS: j.FirstStart, FinishS: j.Finish, JCTS: jct, QueueS: j.FirstStart - j.ArrivalS, IdealS: j.IdealS,
 			GPUType: j.lastType, Preemptions: j.Preemptions, EnergyJ: j.energyJ})
+		if j.MinThroughput > 0 {
+			r.TMinJobs++
+			if tminMet(j) {
+				r.TMinMet++
+			}
+		}
 	}
 	r.Jobs = len(jcts)
 	if r.Jobs > 0 {
@@ -284,6 +295,7 @@ func TraceOptions(tab *throughput.Table, seed uint64) trace.LoadOptions {
 			v, ok := tab.Measured(jt, g, n)
 			return ok && v > 0
 		},
-		JobTypes: trace.DefaultJobTypes(),
+		JobTypes:  trace.DefaultJobTypes(),
+		Shareable: func(jt string) bool { return ShareableJobType(tab, jt, gpuspec.ReferenceGPU) },
 	}
 }

@@ -58,6 +58,9 @@ type Spec struct {
 	Network     Network
 	Power       PowerModel
 	Classes     []NodeClass
+	// Slots is how many single-GPU jobs may share one GPU (sharing.go): 0 or 1 none, 2 two
+	// (":slots=2" after the cluster name).
+	Slots int
 }
 
 // Network describes the links between nodes.
@@ -244,6 +247,18 @@ func (s *Spec) Scale(f float64) (*Spec, error) {
 // LoadSpec resolves --cluster: a bundled name ("modern-mix"), a file path, either optionally
 // followed by ":scale=F" to scale node counts (e.g. "pai-2020:scale=0.05").
 func LoadSpec(ref string) (*Spec, error) {
+	ref, slots, err := cutSlots(ref)
+	if err != nil {
+		return nil, err
+	}
+	s, err := loadSpec(ref)
+	if err != nil {
+		return nil, err
+	}
+	return s.withSlots(slots)
+}
+
+func loadSpec(ref string) (*Spec, error) {
 	name, opts, _ := strings.Cut(ref, ":scale=")
 	var s *Spec
 	var err error
