@@ -49,7 +49,8 @@ func Write(dir string) (Files, error) {
 		Subject:     pkix.Name{CommonName: "hetgpu sidecar"},
 		DNSNames:    []string{"localhost"},
 		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		// clientAuth too: a replica presents its own certificate to another (the HA probe, mTLS).
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 	}
 	if err := ca.issue(server, f.ServerCert, f.ServerKey); err != nil {
 		return f, err
