@@ -7,7 +7,7 @@
 # The API listens on the node's address, so it serves HTTPS and requires tokens (README,
 # Security). Its certificate, key and tokens come from the Nomad variable
 # nomad/jobs/hetgpu-sidecar, which this job's workload identity reads without any policy.
-# Create it once, before the job (README, "Running the sidecar as a Nomad job"):
+# Create it once, before the job (README, "High availability", the secrets variable):
 #
 #   nomad var put nomad/jobs/hetgpu-sidecar \
 #     tls_cert=@sidecar.pem tls_key=@sidecar-key.pem ca=@ca.pem \
