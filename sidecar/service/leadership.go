@@ -104,3 +104,11 @@ func (s *Service) role(h *Health) (standby bool, since time.Time) {
 	}
 	return h.Role != "leader", since
 }
+
+// LastRound is when this replica last ran a round (zero: never); on a standby it is when its
+// queue and decisions stopped being current.
+func (s *Service) LastRound() time.Time {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.lastRound
+}
