@@ -5,8 +5,8 @@ import (
 	"sort"
 	"time"
 
-	"github.com/hetgpu/hetgpu/sidecar/cluster"
-	"github.com/hetgpu/hetgpu/sidecar/gpuspec"
+	"github.com/hetgpu/hetgpu/model/cluster"
+	"github.com/hetgpu/hetgpu/model/gpuspec"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
 	"github.com/hetgpu/hetgpu/sidecar/sim"
 	"github.com/hetgpu/hetgpu/sidecar/throughput"

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/hetgpu/hetgpu/internal/parallel"
-	"github.com/hetgpu/hetgpu/sidecar/gpuspec"
+	"github.com/hetgpu/hetgpu/model/gpuspec"
 	"github.com/hetgpu/hetgpu/sidecar/throughput"
 )
 

@@ -11,7 +11,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/model/cluster"
 )
 
 // DefaultFineTuneLR is the policy learning rate of online fine-tuning: a tenth of training's,

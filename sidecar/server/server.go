@@ -39,7 +39,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/hetgpu/hetgpu/internal/httpjson"
-	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/model/cluster"
 	"github.com/hetgpu/hetgpu/sidecar/dashboard"
 	"github.com/hetgpu/hetgpu/sidecar/explainlink"
 	"github.com/hetgpu/hetgpu/sidecar/service"

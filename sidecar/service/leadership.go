@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/model/cluster"
 )
 
 // Leadership is this replica's part in a group of sidecar replicas (sidecar/ha): only the
