@@ -140,41 +140,19 @@ func ratioTransfer(ix *index, q *workload, observed []Measurement, g string, n i
 	return sy / sw, true
 }
 
-// ColocError predicts every co-located pair of t with that pair (both orders) hidden and
-// returns the normalised MAE of each job's colocated/isolated ratio, the error of always
-// predicting the mean ratio, and the number of pairs.
-func ColocError(t *throughput.Table) (mae, baseline float64, pairs int) {
+// ColocLeaveOneOut predicts every co-located pair of t with that pair (both orders) hidden.
+// For pair i, predicted[2i] and predicted[2i+1] are the two jobs' predicted colocated/isolated
+// throughput ratios and measured[2i], measured[2i+1] the table's.
+func ColocLeaveOneOut(t *throughput.Table) (predicted, measured []float64) {
 	m := newColocModel(t)
-	var all []float64
-	for _, p := range m.pairs {
-		all = append(all, math.Log(p.ra), math.Log(p.rb))
-	}
-	if len(all) == 0 {
-		return 0, 0, 0
-	}
-	avg := math.Exp(meanOf(all))
-	var errs, base []float64
 	for i := range m.pairs {
 		p := &m.pairs[i]
 		ra, rb, _ := m.predict(&p.a, &p.b, p.gpu, func(j int) bool {
 			q := &m.pairs[j]
 			return q.gpu == p.gpu && (q.a.key == p.a.key && q.b.key == p.b.key || q.a.key == p.b.key && q.b.key == p.a.key)
 		})
-		errs = append(errs, relErr(ra, p.ra), relErr(rb, p.rb))
-		base = append(base, relErr(avg, p.ra), relErr(avg, p.rb))
+		predicted = append(predicted, ra, rb)
+		measured = append(measured, p.ra, p.rb)
 	}
-	return meanOf(errs), meanOf(base), len(m.pairs)
-}
-
-func relErr(pred, truth float64) float64 { return math.Abs(pred-truth) / truth }
-
-func meanOf(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	var s float64
-	for _, x := range v {
-		s += x
-	}
-	return s / float64(len(v))
+	return predicted, measured
 }

@@ -355,13 +355,33 @@ func Evaluate(ctx context.Context, t *throughput.Table, opts EvalOptions) (*Eval
 		rep.Within10EntryAfter0 = within(entry0, 0.1)
 		rep.Within10EntryAfter10 = within(entryK, 0.1)
 	}
-	rep.ColocMAE, rep.ColocMAEBaseline, rep.ColocPairs = predict.ColocError(t)
+	rep.ColocMAE, rep.ColocMAEBaseline, rep.ColocPairs = colocError(t)
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("eval: %w", err)
 	}
 	rep.ReferenceLimits = referenceLimits(jobs, feats, byJob, opts.Workers)
 	rep.Seconds = time.Since(start).Seconds()
 	return rep, nil
+}
+
+// colocError is the normalised MAE of every co-located pair's ratios predicted with the pair
+// hidden, the error of always predicting the mean ratio, and the number of pairs.
+func colocError(t *throughput.Table) (mae, baseline float64, pairs int) {
+	pred, meas := predict.ColocLeaveOneOut(t)
+	if len(meas) == 0 {
+		return 0, 0, 0
+	}
+	logs := make([]float64, len(meas))
+	for i, r := range meas {
+		logs[i] = math.Log(r)
+	}
+	avg := math.Exp(mean(logs))
+	var errs, base []float64
+	for i := 0; i < len(meas); i += 2 {
+		errs = append(errs, relErr(pred[i], meas[i]), relErr(pred[i+1], meas[i+1]))
+		base = append(base, relErr(avg, meas[i]), relErr(avg, meas[i+1]))
+	}
+	return mean(errs), mean(base), len(meas) / 2
 }
 
 func relErr(pred, truth float64) float64 { return math.Abs(pred-truth) / truth }
