@@ -1,3 +1,7 @@
+// Package ppo trains the prioritiser's policy (sidecar/rank): PPO with a Plackett-Luce
+// ranking head, imitation of a teacher, checkpoints and resume, guarded online fine-tuning
+// and learning-curve plots. The runtime ranker only loads a policy and scores; this package
+// is what `hetgpu train` and the sidecar's opt-in online tuner run.
 package ppo
 
 import (
