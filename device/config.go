@@ -20,6 +20,8 @@ type Config struct {
 	FingerprintPeriod time.Duration `msgpack:"fingerprint_period"`
 	// Fake makes the node pose as a GPU mix without GPUs (device/fake).
 	Fake *FakeConfig `msgpack:"fake"`
+	// Sharing exposes chosen GPUs as MPS slots (sharing.go).
+	Sharing *SharingConfig `msgpack:"sharing"`
 }
 
 // FakeConfig is the `fake { ... }` block.
@@ -66,6 +68,10 @@ func ConfigSchema() *hclspec.Spec {
 		"enabled":            plugin.AttrDefault("enabled", "bool", "true"),
 		"ignored_gpu_ids":    plugin.AttrDefault("ignored_gpu_ids", "list(string)", "[]"),
 		"fingerprint_period": plugin.AttrDefault("fingerprint_period", "string", `"1m"`),
+		"sharing": plugin.Block("sharing", false, plugin.Object(map[string]*hclspec.Spec{
+			"gpus":  plugin.Attr("gpus", "list(string)", true),
+			"slots": plugin.AttrDefault("slots", "number", "2"),
+		})),
 		"fake": plugin.Block("fake", false, plugin.Object(map[string]*hclspec.Spec{
 			"gpus":           plugin.Attr("gpus", "list(string)", true),
 			"seed":           plugin.AttrDefault("seed", "string", `""`),
@@ -99,6 +105,11 @@ func ParseConfig(data []byte) (Config, error) {
 	for i, id := range cfg.IgnoredGPUIDs {
 		if id == "" {
 			return Config{}, fmt.Errorf("config field \"ignored_gpu_ids[%d]\": got an empty string, want a GPU or MIG UUID", i)
+		}
+	}
+	if cfg.Sharing != nil {
+		if err := cfg.Sharing.validate(); err != nil {
+			return Config{}, err
 		}
 	}
 	if cfg.Fake != nil {

@@ -36,6 +36,8 @@ type instance struct {
 	topo     topology
 	// fault is set when a query that must work failed (e.g. ERROR_GPU_IS_LOST).
 	fault string
+	// slot is set on a shared GPU's slot (sharing.go); parent is then the GPU.
+	slot *slotInfo
 }
 
 // inventory is one enumeration of the node.
@@ -242,7 +244,11 @@ func (inv *inventory) groups(health func(*instance) string) ([]*device.DeviceGro
 	for _, d := range devs {
 		g, ok := byName[d.name]
 		if !ok {
-			g = &device.DeviceGroup{Vendor: Vendor, DeviceType: DeviceType, DeviceName: d.name, Attributes: d.attrs}
+			typ := DeviceType
+			if d.slot != nil {
+				typ = SlotDeviceType
+			}
+			g = &device.DeviceGroup{Vendor: Vendor, DeviceType: typ, DeviceName: d.name, Attributes: d.attrs}
 			byName[d.name] = g
 			names = append(names, d.name)
 		}

@@ -22,6 +22,7 @@ type monitor struct {
 	period  time.Duration
 	ignored map[string]bool
 	enabled bool
+	sharing *SharingConfig
 
 	mu       sync.Mutex
 	inv      *inventory
@@ -42,7 +43,7 @@ func newMonitor(lib nvml.Interface, cfg Config, logger hclog.Logger) *monitor {
 	for _, id := range cfg.IgnoredGPUIDs {
 		ignored[id] = true
 	}
-	return &monitor{logger: logger, lib: lib, period: cfg.FingerprintPeriod, ignored: ignored, enabled: cfg.Enabled,
+	return &monitor{logger: logger, lib: lib, period: cfg.FingerprintPeriod, ignored: ignored, enabled: cfg.Enabled, sharing: cfg.Sharing,
 		xids: map[xidKey]string{}, changed: make(chan struct{}), wake: make(chan struct{}, 1)}
 }
 
@@ -122,6 +123,7 @@ func (m *monitor) refresh(ctx context.Context) error {
 		return err
 	}
 	probeHealth(inv)
+	applySharing(inv, m.sharing)
 	m.publish(inv)
 	m.ensureWatcher(ctx, inv)
 	return nil

@@ -29,6 +29,7 @@ func reserve(inv *inventory, ids []string, exists func(string) bool) (*device.Co
 		return &device.ContainerReservation{}, nil
 	}
 	var unknown []string
+	var devs []*instance
 	nodes := map[string]bool{}
 	for _, id := range ids {
 		d := inv.lookup(id)
@@ -36,6 +37,7 @@ func reserve(inv *inventory, ids []string, exists func(string) bool) (*device.Co
 			unknown = append(unknown, id)
 			continue
 		}
+		devs = append(devs, d)
 		if d.minor >= 0 {
 			nodes[fmt.Sprintf("/dev/nvidia%d", d.minor)] = true
 		}
@@ -44,10 +46,17 @@ func reserve(inv *inventory, ids []string, exists func(string) bool) (*device.Co
 		return nil, fmt.Errorf("unknown device IDs %s: not in the latest fingerprint (known: %s)",
 			strings.Join(unknown, ", "), strings.Join(inv.ids(), ", "))
 	}
+	shared, err := splitSlots(devs)
+	if err != nil {
+		return nil, err
+	}
 	res := &device.ContainerReservation{Envs: map[string]string{
 		EnvNvidiaVisibleDevices: strings.Join(ids, ","),
 		EnvCUDAVisibleDevices:   strings.Join(ids, ","),
 	}}
+	if shared {
+		res.Envs = slotEnvs(devs)
+	}
 	paths := controlDevices()
 	var gpuNodes []string
 	for p := range nodes {

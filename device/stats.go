@@ -91,7 +91,11 @@ func collectStats(inv *inventory, now time.Time) *device.StatsResponse {
 	for _, d := range devs {
 		g, ok := byName[d.name]
 		if !ok {
-			g = &device.DeviceGroupStats{Vendor: Vendor, Type: DeviceType, Name: d.name, InstanceStats: map[string]*device.DeviceStats{}}
+			typ := DeviceType
+			if d.slot != nil {
+				typ = SlotDeviceType
+			}
+			g = &device.DeviceGroupStats{Vendor: Vendor, Type: typ, Name: d.name, InstanceStats: map[string]*device.DeviceStats{}}
 			byName[d.name] = g
 			resp.Groups = append(resp.Groups, g)
 		}

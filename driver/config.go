@@ -42,8 +42,11 @@ type PluginConfig struct {
 	// Fake lists the GPU mix the fake backend poses as, in the device plugin's syntax, and
 	// FakeSeed its UUID seed: both must match the device plugin's fake block so the UUIDs
 	// Nomad hands the task are found (the device plugin's seed defaults to the host name).
-	Fake           []string      `msgpack:"fake_gpus"`
-	FakeSeed       string        `msgpack:"fake_seed"`
+	Fake     []string `msgpack:"fake_gpus"`
+	FakeSeed string   `msgpack:"fake_seed"`
+	// FakeMIG puts fake GPUs in MIG mode as the device plugin's mig blocks do:
+	// "<gpu index>=<profile>,<profile>" (e.g. "0=3g.20gb,3g.20gb").
+	FakeMIG        []string      `msgpack:"fake_mig"`
 	SampleInterval time.Duration `msgpack:"sample_interval"`
 	CgroupParent   string        `msgpack:"cgroup_parent"`
 	MPSPipeDir     string        `msgpack:"mps_pipe_dir"`
@@ -89,6 +92,7 @@ func pluginConfigSpec() *hclspec.Spec {
 		"state_dir":         plugin.AttrDefault("state_dir", "string", `""`),
 		"nvml":              plugin.AttrDefault("nvml", "string", `"auto"`),
 		"fake_gpus":         plugin.AttrDefault("fake_gpus", "list(string)", `[]`),
+		"fake_mig":          plugin.AttrDefault("fake_mig", "list(string)", `[]`),
 		"fake_seed":         plugin.AttrDefault("fake_seed", "string", `""`),
 		"sample_interval":   plugin.AttrDefault("sample_interval", "string", `"1s"`),
 		"cgroup_parent":     plugin.AttrDefault("cgroup_parent", "string", `"hetgpu.slice"`),
@@ -112,6 +116,9 @@ func decodePluginConfig(data []byte, stateDir string) (PluginConfig, error) {
 	}
 	if c.NVML == nvmlFake && len(c.Fake) == 0 {
 		return c, fmt.Errorf(`config field "fake_gpus": empty, but nvml = "fake" needs a GPU mix such as ["2x a100", "1x t4"]`)
+	}
+	if _, err := ParseFakeMIG(c.FakeMIG); err != nil {
+		return c, err
 	}
 	if c.SampleInterval < 100*time.Millisecond || c.SampleInterval > time.Minute {
 		return c, fmt.Errorf(`config field "sample_interval": got %v, want between 100ms and 1m`, c.SampleInterval)

@@ -53,7 +53,7 @@ type Options struct {
 	// FakeNVML builds the backend for nvml = "fake" from fake_gpus and fake_seed; nil makes
 	// that mode an error. The binary wires in the device plugin's fake backend. A backend
 	// that also implements LoadSimulator has the task's GPUs marked busy while it runs.
-	FakeNVML func(gpus []string, seed string) (nvml.Interface, error)
+	FakeNVML func(gpus []string, seed string, mig map[int][]string) (nvml.Interface, error)
 	// ShimExe and ShimArgs start the shim: default this executable with [shim.Command].
 	ShimExe  string
 	ShimArgs []string
@@ -186,6 +186,9 @@ func (d *Driver) configure(cfg PluginConfig) error {
 	if rep != nil {
 		go rep.Run(d.ctx)
 	}
+	if d.gpu.slots != nil {
+		go d.gpu.slots.supervise(d.ctx, mpsSuperviseInterval)
+	}
 	d.logger.Info("configured", "state_dir", cfg.StateDir, "sidecar", cfg.SidecarAddr, "sidecar_service", cfg.SidecarService, "nvml", d.gpu.describe())
 	return nil
 }
@@ -245,6 +248,8 @@ type gpuBackend struct {
 	version   string // NVIDIA driver version
 	mps       bool
 	mpsReason string
+	// slots runs the per-GPU MPS daemons of slot tasks (nil: MPS unavailable, see mpsReason).
+	slots *mpsManager
 }
 
 func (g *gpuBackend) describe() string {
@@ -266,7 +271,8 @@ func openGPUBackend(cfg PluginConfig, opts Options, logger hclog.Logger) *gpuBac
 			g.reason = "this build has no fake NVML backend"
 			break
 		}
-		lib, err := opts.FakeNVML(cfg.Fake, cfg.FakeSeed)
+		mig, _ := ParseFakeMIG(cfg.FakeMIG) // validated with the config
+		lib, err := opts.FakeNVML(cfg.Fake, cfg.FakeSeed, mig)
 		if err != nil {
 			g.reason = fmt.Sprintf("fake_gpus: %v", err)
 			break
@@ -292,15 +298,18 @@ func openGPUBackend(cfg PluginConfig, opts Options, logger hclog.Logger) *gpuBac
 	if v, ret := safeSystemString(g.lib.SystemGetDriverVersion); ret == nvml.SUCCESS {
 		g.version = v
 	}
+	mpsLog := logger.Named("mps")
 	switch {
 	case g.mode == nvmlFake || g.mode == "injected":
 		// Fake GPUs: MPS is simulated (the environment is set, no daemon is started).
 		g.mps = true
+		g.slots = newMPSManager(mpsLog, cfg.MPSPipeDir, cfg.MPSLogDir, fakeMPS{})
 	default:
-		if _, err := exec.LookPath("nvidia-cuda-mps-control"); err != nil {
+		if exe, err := exec.LookPath("nvidia-cuda-mps-control"); err != nil {
 			g.mpsReason = "nvidia-cuda-mps-control not in PATH"
 		} else {
 			g.mps = true
+			g.slots = newMPSManager(mpsLog, cfg.MPSPipeDir, cfg.MPSLogDir, realMPS{exe: exe})
 		}
 	}
 	return g
@@ -548,7 +557,15 @@ func (d *Driver) StartTask(ctx context.Context, req *drivers.StartTaskRequest) (
 		}
 	}
 
-	if s := tc.Sharing; s != nil && s.MPS {
+	mpsGPU, mpsEvent, err := attachSlots(g, cfg, env)
+	if err != nil {
+		return nil, err
+	}
+	if mpsGPU != "" {
+		undo = append(undo, func() { g.slots.Detach(mpsGPU, cfg.GetId()) })
+		events = append(events, mpsEvent)
+	}
+	if s := tc.Sharing; s != nil && s.MPS && mpsGPU == "" {
 		if !g.mps {
 			return nil, unrecoverable(fmt.Errorf(`task config field "sharing.mps": true, but MPS is not available on this node (%s)`, g.mpsReason))
 		}
@@ -615,7 +632,7 @@ func (d *Driver) StartTask(ctx context.Context, req *drivers.StartTaskRequest) (
 	// The shim dir must survive from here on: the task runs.
 	success = true
 
-	st := &driverState{Shim: *sh, Config: *tc, GPUs: gpuIDs, MetricsFile: metricsFile, StartedAt: sh.StartedAt}
+	st := &driverState{Shim: *sh, Config: *tc, GPUs: gpuIDs, MetricsFile: metricsFile, StartedAt: sh.StartedAt, MPSGPU: mpsGPU}
 	blob, err := encodeDriverState(st)
 	if err != nil {
 		_ = sh.Kill()
@@ -643,9 +660,19 @@ func (d *Driver) newHandle(cfg *drivers.TaskConfig, st *driverState, sh *shim.Ha
 	d.mu.Lock()
 	g := d.gpu
 	d.mu.Unlock()
+	sampler := telemetry.NewSampler(gpus)
+	if st.MPSGPU != "" && g != nil && g.slots != nil {
+		mgr, gpu, id := g.slots, st.MPSGPU, cfg.GetId()
+		sampler.SetShare(func(uuid string) (float64, bool) {
+			if uuid != gpu {
+				return 1, false
+			}
+			return energyShare(mgr.Clients(gpu), id)
+		})
+	}
 	return &taskHandle{
 		d: d, gpu: g, logger: logger, cfg: cfg, st: st, shim: sh, ann: parseAnnotations(cfg.GetEnv()),
-		gpus: gpus, sampler: telemetry.NewSampler(gpus), tail: telemetry.NewTail(st.MetricsFile),
+		gpus: gpus, sampler: sampler, tail: telemetry.NewTail(st.MetricsFile),
 		progress: telemetry.NewProgress(st.StartedAt), state: drivers.TaskState_RUNNING,
 		done: make(chan struct{}), monitorDone: make(chan struct{}),
 	}
@@ -871,6 +898,12 @@ func (d *Driver) RecoverTask(_ context.Context, req *drivers.RecoverTaskRequest)
 		if gpus, err = telemetry.ResolveGPUs(g.lib, strings.Join(st.GPUs, ",")); err != nil {
 			logger.Warn("task GPUs not found in NVML after restart; no GPU telemetry", "error", err)
 			gpus = nil
+		}
+	}
+	if st.MPSGPU != "" && g.slots != nil {
+		// Registers the client again and restarts the GPU's daemon if it went with the driver.
+		if _, err := g.slots.Attach(st.MPSGPU, slotClient(cfg)); err != nil {
+			logger.Warn("MPS daemon of the task's GPU not restored", "gpu", st.MPSGPU, "error", err)
 		}
 	}
 	h := d.newHandle(cfg, st, &sh, gpus, logger)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/hetgpu/hetgpu/driver/shim"
 	"github.com/hetgpu/hetgpu/driver/telemetry"
+	"github.com/hetgpu/hetgpu/internal/mpsshare"
 	"github.com/hetgpu/hetgpu/plugin/proto/drivers"
 	"github.com/hetgpu/hetgpu/sidecar/cluster"
 	"github.com/hetgpu/hetgpu/sidecar/gpuspec"
@@ -61,6 +62,8 @@ type taskHandle struct {
 	lastReported   float64
 	lastReportedAt time.Time
 	summary        telemetry.Summary
+	// coSeen holds the MPS co-runners seen on the task's GPU, by task ID (slot tasks).
+	coSeen map[string]mpsshare.Client
 
 	// deferredEvent is sent deferredEventDelay after the monitor starts (or before the
 	// finish event, whichever comes first).
@@ -176,6 +179,7 @@ func (h *taskHandle) monitor(ctx context.Context, interval time.Duration) {
 			h.finish(w.st, w.err)
 			return
 		case now := <-tick.C:
+			h.coRunners()
 			h.pollMetrics(now)
 			h.milestone(now)
 			if n%checkpointEvery == 0 {
@@ -259,7 +263,10 @@ func (h *taskHandle) finish(st *shim.State, waitErr error) {
 		}
 	}
 	h.restorePowerLimits()
-	h.gpu.setLoad(h.gpus, 0)
+	coRunners := h.coRunners()
+	if h.st.MPSGPU == "" || len(coRunners) == 0 {
+		h.gpu.setLoad(h.gpus, 0) // a shared GPU stays busy while co-runners remain
+	}
 	sum := h.sampler.Summary()
 	h.mu.Lock()
 	h.state = drivers.TaskState_EXITED
@@ -284,6 +291,9 @@ func (h *taskHandle) finish(st *shim.State, waitErr error) {
 	}
 	h.event(msg, ann)
 	h.report(res, completed, tp, sum)
+	if h.st.MPSGPU != "" && h.gpu.slots != nil {
+		h.gpu.slots.Detach(h.st.MPSGPU, h.cfg.GetId())
+	}
 	_ = os.Remove(filepath.Join(h.dir(), checkpointFile))
 	close(h.done)
 }
@@ -354,11 +364,12 @@ func (h *taskHandle) observation(res *drivers.ExitResult, completed time.Time, t
 		}
 		sort.SliceStable(names, func(i, j int) bool { return counts[names[i]] > counts[names[j]] })
 		obs.GPUName = names[0]
-		obs.GPUType = gpuspec.Canonical(names[0])
+		obs.GPUType = gpuspec.TypeOf(names[0]) // a MIG slice reports its slice type
 	}
 	if sum.EnergySource != telemetry.SourceNone {
 		obs.EnergyJ, obs.AvgPowerW, obs.PeakPowerW = sum.EnergyJ, sum.AvgPowerW, sum.PeakPowerW
 	}
+	h.setCoRunner(&obs)
 	return obs
 }
 

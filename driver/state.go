@@ -28,6 +28,8 @@ type driverState struct {
 	GPUs        []string    `json:"gpus,omitempty"`
 	MetricsFile string      `json:"metrics_file"`
 	StartedAt   time.Time   `json:"started_at"`
+	// MPSGPU is the GPU whose MPS daemon the task is a client of (slot tasks only).
+	MPSGPU string `json:"mps_gpu,omitempty"`
 }
 
 func encodeDriverState(s *driverState) ([]byte, error) {

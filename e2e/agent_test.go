@@ -479,7 +479,23 @@ type clusterClient struct {
 	Name string
 	// Fake is the device plugin's fake GPU mix, e.g. ["4x T4"].
 	Fake []string
+	// Extra is added to the client's agent configuration (e.g. a raw_exec plugin block).
+	Extra string
+	// FakeExtra goes inside the device plugin's fake block (mig blocks), DeviceExtra inside
+	// its config (a sharing block), DriverExtra inside the task driver's config (fake_mig).
+	FakeExtra, DeviceExtra, DriverExtra string
 }
+
+// clusterOpts are a test cluster's options besides its clients: driverExtra goes into the
+// hetgpu driver's plugin config, serverExtra inside the server block; ACL enables Nomad's
+// ACL system on every agent and bootstraps it (the cluster's API client then carries the
+// management token, ManagementToken).
+type clusterOpts struct {
+	DriverExtra, ServerExtra string
+	ACL                      bool
+}
+
+const aclEnabled = "acl {\n  enabled = true\n}\n"
 
 // cluster is one Nomad server and its clients.
 type cluster struct {
@@ -487,6 +503,8 @@ type cluster struct {
 	clients []*agent
 	// dir holds the agents' directories (data dirs, allocations, logs).
 	dir string
+	// ManagementToken is the bootstrap token of a cluster with ACLs.
+	ManagementToken string
 }
 
 // startCluster starts a server and the clients with the hetgpu device plugin (fake backend)
@@ -500,18 +518,38 @@ func startCluster(t *testing.T, nomadBin string, bins binaries, clients []cluste
 // startClusterWith is startCluster with serverExtra inside the server block.
 func startClusterWith(t *testing.T, nomadBin string, bins binaries, clients []clusterClient, driverExtra, serverExtra string) *cluster {
 	t.Helper()
+	return startClusterOpts(t, nomadBin, bins, clients, clusterOpts{DriverExtra: driverExtra, ServerExtra: serverExtra})
+}
+
+// startClusterOpts is startCluster with options.
+func startClusterOpts(t *testing.T, nomadBin string, bins binaries, clients []clusterClient, o clusterOpts) *cluster {
+	t.Helper()
 	skipUnlessLinux(t)
+	driverExtra, serverExtra, agentExtra := o.DriverExtra, o.ServerExtra, ""
+	if o.ACL {
+		agentExtra = aclEnabled
+	}
 	dir := agentDir(t, "hetgpu-cluster-e2e-")
 	srvDir := filepath.Join(dir, "server")
 	rpcPort := freePort(t)
 	c := &cluster{dir: dir, agent: startAgent(t, nomadBin, srvDir, "nomad-server", agentConfig{
 		Name: "hetgpu-e2e-server", DataDir: filepath.Join(srvDir, "data"), LogLevel: "INFO",
-		HTTP: freePort(t), RPC: rpcPort, Serf: freePort(t), Server: true, ServerExtra: serverExtra,
+		HTTP: freePort(t), RPC: rpcPort, Serf: freePort(t), Server: true, ServerExtra: serverExtra, Extra: agentExtra,
 	})}
 	waitFor(t, 60*time.Second, "the Nomad server to elect itself leader", func() bool {
 		l, err := c.API.Status().Leader()
 		return err == nil && l != ""
 	})
+	if o.ACL {
+		var tok *api.ACLToken
+		waitFor(t, 30*time.Second, "the ACL bootstrap", func() bool {
+			var err error
+			tok, _, err = c.API.ACLTokens().Bootstrap(nil)
+			return err == nil
+		})
+		c.ManagementToken = tok.SecretID
+		c.API.SetSecretID(tok.SecretID)
+	}
 	procs := []*proc{c.proc}
 	for _, cl := range clients {
 		cdir := filepath.Join(dir, cl.Name)
@@ -522,14 +560,16 @@ func startClusterWith(t *testing.T, nomadBin string, bins binaries, clients []cl
 			Name: "hetgpu-e2e-" + cl.Name, DataDir: filepath.Join(cdir, "data"), PluginDir: plugins, LogLevel: "INFO",
 			HTTP: freePort(t), Client: true, Servers: []string{fmt.Sprintf("127.0.0.1:%d", rpcPort)},
 			ClientExtra: fmt.Sprintf("  cgroup_parent = \"nomad-e2e-%[1]s\"\n  node_class    = %[1]q\n", cl.Name),
-			Extra: fmt.Sprintf(`
+			Extra: agentExtra + cl.Extra + fmt.Sprintf(`
 plugin "nomad-device-hetgpu" {
   config {
     fingerprint_period = "5s"
     fake {
       gpus = [%[2]s]
       seed = "e2e-%[1]s"
+%[5]s
     }
+%[6]s
   }
 }
 plugin "nomad-driver-hetgpu" {
@@ -540,10 +580,14 @@ plugin "nomad-driver-hetgpu" {
     state_dir       = %[3]q
     cgroup_parent   = "hetgpu-e2e-%[1]s.slice"
     sample_interval = "500ms"
+    mps_pipe_dir    = %[7]q
+    mps_log_dir     = %[8]q
 %[4]s
+%[9]s
   }
 }
-`, cl.Name, fake, filepath.Join(cdir, "driver"), driverExtra),
+`, cl.Name, fake, filepath.Join(cdir, "driver"), driverExtra, cl.FakeExtra, cl.DeviceExtra,
+				filepath.Join(cdir, "mps"), filepath.Join(cdir, "mps-log"), cl.DriverExtra),
 		})
 		c.clients = append(c.clients, a)
 		procs = append(procs, a.proc)

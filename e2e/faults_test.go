@@ -24,6 +24,29 @@ const fastHeartbeats = "  heartbeat_grace   = \"2s\"\n  min_heartbeat_ttl = \"2s
 // of stepTime each; meta is merged into the job's meta.
 func submitToy(t *testing.T, c *api.Client, bins binaries, id string, steps int, stepTime string, meta map[string]string) {
 	t.Helper()
+	submitToyIn(t, c, bins, "", id, steps, stepTime, meta)
+}
+
+// submitToyIn is submitToy in namespace ns ("" for the client's).
+func submitToyIn(t *testing.T, c *api.Client, bins binaries, ns, id string, steps int, stepTime string, meta map[string]string) {
+	t.Helper()
+	job := toyJob(t, c, bins, id, steps, stepTime)
+	for k, v := range meta {
+		job.Meta[k] = v
+	}
+	var wo *api.WriteOptions
+	if ns != "" {
+		job.Namespace, wo = &ns, &api.WriteOptions{Namespace: ns}
+	}
+	if _, _, err := c.Jobs().Register(job, wo); err != nil {
+		t.Fatalf("register %s: %v", id, err)
+	}
+}
+
+// toyJob parses the resnet50 example as job id with the toy workload doing steps steps of
+// stepTime each.
+func toyJob(t *testing.T, c *api.Client, bins binaries, id string, steps int, stepTime string) *api.Job {
+	t.Helper()
 	src, err := os.ReadFile("../jobspecs/resnet50-train.nomad.hcl")
 	must(t, err)
 	job, err := c.Jobs().ParseHCLOpts(&api.JobsParseRequest{JobHCL: string(src),
@@ -31,24 +54,22 @@ func submitToy(t *testing.T, c *api.Client, bins binaries, id string, steps int,
 	must(t, err)
 	job.ID, job.Name = &id, &id
 	job.Meta["hetgpu.steps"] = fmt.Sprint(steps)
-	for k, v := range meta {
-		job.Meta[k] = v
-	}
 	job.TaskGroups[0].Tasks[0].Config["args"] = []any{"-steps", fmt.Sprint(steps), "-step-time", stepTime, "-batch", "64"}
-	if _, _, err := c.Jobs().Register(job, nil); err != nil {
-		t.Fatalf("register %s: %v", id, err)
-	}
+	return job
 }
 
 // killToys ends the toy workloads of the cluster's allocations that outlive the test (a
 // client killed with SIGKILL does not stop its tasks); a task's working directory lies in its
 // allocation directory under the cluster's, so other tests' workloads are left alone.
-func killToys(t *testing.T, c *cluster, bins binaries) {
+func killToys(t *testing.T, c *cluster, bins binaries) { killTasks(t, c, bins.Toy) }
+
+// killTasks ends, with the test, the processes of executable exe whose working directory lies
+// in the cluster's directory (tasks a stopped client leaves running).
+func killTasks(t *testing.T, c *cluster, exe string) {
 	t.Cleanup(func() {
 		procs, _ := filepath.Glob("/proc/[0-9]*/exe")
 		for _, p := range procs {
-			exe, err := os.Readlink(p)
-			if err != nil || exe != bins.Toy {
+			if x, err := os.Readlink(p); err != nil || x != exe {
 				continue
 			}
 			cwd, err := os.Readlink(filepath.Join(filepath.Dir(p), "cwd"))

@@ -13,9 +13,28 @@ ORIG="highs_${VERSION}.orig.tar.xz"
 step() { printf '==> highs: %s\n' "$*" >&2; }
 die() { printf 'highs: step "%s" failed: %s\n' "$1" "$2" >&2; exit 1; }
 
+# Plain `go build` and `go test` (without the GNUmakefile's PKG_CONFIG_PATH) find HiGHS through
+# pkg-config's default path, so register the prefix's highs.pc in the first folder of it under
+# /usr/local that we may write, with an rpath so programs find the library at run time too.
+# internal/highslink adds .deps/highs/lib to the rpath of our own programs either way.
+register() {
+  local pc="$PREFIX/lib/pkgconfig/highs.pc" d
+  [ -f "$pc" ] || return 0
+  env -u PKG_CONFIG_PATH pkg-config --exists highs && return 0
+  for d in $(env -u PKG_CONFIG_PATH pkg-config --variable pc_path pkg-config | tr : ' '); do
+    case $d in /usr/local/*) ;; *) continue ;; esac
+    if mkdir -p "$d" 2>/dev/null && [ -w "$d" ]; then
+      sed -E 's|^Libs:(.*)$|Libs: -Wl,-rpath,${libdir}\1|' "$pc" >"$d/highs.pc"
+      step "registered $pc as $d/highs.pc: plain go build and go test find HiGHS"
+      return 0
+    fi
+  done
+  step "pkg-config's default path is not writable: plain go build and go test need PKG_CONFIG_PATH=$PREFIX/lib/pkgconfig (make sets it)"
+}
+
 export PKG_CONFIG_PATH="$PREFIX/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
 if pkg-config --exists highs; then
-  step "found $(pkg-config --modversion highs) ($(pkg-config --variable=prefix highs)); nothing to do"
+  register
   exit 0
 fi
 
@@ -90,3 +109,5 @@ cmake --install "$WORK/build" >"$WORK/install.log" 2>&1 ||
   { tail -20 "$WORK/install.log" >&2; die "cmake install" "see the log above"; }
 pkg-config --exists highs || die "pkg-config" "installed, but $PREFIX/lib/pkgconfig/highs.pc is missing"
 step "installed HiGHS $(pkg-config --modversion highs) into $PREFIX"
+register
+

@@ -28,7 +28,7 @@ import (
 )
 
 // DefaultPowerAlpha is the exponent of the power curve when Spec.PowerAlpha is 0.
-const DefaultPowerAlpha = 0.7
+const DefaultPowerAlpha = gpuspec.PowerAlpha
 
 // Spec describes a fake node.
 type Spec struct {
@@ -274,6 +274,12 @@ func (f *Fleet) setInterfaceFuncs() {
 		for _, g := range f.gpus {
 			if g.dev.UUID == uuid {
 				return g.h, nvml.SUCCESS
+			}
+			// NVML finds MIG devices by their UUID too (driver R470 and later).
+			for _, m := range g.migs {
+				if m.uuid == uuid {
+					return m.dev, nvml.SUCCESS
+				}
 			}
 		}
 		return nil, nvml.ERROR_NOT_FOUND

@@ -224,6 +224,10 @@ func TestMIG(t *testing.T) {
 			t.Errorf("MIG uuid %q", uuid)
 		}
 		names = append(names, name)
+		// The task driver resolves NVIDIA_VISIBLE_DEVICES = <MIG UUID> like real NVML does.
+		if byUUID, r := f.DeviceGetHandleByUUID(uuid); r != nvml.SUCCESS || byUUID != m {
+			t.Errorf("DeviceGetHandleByUUID(%s) = %v, %v, want the MIG device", uuid, byUUID, r)
+		}
 	}
 	want := "NVIDIA A100-SXM4-40GB MIG 3g.20gb,NVIDIA A100-SXM4-40GB MIG 2g.10gb,NVIDIA A100-SXM4-40GB MIG 1g.5gb"
 	if strings.Join(names, ",") != want {

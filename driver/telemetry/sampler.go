@@ -148,9 +148,24 @@ type gpuState struct {
 	PowerOK bool      `json:"power_ok"`
 	UtilSum float64   `json:"util_sum"`
 	UtilN   int       `json:"util_n"`
+	// Shared is set once the GPU had other tasks during a sample: from then on the task's
+	// energy is SharedJ, its share of each interval's energy (see Sampler.SetShare).
+	Shared  bool    `json:"shared,omitempty"`
+	SharedJ float64 `json:"shared_j,omitempty"`
+}
+
+// totalJ is the GPU's energy since the first sample, whoever used it.
+func (g *gpuState) totalJ() float64 {
+	if g.HasCounter {
+		return g.CounterBaseJ + float64(g.CounterLast-g.CounterStart)/1000
+	}
+	return g.IntegratedJ
 }
 
 func (g *gpuState) energyJ() float64 {
+	if g.Shared {
+		return g.SharedJ
+	}
 	if g.HasCounter {
 		return g.CounterBaseJ + float64(g.CounterLast-g.CounterStart)/1000
 	}
@@ -168,6 +183,17 @@ type Sampler struct {
 	sumW   float64
 	nPower int
 	n      int
+	// share, when set, gives the task's fraction of a GPU's energy for the interval ending
+	// at a sample; ok false means the GPU is the task's alone.
+	share func(uuid string) (frac float64, ok bool)
+}
+
+// SetShare attributes the energy of GPUs shared with other tasks: each sampling interval's
+// energy of a GPU (counter or integrated power) is multiplied by share's fraction for it.
+func (s *Sampler) SetShare(share func(uuid string) (float64, bool)) {
+	s.mu.Lock()
+	s.share = share
+	s.mu.Unlock()
 }
 
 // NewSampler samples gpus (from ResolveGPUs).
@@ -209,9 +235,17 @@ func (s *Sampler) Sample(t time.Time) {
 	}
 	s.n++
 	s.last = t
+	fracs := make([]float64, len(s.gpus))
+	shared := make([]bool, len(s.gpus))
+	if s.share != nil {
+		for i, g := range s.gpus {
+			fracs[i], shared[i] = s.share(g.UUID)
+		}
+	}
 	total, anyPower := 0.0, false
 	for i := range s.gpus {
 		g, r := &s.state[i], rs[i]
+		before := g.totalJ()
 		// The first reading decides: a GPU either has a counter for the whole run or not.
 		if !g.Seen && r.counterOK {
 			g.HasCounter, g.CounterStart, g.CounterLast = true, r.counter, r.counter
@@ -231,12 +265,27 @@ func (s *Sampler) Sample(t time.Time) {
 				g.IntegratedJ += (g.LastPowerW + r.powerW) / 2 * t.Sub(g.LastT).Seconds()
 			}
 			g.LastPowerW, g.LastT, g.PowerOK = r.powerW, t, true
-			total += r.powerW
+			if shared[i] {
+				total += r.powerW * fracs[i]
+			} else {
+				total += r.powerW
+			}
 			anyPower = true
 		}
 		if r.utilOK {
 			g.UtilSum += r.util
 			g.UtilN++
+		}
+		delta := g.totalJ() - before
+		switch {
+		case shared[i]:
+			if !g.Shared {
+				// Energy before the GPU was first shared was the task's alone.
+				g.Shared, g.SharedJ = true, before
+			}
+			g.SharedJ += delta * fracs[i]
+		case g.Shared:
+			g.SharedJ += delta
 		}
 	}
 	if anyPower {

@@ -80,16 +80,19 @@ type SpecDevice struct {
 	Range       hcl.Range
 }
 
-// IsGPU reports whether a device request name ("gpu", "nvidia/gpu", "nvidia/gpu/Tesla T4")
-// asks for GPUs.
+// SlotType is the device type of a GPU slot (a share of a GPU under MPS, from the hetgpu
+// device plugin's sharing block).
+const SlotType = "gpu-slot"
+
+// IsGPU reports whether a device request name ("gpu", "nvidia/gpu", "nvidia/gpu/Tesla T4",
+// "nvidia/gpu-slot") asks for GPUs or GPU slots.
 func IsGPU(name string) bool {
 	parts := strings.SplitN(name, "/", 3)
-	switch len(parts) {
-	case 1:
-		return parts[0] == "gpu"
-	default:
-		return parts[1] == "gpu"
+	t := parts[0]
+	if len(parts) > 1 {
+		t = parts[1]
 	}
+	return t == "gpu" || t == SlotType
 }
 
 // ReadJobspec reads and parses a jobspec file.

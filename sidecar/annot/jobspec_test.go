@@ -318,7 +318,8 @@ job "b" {}`, "exactly one job"},
 }
 
 func TestIsGPU(t *testing.T) {
-	for name, want := range map[string]bool{"gpu": true, "nvidia/gpu": true, "nvidia/gpu/Tesla T4": true, "fpga": false, "xilinx/fpga": false} {
+	for name, want := range map[string]bool{"gpu": true, "nvidia/gpu": true, "nvidia/gpu/Tesla T4": true, "fpga": false, "xilinx/fpga": false,
+		"gpu-slot": true, "nvidia/gpu-slot": true, "nvidia/gpu-slot/Tesla T4 shared 0": true, "nvidia/gpus": false} {
 		if IsGPU(name) != want {
 			t.Errorf("IsGPU(%q) = %v", name, !want)
 		}

@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
@@ -17,6 +20,7 @@ import (
 	"github.com/hetgpu/hetgpu/sidecar/policies"
 	"github.com/hetgpu/hetgpu/sidecar/predict"
 	"github.com/hetgpu/hetgpu/sidecar/preempt"
+	"github.com/hetgpu/hetgpu/sidecar/queue"
 	"github.com/hetgpu/hetgpu/sidecar/rank"
 	"github.com/hetgpu/hetgpu/sidecar/rank/ppo"
 	"github.com/hetgpu/hetgpu/sidecar/rank/rlsim"
@@ -39,6 +43,8 @@ type Sidecar struct {
 	Store   *store.Store
 	// Addr is the API's bound address once Run is listening.
 	Addr chan string
+	// repl is the replica's election and shared state (ha block); nil for one replica.
+	repl *replication
 }
 
 // Stages builds the production pipeline stages: the ranker (sidecar/rank; see
@@ -150,6 +156,11 @@ func StagesWithRanker(c *Config, stateDir string, log hclog.Logger) (service.Sta
 	if enabled {
 		if stages.Preemptor, err = preempt.New(pc); err != nil {
 			return st, nil, err
+		}
+	}
+	if c.QueueConfig.Enabled() {
+		if stages.Queues, err = queue.New(c.QueueConfig); err != nil {
+			return st, nil, fmt.Errorf("queues: %w", err)
 		}
 	}
 	return stages, rs, nil
@@ -312,7 +323,10 @@ func fileExists(path string) bool {
 // NomadClient builds the API client: Nomad's environment variables (NOMAD_ADDR, NOMAD_TOKEN,
 // NOMAD_NAMESPACE, NOMAD_REGION, NOMAD_CACERT, NOMAD_CAPATH, NOMAD_CLIENT_CERT,
 // NOMAD_CLIENT_KEY, NOMAD_TLS_SERVER_NAME, NOMAD_SKIP_VERIFY), overridden by the nomad block.
-func NomadClient(n *NomadConfig) (*api.Client, string, error) {
+func NomadClient(n *NomadConfig) (*api.Client, string, error) { return nomadClient(n, 0) }
+
+// nomadClient is NomadClient with a bound on each request (0: none).
+func nomadClient(n *NomadConfig, timeout time.Duration) (*api.Client, string, error) {
 	cfg := api.DefaultConfig()
 	if n.Address != "" {
 		cfg.Address = n.Address
@@ -354,7 +368,15 @@ func NomadClient(n *NomadConfig) (*api.Client, string, error) {
 		if err != nil {
 			return nil, "", fmt.Errorf("nomad client for %s: %w", cfg.Address, err)
 		}
+		hc.Timeout = timeout
 		cfg.HttpClient = hc
+	} else if timeout > 0 {
+		// The Task API socket (workload identity), with the bound.
+		path := strings.TrimPrefix(strings.TrimPrefix(cfg.Address, "unix://"), "unix:")
+		cfg.HttpClient = &http.Client{Timeout: timeout, Transport: &http.Transport{
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				return (&net.Dialer{}).DialContext(ctx, "unix", path)
+			}}}
 	}
 	c, err := api.NewClient(cfg)
 	if err != nil {
@@ -401,10 +423,17 @@ func New(c *Config, logOut io.Writer) (*Sidecar, error) {
 	}
 	policyRef := ranker.Status().Policy
 	// The dashboard reads the policy in use from the store; online tuning may change it.
+	var repl *replication
+	if c.HA.Enabled {
+		if repl, err = newReplication(c, st, filepath.Join(stateDir, TunedPolicyFile), stages, ranker, log); err != nil {
+			return fail(err)
+		}
+	}
 	ranker.OnChange(func(rs service.RankerStatus) {
 		if err := st.SetPolicyCheckpoint(rs.Policy); err != nil {
 			log.Warn("recording the ranking policy failed", "policy", rs.Policy, "error", err)
 		}
+		repl.policyAdopted()
 	})
 	// One untimed synthetic round, so the first real round does not pay for heap growth and
 	// HiGHS's first solves.
@@ -434,7 +463,8 @@ func New(c *Config, logOut io.Writer) (*Sidecar, error) {
 			return fail(err)
 		}
 		b, err := nomad.New(nomad.Config{Client: client, Namespace: ns, Logger: log, ExplainBaseURL: public, SignExplain: signQuery(links), Shadow: c.Shadow,
-			SampleDeviceStats: boolOr(c.Nomad.SampleDeviceStats, true), Topology: boolOr(c.Nomad.Topology, true), ResyncEvery: c.ResyncD})
+			SampleDeviceStats: boolOr(c.Nomad.SampleDeviceStats, true), Topology: boolOr(c.Nomad.Topology, true), ResyncEvery: c.ResyncD,
+			Fence: repl.fence()})
 		if err != nil {
 			return fail(err)
 		}
@@ -449,17 +479,20 @@ func New(c *Config, logOut io.Writer) (*Sidecar, error) {
 		}
 		backend = b
 	}
-	svc, err := service.New(service.Config{Reconcile: c.ReconcileD, Debounce: c.DebounceD, Shadow: c.Shadow,
+	scfg := service.Config{Reconcile: c.ReconcileD, Debounce: c.DebounceD, Shadow: c.Shadow,
 		BackendName: backendName, Logger: log, TuneEvery: c.Ranker.TuneEveryD, GangReserveAfter: c.Gang.ReserveAfterD,
-		Ranker: ranker.Status}, backend, stages, st)
+		Ranker: ranker.Status}
+	repl.configure(&scfg)
+	svc, err := service.New(scfg, backend, stages, st)
 	if err != nil {
 		return fail(err)
 	}
-	scfg := c.serverConfig()
-	scfg.Logger, scfg.NomadURL, scfg.Links = log, nomadURL, links
-	srv := server.New(scfg, svc)
+	repl.setService(svc)
+	apiCfg := c.serverConfig()
+	apiCfg.Logger, apiCfg.NomadURL, apiCfg.Links = log, nomadURL, links
+	srv := server.New(apiCfg, svc)
 	log.Info("sidecar assembled", "backend", backendName, "state", st.Path(), "policy", policyRef, "placement", c.Placement.Preset)
-	return &Sidecar{Config: c, Log: log, Backend: backend, Service: svc, Server: srv, Store: st, Addr: make(chan string, 1)}, nil
+	return &Sidecar{Config: c, Log: log, Backend: backend, Service: svc, Server: srv, Store: st, Addr: make(chan string, 1), repl: repl}, nil
 }
 
 func boolOr(p *bool, def bool) bool {
@@ -474,6 +507,14 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	defer s.Store.Close()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if s.repl != nil {
+		// The election ends (releasing the lock) before the store closes.
+		done := s.repl.start(ctx)
+		defer func() {
+			cancel()
+			<-done
+		}()
+	}
 	errc := make(chan error, 2)
 	go func() {
 		errc <- s.Server.Serve(ctx, func(addr string) { s.Addr <- addr })

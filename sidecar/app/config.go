@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/hcl/v2/hclparse"
 
 	"github.com/hetgpu/hetgpu/sidecar/preempt"
+	"github.com/hetgpu/hetgpu/sidecar/queue"
 	"github.com/hetgpu/hetgpu/sidecar/server"
 	"github.com/hetgpu/hetgpu/sidecar/store"
 )
@@ -81,6 +82,17 @@ import (
 //	gang {
 //	  reserve_after = "30m"    # a gang waiting this long reserves GPUs (backfill around it); "0" never
 //	}
+//	ha { enabled = false  ... }  # replicas with one leader on Nomad Variables (HAConfig)
+//	queues { half_life = "168h" }   # usage decay for fair share (sidecar/queue)
+//	queue "research" { guarantee = 24 }   # a parent: its children list the namespaces
+//	queue "team-a" {                # namespaces not listed go to queue "default"
+//	  namespaces        = ["team-a"]
+//	  weight            = 2         # fair-share weight (default 1)
+//	  guarantee         = 16        # GPUs it may reclaim from borrowers
+//	  guarantee_by_type = { a100 = 8 }
+//	  max               = 64        # most GPUs it holds (0: no maximum)
+//	  parent            = "research"
+//	}
 type Config struct {
 	Listen    string `hcl:"listen,optional"`
 	PublicURL string `hcl:"public_url,optional"`
@@ -110,9 +122,14 @@ type Config struct {
 	Ranker    *RankerConfig    `hcl:"ranker,block"`
 	Predictor *PredictorConfig `hcl:"predictor,block"`
 	Gang      *GangConfig      `hcl:"gang,block"`
+	HA        *HAConfig        `hcl:"ha,block"`
+	Queues    []queue.Spec     `hcl:"queue,block"`
+	QueueSet  *queue.Settings  `hcl:"queues,block"`
 
 	// Parsed values (no hcl tag: gohcl ignores untagged fields).
 	ReconcileD, DebounceD, ResyncD, ExplainLinkTTLD time.Duration
+	// QueueConfig is the queue and queues blocks, checked (no queue: not Enabled).
+	QueueConfig queue.Config
 	// File is where the configuration came from ("" for defaults).
 	File string
 }
@@ -350,10 +367,13 @@ func (c *Config) finish() error {
 	if c.Gang.ReserveAfterD, err = duration(c.Gang.ReserveAfter, DefaultReserveAfter); err != nil || c.Gang.ReserveAfterD < 0 {
 		return bad("gang.reserve_after", c.Gang.ReserveAfter, "a non-negative duration, e.g. \"30m\" (\"0\" never reserves)")
 	}
+	if err := c.finishQueues(); err != nil {
+		return err
+	}
 	if c.StateDir == "" {
 		c.StateDir = filepath.Dir(store.DefaultPath())
 	}
-	return nil
+	return c.finishHA(bad)
 }
 
 func duration(s string, def time.Duration) (time.Duration, error) {

@@ -39,7 +39,7 @@ type Preemption struct {
 }
 
 // JobKey returns the Key of the preempted job.
-func (p *Preemption) JobKey() string { return p.Namespace + "/" + p.JobID + "/" + p.Group }
+func (p *Preemption) JobKey() string { return GroupKey(p.Namespace, p.JobID, p.Group) }
 
 // Snapshot is the state of the cluster at one instant.
 type Snapshot struct {
@@ -53,6 +53,101 @@ type Snapshot struct {
 	// hetgpu.preemptible; every job in the simulator), with their attained GPU time and, as
 	// EstRuntime, the estimated time they still need. Their GPUs are in Running.
 	Preemptible []Job
+	// Caps are this round's limits on the GPUs groups of namespaces hold (queue maxima and
+	// the reserves of queue guarantees, see sidecar/queue); every placement path honours
+	// them. Nil without queues.
+	Caps []GPUCap
+	// Tenancy, set by the queue stage, says which preemptible running groups hold GPUs within
+	// their queue's guarantee: a preemption may stop those only for a job of the same queue
+	// (or to move them to faster GPUs). Nil without queues.
+	Tenancy *Tenancy
+}
+
+// Tenancy maps namespaces to queues and names the running groups within their queue's
+// guarantee.
+type Tenancy struct {
+	// Queue is the queue of each namespace a queue lists; others are in DefaultQueue.
+	Queue        map[string]string
+	DefaultQueue string
+	// Guaranteed holds the job keys ("namespace/id/group") of preemptible running groups that
+	// hold GPUs within their queue's guarantee.
+	Guaranteed map[string]bool
+	// Owed are the queues below their guarantee with pending work it admits, and the GPUs
+	// they are owed: they may reclaim borrowed GPUs from jobs younger than the planner's
+	// minimum run time.
+	Owed map[string]int
+}
+
+// QueueOf is the queue of a namespace.
+func (t *Tenancy) QueueOf(ns string) string {
+	if q, ok := t.Queue[ns]; ok {
+		return q
+	}
+	return t.DefaultQueue
+}
+
+// GPUCap limits the GPUs that the jobs of some namespaces hold together, running plus newly
+// placed: a queue's maximum (Namespaces are its own), or the reserve of a queue under its
+// guarantee (Except: every namespace but the queue's may use only what the queue leaves).
+type GPUCap struct {
+	// Name says what the cap is, for wait reasons: "queue team-a".
+	Name       string
+	Namespaces []string
+	Except     bool
+	// GPUType, when set, counts only GPUs of that type (a guarantee by type).
+	GPUType string
+	GPUs    int
+	// Reason is the wait reason of a job the cap holds back.
+	Reason string
+}
+
+// Covers reports whether the cap counts jobs of namespace ns.
+func (c *GPUCap) Covers(ns string) bool {
+	in := false
+	for _, n := range c.Namespaces {
+		if n == ns {
+			in = true
+			break
+		}
+	}
+	return in != c.Except
+}
+
+// Held counts the GPUs the cap counts among the snapshot's running allocations and the
+// decisions ds.
+func (c *GPUCap) Held(snap *Snapshot, ds []Decision) int {
+	n := 0
+	for _, a := range snap.Running {
+		if c.Covers(a.Namespace) && (c.GPUType == "" || a.GPUType == c.GPUType) {
+			n += len(a.DeviceIDs)
+		}
+	}
+	for i := range ds {
+		if c.Covers(ds[i].Namespace) && (c.GPUType == "" || ds[i].GPUType == c.GPUType) {
+			n += ds[i].GPUs()
+		}
+	}
+	return n
+}
+
+// CapWait is the wait reason of a pending job that some cap of the snapshot keeps out, with
+// the decisions ds counted as placed: the first cap covering the job whose room is less than
+// the job's GPUs; "" when none does. A cap of one GPU type keeps a job out only when no other
+// type could take it, so it is not named.
+func CapWait(snap *Snapshot, j *Job, ds []Decision) string {
+	for i := range snap.Caps {
+		c := &snap.Caps[i]
+		if !c.Covers(j.Namespace) || c.GPUType != "" {
+			continue
+		}
+		if used := c.Held(snap, ds); used+j.GPUs > c.GPUs {
+			if c.Reason != "" {
+				return c.Reason
+			}
+			return fmt.Sprintf("%s allows %d GPUs and holds %d", c.Name, c.GPUs, used)
+		}
+	}
+	return ""
 }
 
 // Node is one client node and its devices.
@@ -151,6 +246,9 @@ type Alloc struct {
 	StartTime time.Time
 	// Shared is true when the job agreed to share its GPUs with another job.
 	Shared bool
+	// Hetgpu holds the job's annotations where the backend knows them (the workload a
+	// co-location prediction needs for a running co-runner).
+	Hetgpu Annotations
 }
 
 // Job is one pending task group waiting for a placement decision.
@@ -182,7 +280,7 @@ type Job struct {
 }
 
 // Key identifies a job across rounds: "namespace/id/group".
-func (j *Job) Key() string { return j.Namespace + "/" + j.ID + "/" + j.Group }
+func (j *Job) Key() string { return GroupKey(j.Namespace, j.ID, j.Group) }
 
 // MaxNodes is the distribution degree D_j: how many nodes the job may span (>= 1).
 func (j *Job) MaxNodes() int {
@@ -264,7 +362,7 @@ type Decision struct {
 }
 
 // JobKey returns the Key of the decided job.
-func (d *Decision) JobKey() string { return d.Namespace + "/" + d.JobID + "/" + d.Group }
+func (d *Decision) JobKey() string { return GroupKey(d.Namespace, d.JobID, d.Group) }
 
 // GPUs is the number of instances the decision uses.
 func (d *Decision) GPUs() int {
@@ -315,9 +413,12 @@ type Observation struct {
 	PeakPowerW    float64 `json:"peak_power_w,omitempty"`
 	RuntimeS      float64 `json:"runtime_s"`
 	ExitCode      int     `json:"exit_code"`
-	// CoRunner is the model name of a job that shared the GPU, if any.
-	CoRunner string    `json:"co_runner,omitempty"`
-	Time     time.Time `json:"time"`
+	// CoRunner is the model name of a job that shared the GPU, if any; CoRunnerBatchSize
+	// its batch size and CoRunnerJob its "namespace/job/group" (GPU slots under MPS).
+	CoRunner          string    `json:"co_runner,omitempty"`
+	CoRunnerBatchSize int       `json:"co_runner_batch_size,omitempty"`
+	CoRunnerJob       string    `json:"co_runner_job,omitempty"`
+	Time              time.Time `json:"time"`
 	// Partial marks a run stopped, killed, preempted or failed before it finished: it is
 	// stored, but never learned from and never counted as a finished run.
 	Partial bool `json:"partial,omitempty"`

@@ -603,18 +603,18 @@ func (sc semverConstraint) Check(v *version.Version) bool {
 
 // MatchesRequest reports whether a device group serves a job's device name: "<type>",
 // "<vendor>/<type>" or "<vendor>/<type>/<name>" (Nomad's RequestedDevice.ID().Matches, where
-// empty parts are wildcards). An empty name matches nothing.
+// empty parts are wildcards). An empty name matches nothing. Every stage that matches a
+// request against devices uses it (the ranker once per group and job each round, so it does not
+// allocate).
 func MatchesRequest(name string, g *cluster.DeviceGroup) bool {
 	if name == "" {
 		return false
 	}
-	parts := strings.SplitN(name, "/", 3)
-	switch len(parts) {
-	case 1:
-		return parts[0] == g.Type
-	case 2:
-		return (parts[0] == "" || parts[0] == g.Vendor) && (parts[1] == "" || parts[1] == g.Type)
+	vendor, rest, ok := strings.Cut(name, "/")
+	if !ok {
+		return name == g.Type
 	}
-	return (parts[0] == "" || parts[0] == g.Vendor) && (parts[1] == "" || parts[1] == g.Type) &&
-		(parts[2] == "" || parts[2] == g.Name)
+	typ, model, hasModel := strings.Cut(rest, "/")
+	return (vendor == "" || vendor == g.Vendor) && (typ == "" || typ == g.Type) &&
+		(!hasModel || model == "" || model == g.Name)
 }

@@ -267,6 +267,7 @@ func TestMatchesRequest(t *testing.T) {
 	}{
 		{"gpu", true}, {"nvidia/gpu", true}, {"nvidia/gpu/Tesla T4", true}, {"nvidia/gpu/Tesla V100", false},
 		{"amd/gpu", false}, {"fpga", false}, {"", false}, {"/gpu", true}, {"nvidia//Tesla T4", true},
+		{"nvidia/gpu/", true}, {"nvidia/fpga/Tesla T4", false}, {"nvidia/gpu/Tesla T4/x", false},
 	} {
 		if got := MatchesRequest(tt.name, g); got != tt.want {
 			t.Errorf("MatchesRequest(%q) = %t, want %t", tt.name, got, tt.want)

@@ -122,26 +122,16 @@ func (j *Job) PinsInstances() bool { return len(j.instanceIDs) > 0 }
 
 // NodeAffinity is Nomad's normalised node affinity score in [-1, 1]: the sum of matched
 // weights over the sum of absolute weights; 0 without affinities.
-func (j *Job) NodeAffinity(n *cluster.Node) float64 {
-	var sum, tot float64
-	for _, a := range j.NodeAff {
-		tot += math.Abs(a.w)
-		if a.c.Check(n) {
-			sum += a.w
-		}
-	}
-	if tot == 0 {
-		return 0
-	}
-	return sum / tot
-}
+func (j *Job) NodeAffinity(n *cluster.Node) float64 { return affinity(j.NodeAff, n) }
 
 // DeviceAffinity is the same score for a device group.
-func (j *Job) DeviceAffinity(g *cluster.DeviceGroup) float64 {
+func (j *Job) DeviceAffinity(g *cluster.DeviceGroup) float64 { return affinity(j.DeviceAff, g) }
+
+func affinity[C interface{ Check(X) bool }, X any](affs []weighted[C], x X) float64 {
 	var sum, tot float64
-	for _, a := range j.DeviceAff {
+	for _, a := range affs {
 		tot += math.Abs(a.w)
-		if a.c.Check(g) {
+		if a.c.Check(x) {
 			sum += a.w
 		}
 	}

@@ -187,7 +187,7 @@ type PredictionLookup func(o *cluster.Observation) (thr, powerW float64, ok bool
 // DecisionLookup is the PredictionLookup over the store's latest decisions.
 func DecisionLookup(st *store.Store) PredictionLookup {
 	return func(o *cluster.Observation) (float64, float64, bool) {
-		r, ok := st.Latest(o.Namespace + "/" + o.JobID + "/" + o.Group)
+		r, ok := st.Latest(o.Key())
 		if !ok || r.Decision == nil || r.Decision.GPUType != o.GPUType || r.Decision.GPUs() != o.GPUs || r.Decision.PredThroughput <= 0 {
 			return 0, 0, false
 		}
@@ -214,7 +214,7 @@ func BuildLearning(obs []store.ObservationRecord, lookup PredictionLookup, polic
 		if !ok {
 			continue
 		}
-		p := LearnPoint{Time: o.Time, JobKey: o.Namespace + "/" + o.JobID + "/" + o.Group, GPUType: o.GPUType, GPUs: o.GPUs,
+		p := LearnPoint{Time: o.Time, JobKey: o.Key(), GPUType: o.GPUType, GPUs: o.GPUs,
 			Source: r.Source, PredThroughput: thr, Throughput: o.Throughput, PredPowerW: pw, ThrErr: -1, PowerErr: -1}
 		p.PowerW = o.AvgPowerW
 		if p.PowerW == 0 && o.EnergyJ > 0 && o.RuntimeS > 0 {

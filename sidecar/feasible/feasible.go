@@ -171,8 +171,8 @@ func GPUType(g *cluster.DeviceGroup) string {
 	switch {
 	case g.GPUType != "":
 		return g.GPUType
-	case gpuspec.Canonical(g.Name) != "":
-		return gpuspec.Canonical(g.Name)
+	case gpuspec.TypeOf(g.Name) != "":
+		return gpuspec.TypeOf(g.Name)
 	}
 	return g.Name
 }

@@ -140,7 +140,7 @@ func (t *Table) Types() []string {
 func (t *Table) Specs() []Spec { return append([]Spec(nil), t.specs...) }
 
 // Power models a GPU's draw at a utilisation in [0, 1]: idle + (TDP - idle) * util^alpha.
-// alpha < 1 reflects that power rises fast at low load; 0.7 is our documented default.
+// alpha < 1 reflects that power rises fast at low load; PowerAlpha (0.7) is the default.
 func (s Spec) Power(util, alpha float64) float64 {
 	if util <= 0 {
 		return s.IdleW

@@ -66,6 +66,10 @@ type Config struct {
 	// to a client).
 	Parallel      int
 	StatsParallel int
+	// Fence, when set (sidecar/ha), is checked before every batch of job writes (pins,
+	// preemptions, re-holds): a replica that lost the leader lock writes nothing more. Nil:
+	// one replica, always allowed.
+	Fence cluster.Fence
 }
 
 // Backend implements cluster.Cluster and service.Backend on Nomad.
@@ -165,9 +169,9 @@ func New(cfg Config) (*Backend, error) {
 	}, nil
 }
 
-func jobKey(ns, id string) string { return ns + "/" + id }
+func jobKey(ns, id string) string { return cluster.JobKey(ns, id) }
 
-func groupKey(ns, id, group string) string { return ns + "/" + id + "/" + group }
+func groupKey(ns, id, group string) string { return cluster.GroupKey(ns, id, group) }
 
 // holdsDevices reports whether an allocation still has its devices: until its client reports
 // it ended, a stopping allocation (desired stop, e.g. a preempted one) still runs its task.
@@ -366,11 +370,11 @@ func (b *Backend) Snapshot(ctx context.Context) (*cluster.Snapshot, error) {
 			continue
 		}
 		ca := cluster.Alloc{ID: a.ID, Namespace: a.Namespace, JobID: a.JobID, Group: a.Group, NodeID: a.NodeID,
-			DeviceIDs: a.deviceIDs(), GPUType: gpuspec.Canonical(a.Devices[0].Name), StartTime: a.Start}
+			DeviceIDs: a.deviceIDs(), GPUType: gpuspec.TypeOf(a.Devices[0].Name), StartTime: a.Start}
 		if jr, ok := b.jobs[jobKey(a.Namespace, a.JobID)]; ok {
 			if tg := findGroup(jr.job, a.Group); tg != nil {
-				if an, err := annot.Parse(jr.job.Meta, tg.Meta, a.Group); err == nil && an.AllowSharing {
-					ca.Shared = true
+				if an, err := annot.Parse(jr.job.Meta, tg.Meta, a.Group); err == nil {
+					ca.Shared, ca.Hetgpu = an.AllowSharing, an
 				}
 			}
 		}
@@ -479,44 +483,6 @@ func (b *Backend) preemptible(jobKeys []string, running []cluster.Alloc, now tim
 }
 
 var _ cluster.Preempter = (*Backend)(nil)
-
-// Preempt re-holds each group (Nomad then stops its allocations); a group whose job does not
-// carry hetgpu.preemptible = true is refused, whatever the caller asks.
-func (b *Backend) Preempt(ctx context.Context, ps []cluster.Preemption) ([]cluster.PinResult, error) {
-	out := make([]cluster.PinResult, 0, len(ps))
-	for _, p := range ps {
-		res := cluster.PinResult{JobKey: p.JobKey()}
-		b.mu.Lock()
-		jr, ok := b.jobs[jobKey(p.Namespace, p.JobID)]
-		var a cluster.Annotations
-		var err error
-		if ok {
-			tg := findGroup(jr.job, p.Group)
-			if tg == nil {
-				ok = false
-			} else {
-				a, err = annot.Parse(jr.job.Meta, tg.Meta, p.Group)
-			}
-		}
-		b.mu.Unlock()
-		switch {
-		case !ok:
-			res.Err = fmt.Errorf("preempt %s: %w", p.JobKey(), service.ErrJobGone)
-		case err != nil || !a.Preemptible:
-			res.Err = fmt.Errorf("preempt %s: the group is not annotated %s = true", p.JobKey(), annot.KeyPreemptible)
-		default:
-			r := b.rehold(ctx, fault{ns: p.Namespace, id: p.JobID, group: p.Group, reason: "preempted: " + p.Reason})
-			res.Applied, res.Err = r.Applied, r.Err
-			if r.Applied {
-				// A batch job's running allocations survive a job update: stop them. Their
-				// replacements meet the hold and wait for hetgpu.
-				res.Err = b.stopGroup(ctx, p.Namespace, p.JobID, p.Group)
-			}
-		}
-		out = append(out, res)
-	}
-	return out, nil
-}
 
 // deviceHolders maps every GPU instance to the allocations that still hold it, once per Pin
 // call (each pin checks its GPUs against it instead of walking every allocation). Callers
@@ -632,6 +598,9 @@ var ErrJobGone = service.ErrJobGone
 // Pin re-registers each decided job with its pins, enforcing the JobModifyIndex of the
 // snapshot the decision was made on.
 func (b *Backend) Pin(ctx context.Context, decisions []cluster.Decision) ([]cluster.PinResult, error) {
+	if err := cluster.FenceHeld(ctx, b.cfg.Fence); err != nil {
+		return nil, fmt.Errorf("pin: %w", err)
+	}
 	type jobPins struct {
 		ns, id string
 		ds     []cluster.Decision

@@ -51,12 +51,16 @@ func convertNode(n *api.Node, topo map[string]topology) cluster.Node {
 				Type:       d.Type,
 				Name:       d.Name,
 				Attributes: map[string]cluster.Attribute{},
-				GPUType:    gpuspec.Canonical(d.Name),
+				GPUType:    gpuspec.TypeOf(d.Name), // a MIG slice is a type of its own
 			}
 			for k, a := range d.Attributes {
 				if a != nil {
 					g.Attributes[k] = convertAttr(a)
 				}
+			}
+			if pm, ok := g.Attributes["parent_model"]; ok && pm.String != nil && d.Type == annot.SlotType {
+				// A GPU slot performs as a share of its parent GPU's type.
+				g.GPUType = gpuspec.Canonical(*pm.String)
 			}
 			if v, ok := g.Attributes["nvlink_links"]; ok && v.Int != nil && *v.Int > 0 {
 				nvlink = true

@@ -29,6 +29,12 @@ func (b *Backend) Maintain(ctx context.Context) (*service.Maintenance, error) {
 		b.sampleEnergy(ctx)
 	}
 	faults, invalid, placed := b.scan()
+	if len(faults)+len(invalid) > 0 {
+		if err := cluster.FenceHeld(ctx, b.cfg.Fence); err != nil {
+			// Not the leader (any more): the leader re-holds; nothing is written here.
+			faults, invalid = nil, nil
+		}
+	}
 	for _, f := range faults {
 		m.Reheld = append(m.Reheld, b.rehold(ctx, f))
 	}
@@ -217,7 +223,7 @@ func (b *Backend) nomadPlacement(ns, id, group string) (service.Placement, bool)
 		}
 		nodes[a.NodeID] = true
 		p.DeviceIDs = append(p.DeviceIDs, a.deviceIDs()...)
-		p.GPUType = gpuspec.Canonical(a.Devices[0].Name)
+		p.GPUType = gpuspec.TypeOf(a.Devices[0].Name)
 	}
 	if len(nodes) == 0 {
 		return p, false
@@ -248,20 +254,9 @@ func (b *Backend) rehold(ctx context.Context, f fault) service.Rehold {
 		r.Err = err
 		return r
 	}
-	wq := (&api.WriteOptions{Namespace: f.ns}).WithContext(ctx)
-	resp, _, err := b.c.Jobs().RegisterOpts(job, &api.RegisterOptions{EnforceIndex: true, ModifyIndex: deref(job.JobModifyIndex, 0), PreserveCounts: true}, wq)
-	if err != nil {
-		r.Err = fmt.Errorf("re-hold %s: register: %w", key, err)
+	if err := b.registerHeld(ctx, job, "hetgpu re-held "+f.group+": "+truncate(f.reason, 150)); err != nil {
+		r.Err = fmt.Errorf("re-hold %s: %w", key, err)
 		return r
-	}
-	job.JobModifyIndex = &resp.JobModifyIndex
-	mi := resp.JobModifyIndex
-	job.ModifyIndex = &mi
-	v := deref(job.Version, 0) + 1
-	job.Version = &v
-	b.storeJob(job)
-	if _, err := b.c.Jobs().TagVersion(f.id, v, fmt.Sprintf("hetgpu-rehold-%d", resp.JobModifyIndex), "hetgpu re-held "+f.group+": "+truncate(f.reason, 150), wq); err != nil {
-		b.log.Debug("tagging the re-held version failed", "job", key, "error", err)
 	}
 	b.log.Warn("pinned job re-held", "job", key, "reason", f.reason)
 	r.Applied = true

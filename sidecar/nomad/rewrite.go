@@ -432,3 +432,39 @@ func describe(job *api.Job, lines map[string]string, user string) string {
 	}
 	return fitDescription(strings.Join(ordered, "\n"), user)
 }
+
+// ReholdGang puts several pinned groups of one job back on hold in one rewrite, so one
+// register stops all of a gang (the groups are never seen half held). With jobLevel the hold
+// goes on the job, as at submission: the job's groups without GPUs (a launcher) wait too and
+// the next pin of the GPU groups releases them in the same register; the caller sets it only
+// when the groups are all of the job's live GPU groups. Otherwise each group gets its own hold.
+// lines are the ui lines per group (groups without one keep theirs).
+func ReholdGang(job *api.Job, groups []string, jobLevel bool, lines map[string]string, ui UI) error {
+	if len(groups) == 0 {
+		return fmt.Errorf("re-hold: no groups")
+	}
+	for _, g := range groups {
+		tg := findGroup(job, g)
+		if tg == nil {
+			return fmt.Errorf("re-hold group %q: the job has no such group", g)
+		}
+		if groupHeld(job, tg) {
+			return fmt.Errorf("re-hold group %q: the group is held already", g)
+		}
+	}
+	for _, g := range groups {
+		tg := findGroup(job, g)
+		tg.Constraints = withoutPin(tg.Constraints)
+		if !jobLevel {
+			tg.Constraints = append(tg.Constraints, holdConstraint())
+		}
+		for _, d := range gpuDevices(tg) {
+			d.Constraints = withoutDeviceIDs(d.Constraints)
+		}
+	}
+	if jobLevel {
+		job.Constraints = append(job.Constraints, holdConstraint())
+	}
+	setUI(job, lines, ui)
+	return nil
+}

@@ -15,23 +15,28 @@ import (
 const (
 	infeasibleText   = "cannot run on this cluster: "
 	cannotDecideText = "**held: hetgpu cannot decide** — "
+	queueText        = "waits for its queue: "
 )
 
 // WaitLine is the ui line for a pending group, or "" when the group only waits (for capacity
-// or behind higher-ranked jobs) and needs no line.
+// or behind higher-ranked jobs) and needs no line. A group its queue keeps out (a maximum, or
+// idle GPUs held for a queue below its guarantee) gets a line naming the queue.
 func WaitLine(w *service.Wait) string {
 	switch w.Kind {
 	case service.WaitInfeasible:
 		return GroupLine(w.Group, infeasibleText+w.Reason+". It stays held; hetgpu checks again whenever nodes join or change (or `hetgpu release "+w.JobID+"`).")
 	case service.WaitInvalid:
 		return GroupLine(w.Group, cannotDecideText+w.Reason+". Fix the job and run it again, or `hetgpu release "+w.JobID+"`.")
+	case service.WaitQueue:
+		return GroupLine(w.Group, queueText+w.Reason+".")
 	}
 	return ""
 }
 
 // waitLineOf reports whether a ui line is one WaitLine writes.
 func waitLineOf(line, group string) bool {
-	return strings.HasPrefix(line, GroupLine(group, infeasibleText)) || strings.HasPrefix(line, GroupLine(group, cannotDecideText))
+	return strings.HasPrefix(line, GroupLine(group, infeasibleText)) || strings.HasPrefix(line, GroupLine(group, cannotDecideText)) ||
+		strings.HasPrefix(line, GroupLine(group, queueText))
 }
 
 // sameLine reports whether the line in the job is want, allowing for fitDescription having

@@ -613,7 +613,7 @@ func (m *model) colocOptions(ji, t int, st *state, allow func(u int) bool, add f
 	j := &m.jobs[ji]
 	sh := m.shapeOf(j)
 	n := 0
-	for _, u := range m.shareUnits[t] {
+	for _, u := range m.colocUnits(ji, t) {
 		if n >= m.cfg.NodesPerClass {
 			return
 		}
@@ -636,12 +636,16 @@ func (m *model) colocOptions(ji, t int, st *state, allow func(u int) bool, add f
 			if j.cj.PinsInstances() && !j.cj.InstanceAllowed(un.g, in.in.ID) {
 				continue
 			}
+			if m.pairGain(ji, ii, t) < 1 {
+				continue // the pair would lose more than it gains
+			}
 			cands = append(cands, ii)
 		}
 		if len(cands) < j.g {
 			continue
 		}
 		sort.SliceStable(cands, func(a, b int) bool { return st.instUsed[cands[a]] < st.instUsed[cands[b]] })
+		m.sortByPair(ji, t, cands)
 		set := m.pickSet(u, cands, j.g)
 		byDom := map[int][]int{}
 		var order []int
@@ -676,15 +680,18 @@ func (m *model) score(ji int, opts []option, st *state) {
 		case j.g > 1 && !o.nvlink:
 			f = cfg.PCIeEfficiency
 		}
-		if o.coloc {
-			f *= cfg.SharedEfficiency
+		sf, keep := m.shareFactor(ji, o)
+		if !keep {
+			o.T, o.P = -1, 0 // a pair that loses more than it gains: dropped below
+			continue
 		}
+		f *= sf
 		o.T, o.P = e.Throughput*f, e.PowerW
 	}
 	kept := opts[:0]
 	for i := range opts {
 		o := opts[i]
-		if o.T < j.tmin {
+		if o.T < j.tmin || o.T < 0 {
 			continue
 		}
 		if j.bestT > 0 {

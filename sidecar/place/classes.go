@@ -96,7 +96,7 @@ func (m *model) buildClasses(st *state, allow func(u int) bool, jobs []int) *cla
 		num(un.size)
 		num(m.nodeFree(un.node, st))
 		num(nd.healthy)
-		if singleton || pinUnits[u] {
+		if singleton || pinUnits[u] || m.occupiedSlotUnit(u) {
 			key = append(key, 'd')
 			num(d)
 		}

@@ -181,6 +181,7 @@ func (m *model) assignTypes(opts []option, byJob map[int][]int, order []int, st 
 		}
 	}
 	greedy := map[int]int{}
+	capLeft := m.capsLeft(st)
 	for _, ji := range order {
 		greedy[ji] = -1
 		j := &m.jobs[ji]
@@ -191,7 +192,7 @@ func (m *model) assignTypes(opts []option, byJob map[int][]int, order []int, st 
 		s, k := need(ji)
 		for t := range m.types {
 			v, ok := best[pair{ji, t}]
-			if !ok || left[t] < j.g || (s > 1 && slots[t][s] < k) || v <= bv {
+			if !ok || left[t] < j.g || (s > 1 && slots[t][s] < k) || v <= bv || !m.capsFitOn(capLeft, ji, t, false) {
 				continue
 			}
 			bt, bv = t, v
@@ -200,6 +201,7 @@ func (m *model) assignTypes(opts []option, byJob map[int][]int, order []int, st 
 			continue
 		}
 		greedy[ji] = bt
+		m.capsFitOn(capLeft, ji, bt, true)
 		left[bt] -= j.g
 		for th := range slots[bt] {
 			if th <= s {
@@ -265,6 +267,15 @@ func (m *model) assignTypes(opts []option, byJob map[int][]int, order []int, st 
 	}
 	for _, ns := range sortedKeys(perNS) {
 		add(float64(nsLeft0(m, st, ns)), perNS[ns])
+	}
+	for k := range m.caps { // queue caps (queues.go)
+		var e []highs.Nonzero
+		for i, p := range pairs {
+			if m.capCountsOn(k, p.job, p.typ) {
+				e = append(e, highs.Nonzero{Col: i, Val: float64(m.jobs[p.job].g)})
+			}
+		}
+		add(float64(m.capRoom(k, st)), e)
 	}
 	slotKeys := make([][2]int, 0, len(perSlot))
 	for k := range perSlot {

@@ -22,13 +22,14 @@ type PriorPredictor struct {
 	ReferenceType string
 	// ScalingExponent: n GPUs run n^e times one GPU (0.85, as sidecar/throughput's fallback).
 	ScalingExponent float64
-	// BusyUtil and Alpha parameterise gpuspec.Spec.Power (0.9 and 0.7, the simulator's).
+	// BusyUtil and Alpha parameterise gpuspec.Spec.Power (gpuspec.BusyUtil and PowerAlpha).
 	BusyUtil, Alpha float64
 }
 
 // NewPriorPredictor returns the prior with its documented defaults.
 func NewPriorPredictor() *PriorPredictor {
-	return &PriorPredictor{Specs: gpuspec.Default(), ReferenceType: "v100", ScalingExponent: 0.85, BusyUtil: 0.9, Alpha: 0.7}
+	return &PriorPredictor{Specs: gpuspec.Default(), ReferenceType: gpuspec.ReferenceGPU, ScalingExponent: 0.85,
+		BusyUtil: gpuspec.BusyUtil, Alpha: gpuspec.PowerAlpha}
 }
 
 // SpeedRatio is a GPU type's per-GPU speed relative to the reference type: dense FP16 tensor
@@ -56,12 +57,19 @@ func (p *PriorPredictor) Predict(job *cluster.Job, gpuType string, gpus int) sch
 	if !ok {
 		return sched.Estimate{Uncertainty: 1, Source: "datasheet-prior"}
 	}
-	return sched.Estimate{
+	e := sched.Estimate{
 		Throughput:  p.SpeedRatio(gpuType) * math.Pow(float64(gpus), p.ScalingExponent),
 		PowerW:      float64(gpus) * s.Power(p.BusyUtil, p.Alpha),
 		Uncertainty: 0.5,
 		Source:      "datasheet-prior",
 	}
+	if share, ok := gpuspec.MIGSpeedShare(gpuType); ok {
+		// A MIG slice: its share of the parent (Lookup gave the parent's datasheet).
+		_, sm, _, _ := gpuspec.MIGShare(gpuType)
+		e.Throughput *= share
+		e.PowerW *= sm
+	}
+	return e
 }
 
 // FIFO is the engine's stand-alone prioritiser: oldest submission first (ties by job key),

@@ -30,6 +30,8 @@ import (
 	"unsafe"
 
 	"github.com/lanl/highs"
+
+	_ "github.com/hetgpu/hetgpu/internal/highslink" // finds libhighs at run time
 )
 
 // HiGHS constants (highs_c_api.h, HiGHS 1.10): matrix format, objective sense, variable type.

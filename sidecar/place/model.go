@@ -37,6 +37,8 @@ type model struct {
 	nsIdx   map[string]int
 	// nsCap is the most GPUs a namespace may hold in total (running + new); -1 = no cap.
 	nsCap []int
+	// caps are the snapshot's queue caps (queues.go).
+	caps []capRow
 
 	jobs   []jobInfo
 	window int
@@ -64,6 +66,8 @@ type model struct {
 	unitsOfNode [][]int
 	// shareUnits lists per type the units with GPUs held only by jobs that share.
 	shareUnits [][]int
+	// share indexes co-runners on shared GPUs (sharing.go).
+	share *shareIndex
 }
 
 type nodeInfo struct {
@@ -136,6 +140,7 @@ type state struct {
 	nodeJobs []int
 	nsGPUs   []int
 	isoNS    []int // per isolation key: -1 free, namespace index, -2 several
+	capUsed  []int // per queue cap: GPUs it counts (queues.go)
 }
 
 func (s *state) clone() *state {
@@ -145,10 +150,11 @@ func (s *state) clone() *state {
 		nodeJobs: append([]int(nil), s.nodeJobs...),
 		nsGPUs:   append([]int(nil), s.nsGPUs...),
 		isoNS:    append([]int(nil), s.isoNS...),
+		capUsed:  append([]int(nil), s.capUsed...),
 	}
 }
 
-func allocKey(ns, job string) string { return ns + "/" + job }
+func allocKey(ns, job string) string { return cluster.JobKey(ns, job) }
 
 // newModel indexes the snapshot and the ranked jobs. lambda is the round's base energy weight.
 func newModel(cfg Config, snap *cluster.Snapshot, ranked []sched.Ranked, pred sched.Predictor, lambda float64) (*model, *state, error) {
@@ -205,7 +211,7 @@ func newModel(cfg Config, snap *cluster.Snapshot, ranked []sched.Ranked, pred sc
 			g := &n.Devices[gi]
 			typ := g.GPUType
 			if typ == "" {
-				typ = gpuspec.Canonical(g.Name)
+				typ = gpuspec.TypeOf(g.Name)
 			}
 			if typ == "" {
 				typ = g.Name
@@ -317,6 +323,7 @@ func newModel(cfg Config, snap *cluster.Snapshot, ranked []sched.Ranked, pred sc
 			}
 		}
 	}
+	m.initSharing()
 	st.nodeJobs = make([]int, len(m.nodes))
 	for i := range m.nodes {
 		st.nodeJobs[i] = m.nodes[i].allocs0
@@ -370,6 +377,8 @@ func newModel(cfg Config, snap *cluster.Snapshot, ranked []sched.Ranked, pred sc
 			m.nsCap[i] = int(math.Floor(share * float64(m.healthy)))
 		}
 	}
+
+	m.initCaps(st)
 
 	// Look-ahead pressure per type.
 	m.pressure = make([]float64, len(m.types))

@@ -402,7 +402,7 @@ func (p *Placer) PlaceDetailed(ctx context.Context, snap *cluster.Snapshot, rank
 	if stats.GreedyKept {
 		label = "greedy (worth more than the " + solver + " round)"
 	}
-	decisions := m.assign(chosen, alts, st0, label, &stats)
+	decisions := m.admitPairs(m.assign(chosen, alts, st0, label, &stats))
 	stats.Placed = len(decisions)
 	stats.SolveTime = time.Since(start)
 	stats.lap("assign", &last)
@@ -522,7 +522,8 @@ func (m *model) assign(chosen []option, alts map[int][]*option, st0 *state, solv
 		o := r.o
 		j := &m.jobs[o.job]
 		d := cluster.Decision{Namespace: j.j.Namespace, JobID: j.j.ID, Group: j.j.Group, GPUType: m.types[o.typ],
-			PredThroughput: o.T, PredPowerW: o.P, Score: j.score, Rank: j.pos + 1, Shared: o.coloc}
+			PredThroughput: o.T, PredPowerW: o.P, Score: j.score, Rank: j.pos + 1,
+			Shared: o.coloc || len(m.coRunners(&o)) > 0}
 		byUnit := map[int]int{}
 		for pi, pt := range o.parts {
 			u := m.doms[pt.dom].unit
@@ -593,6 +594,7 @@ func (m *model) explain(o *option, alts []*option, solver string, stats *Stats) 
 	if j.tmin > 0 {
 		fmt.Fprintf(&b, "; meets T_min %.4g/s", j.tmin)
 	}
+	b.WriteString(m.shareNote(o))
 	var others []option
 	seenType := map[int]bool{o.typ: true}
 	for _, a := range alts { // best first; prefer one per other type, then other nodes

@@ -3,18 +3,19 @@ package place
 import (
 	"context"
 	"testing"
+
+	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/sidecar/sched"
 )
 
-// benchPlace times Place on one random snapshot of the given size, reporting HiGHS statistics
-// as custom metrics.
-func benchPlace(b *testing.B, spec BenchSpec, cfg Config) {
+// benchRound is one random snapshot of the given size, its FIFO order and a placer.
+func benchRound(b *testing.B, spec BenchSpec, cfg Config) (*cluster.Snapshot, []sched.Ranked, *PriorPredictor, *Placer) {
 	snap, err := RandomSnapshot(spec)
 	if err != nil {
 		b.Fatal(err)
 	}
-	ctx := context.Background()
 	pred := NewPriorPredictor()
-	ranked, err := FIFO{}.Rank(ctx, snap, pred)
+	ranked, err := FIFO{}.Rank(context.Background(), snap, pred)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -22,7 +23,16 @@ func benchPlace(b *testing.B, spec BenchSpec, cfg Config) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	return snap, ranked, pred, pl
+}
+
+// benchPlace times Place on one random snapshot of the given size, reporting HiGHS statistics
+// as custom metrics.
+func benchPlace(b *testing.B, spec BenchSpec, cfg Config) {
+	ctx := context.Background()
+	snap, ranked, pred, pl := benchRound(b, spec, cfg)
 	var st Stats
+	var err error
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		_, st, err = pl.PlaceDetailed(ctx, snap, ranked, pred)
@@ -63,4 +73,29 @@ func BenchmarkPlace1024Jobs10240GPUs(b *testing.B) {
 
 func BenchmarkPlace64Jobs256GPUs(b *testing.B) {
 	benchPlace(b, BenchSpec{Jobs: 64, GPUs: 256, Types: 4, Seed: 2}, Default())
+}
+
+// benchVerify times Verify on the decisions of one placement (what the pipeline checks before
+// pinning), to compare with the placement's own time above.
+func benchVerify(b *testing.B, spec BenchSpec) {
+	snap, ranked, pred, pl := benchRound(b, spec, Default())
+	ds, _, err := pl.Place(context.Background(), snap, ranked, pred)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := pl.Verify(snap, ds); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(len(ds)), "decisions")
+}
+
+func BenchmarkVerify256Jobs1024GPUs(b *testing.B) {
+	benchVerify(b, BenchSpec{Jobs: 256, GPUs: 1024, Types: 4, Seed: 1})
+}
+
+func BenchmarkVerify1024Jobs10240GPUs(b *testing.B) {
+	benchVerify(b, BenchSpec{Jobs: 1024, GPUs: 10240, Types: 4, Seed: 1})
 }

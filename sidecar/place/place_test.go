@@ -16,6 +16,12 @@ import (
 
 func place(t testing.TB, cfg Config, snap *cluster.Snapshot) ([]cluster.Decision, Stats) {
 	t.Helper()
+	return placePred(t, cfg, snap, nil)
+}
+
+// placePred is place with a predictor (nil: the datasheet prior).
+func placePred(t testing.TB, cfg Config, snap *cluster.Snapshot, pred sched.Predictor) ([]cluster.Decision, Stats) {
+	t.Helper()
 	ranked, err := FIFO{}.Rank(context.Background(), snap, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -24,7 +30,7 @@ func place(t testing.TB, cfg Config, snap *cluster.Snapshot) ([]cluster.Decision
 	if err != nil {
 		t.Fatal(err)
 	}
-	dec, st, err := pl.PlaceDetailed(context.Background(), snap, ranked, nil)
+	dec, st, err := pl.PlaceDetailed(context.Background(), snap, ranked, pred)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -475,7 +481,8 @@ func TestMILPNotWorseThanGreedy(t *testing.T) {
 func TestDeterministic(t *testing.T) {
 	snap, _ := RandomSnapshot(BenchSpec{Jobs: 60, GPUs: 128, Types: 4, Seed: 5})
 	cfg := Default()
-	cfg.RoundDeadline = 0 // a wall-clock cut on a loaded machine could differ run to run
+	// Wall-clock cuts on a loaded machine could differ run to run.
+	cfg.RoundDeadline, cfg.PolishLimit, cfg.TimeLimit = 0, 0, time.Minute
 	a, _ := place(t, cfg, snap)
 	b, _ := place(t, cfg, snap)
 	if fmt.Sprint(a) != fmt.Sprint(b) {

@@ -41,7 +41,7 @@ func (m *model) fits(o *option, st *state) bool {
 	if c := m.nsCap[j.ns]; c >= 0 && st.nsGPUs[j.ns]+j.g > c {
 		return false
 	}
-	return true
+	return m.capsFit(o, st)
 }
 
 // apply books option o in state st.
@@ -62,6 +62,7 @@ func (m *model) apply(o *option, st *state) {
 		st.nodeJobs[m.units[u].node]++
 	}
 	st.nsGPUs[j.ns] += j.g
+	m.capsApply(o, st)
 }
 
 // scope is one optimisation problem: jobs, the units they may use, their classes and the
@@ -822,6 +823,7 @@ func (m *model) buildMILP(sc *scope, cols []int, st *state) (highs.Model, map[zK
 		}
 		end(float64(room))
 	}
+	m.capRows(byJob, opt, st, entry, end)
 	zIndex := map[zKey]int{}
 	for _, iso := range sortedKeys(isoNS) {
 		if len(isoNS[iso]) < 2 {

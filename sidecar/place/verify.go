@@ -15,7 +15,8 @@ import (
 // cfg.MaxShare); no instance is given twice unless shared; node and device constraints,
 // ${device.ids} pins, distinct_hosts and distinct_property hold; the predicted throughput
 // meets T_min when cfg.HonorMinThroughput; namespace caps, node caps and tenant isolation hold.
-// The sidecar runs it before pinning; tests run it on every placement.
+// sched.Pipeline.RunRound runs it (Placer.Verify) before pinning, in the sidecar and the
+// simulator, and pins nothing of a round it rejects; tests run it on every placement.
 func Verify(snap *cluster.Snapshot, decisions []cluster.Decision, cfg Config) error {
 	pending := map[string]*cluster.Job{}
 	for i := range snap.Pending {
@@ -26,17 +27,37 @@ func Verify(snap *cluster.Snapshot, decisions []cluster.Decision, cfg Config) er
 		nodes[snap.Nodes[i].ID] = &snap.Nodes[i]
 	}
 	type instKey struct{ node, id string }
+	// use is an instance's holders: how many, whether all share, and their namespace (mixed
+	// once a second one holds it). No map per instance: Verify runs before every pin.
 	type use struct {
 		n      int
 		shared bool
-		ns     map[string]bool
+		ns     string
+		mixed  bool
 	}
-	uses := map[instKey]*use{}
-	get := func(k instKey) *use {
-		if uses[k] == nil {
-			uses[k] = &use{shared: true, ns: map[string]bool{}}
+	addNS := func(u *use, ns string) {
+		if u.n == 1 {
+			u.ns = ns
+		} else if u.ns != ns {
+			u.mixed = true
 		}
-		return uses[k]
+	}
+	// Only the instances some decision names can conflict: count the running holders of those.
+	uses := map[instKey]*use{}
+	for _, d := range decisions {
+		for _, as := range d.Assign {
+			for _, id := range as.InstanceIDs {
+				uses[instKey{as.NodeID, id}] = nil
+			}
+		}
+	}
+	get := func(k instKey) *use {
+		u := uses[k]
+		if u == nil {
+			u = &use{shared: true}
+			uses[k] = u
+		}
+		return u
 	}
 	nodeJobs := map[string]int{}
 	nsGPUs := map[string]int{}
@@ -50,16 +71,20 @@ func Verify(snap *cluster.Snapshot, decisions []cluster.Decision, cfg Config) er
 	for _, a := range snap.Running {
 		nodeJobs[a.NodeID]++
 		nsGPUs[a.Namespace] += len(a.DeviceIDs)
-		k := a.Namespace + "/" + a.JobID
+		k := cluster.JobKey(a.Namespace, a.JobID)
 		if jobNodes[k] == nil {
 			jobNodes[k] = map[string]bool{}
 		}
 		jobNodes[k][a.NodeID] = true
 		for _, id := range a.DeviceIDs {
-			u := get(instKey{a.NodeID, id})
+			k := instKey{a.NodeID, id}
+			if _, named := uses[k]; !named {
+				continue
+			}
+			u := get(k)
 			u.n++
 			u.shared = u.shared && a.Shared
-			u.ns[a.Namespace] = true
+			addNS(u, a.Namespace)
 		}
 	}
 	// Switch occupancy for tenant isolation.
@@ -148,7 +173,7 @@ func Verify(snap *cluster.Snapshot, decisions []cluster.Decision, cfg Config) er
 			if !cj.NodeFeasible(n) {
 				return fmt.Errorf("job %s: node %s fails its constraints", key, n.ID)
 			}
-			if cj.Distinct && jobNodes[j.Namespace+"/"+j.ID][n.ID] {
+			if cj.Distinct && jobNodes[cluster.JobKey(j.Namespace, j.ID)][n.ID] {
 				return fmt.Errorf("job %s: distinct_hosts, but node %s already runs it", key, n.ID)
 			}
 			for pi, dp := range cj.DistinctBy {
@@ -178,7 +203,7 @@ func Verify(snap *cluster.Snapshot, decisions []cluster.Decision, cfg Config) er
 			}
 			t := g.GPUType
 			if t == "" {
-				t = gpuspec.Canonical(g.Name)
+				t = gpuspec.TypeOf(g.Name)
 			}
 			if t == "" {
 				t = g.Name
@@ -213,13 +238,13 @@ func Verify(snap *cluster.Snapshot, decisions []cluster.Decision, cfg Config) er
 					if !d.Shared || !j.Hetgpu.AllowSharing || !u.shared || u.n >= cfg.MaxShare {
 						return fmt.Errorf("job %s: instance %s on %s is already in use (%d holders, shared %t; decision shared %t)", key, id, n.ID, u.n, u.shared, d.Shared)
 					}
-					if cfg.TenantIsolation && (len(u.ns) > 1 || !u.ns[j.Namespace]) {
+					if cfg.TenantIsolation && (u.mixed || u.ns != j.Namespace) {
 						return fmt.Errorf("job %s: instance %s on %s shared across namespaces under tenant isolation", key, id, n.ID)
 					}
 				}
 				u.n++
 				u.shared = u.shared && d.Shared
-				u.ns[j.Namespace] = true
+				addNS(u, j.Namespace)
 				if cfg.TenantIsolation && in.PCIeSwitch != "" {
 					k := instKey{n.ID, in.PCIeSwitch}
 					if switchNS[k] == nil {
@@ -244,5 +269,11 @@ func Verify(snap *cluster.Snapshot, decisions []cluster.Decision, cfg Config) er
 			return fmt.Errorf("namespace %s holds %d GPUs, cap %.0f", j.Namespace, nsGPUs[j.Namespace], share*float64(healthy))
 		}
 	}
-	return nil
+	return verifyCaps(snap, decisions)
+}
+
+// Verify checks decisions with the placer's own configuration (sched.Verifier): the pipeline
+// calls it before pinning and pins nothing of a round it rejects.
+func (p *Placer) Verify(snap *cluster.Snapshot, decisions []cluster.Decision) error {
+	return Verify(snap, decisions, p.cfg)
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/hetgpu/hetgpu/sidecar/queue"
 	"github.com/hetgpu/hetgpu/sidecar/sim"
 	"github.com/hetgpu/hetgpu/sidecar/throughput"
 	"github.com/hetgpu/hetgpu/sidecar/trace"
@@ -29,6 +30,10 @@ type CompareOptions struct {
 	Throughput *throughput.Table
 	// RestartPenaltyS is the work a preempted job loses per restart (sim.Config).
 	RestartPenaltyS float64
+	// Queues is a queue configuration for the hetgpu pipelines: "" none, "auto" or "auto:F"
+	// (one queue per namespace, guarantees splitting F of the cluster by demand), or an HCL
+	// file of queue blocks (queue.Load).
+	Queues string
 }
 
 // DefaultRestartPenaltyS is what `hetgpu sim` and `hetgpu train eval` charge every preemptive
@@ -63,9 +68,18 @@ func Compare(ctx context.Context, o CompareOptions) (*Comparison, error) {
 	if err != nil {
 		return nil, err
 	}
+	qc, err := queue.Load(o.Queues, spec.TotalGPUs(), demand(tr, tab))
+	if err != nil {
+		return nil, err
+	}
+	if warns, _ := qc.Validate(spec.TotalGPUs()); len(warns) > 0 {
+		for _, w := range warns {
+			o.Logger.Warn(w)
+		}
+	}
 	ps := make([]sim.Policy, 0, len(o.Policies))
 	for _, name := range o.Policies {
-		p, err := New(name, Options{Spec: spec, Throughput: tab, Seed: o.Seed, Logger: o.Logger.Named(name)})
+		p, err := New(name, Options{Spec: spec, Throughput: tab, Seed: o.Seed, Logger: o.Logger.Named(name), Queues: qc})
 		if err != nil {
 			return nil, err
 		}
@@ -79,4 +93,24 @@ func Compare(ctx context.Context, o CompareOptions) (*Comparison, error) {
 		return nil, err
 	}
 	return &Comparison{Spec: spec, Trace: tr, Results: res}, nil
+}
+
+// demand is the GPU-seconds each namespace's jobs ask for: GPUs x the recorded duration, or
+// the work over the throughput on the reference GPU type (1 s when neither is known).
+func demand(tr *trace.Trace, tab *throughput.Table) map[string]float64 {
+	out := map[string]float64{}
+	for _, j := range tr.Jobs {
+		d := j.DurationS
+		if d <= 0 && j.TotalSteps > 0 {
+			ref := j.RefGPUType
+			if ref == "" {
+				ref = "v100"
+			}
+			if v, _, ok := tab.Throughput(j.JobType, ref, j.GPUs); ok && v > 0 {
+				d = j.TotalSteps / v
+			}
+		}
+		out[j.Namespace] += float64(j.GPUs) * max(d, 1)
+	}
+	return out
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/lanl/highs"
 
+	_ "github.com/hetgpu/hetgpu/internal/highslink" // finds libhighs at run time
 	"github.com/hetgpu/hetgpu/sidecar/sim"
 )
 

@@ -37,9 +37,9 @@ func (p TablePredictor) Predict(job *cluster.Job, gpuType string, gpus int) sche
 	if s, ok := specs.Lookup(gpuType); ok {
 		alpha := p.Alpha
 		if alpha == 0 {
-			alpha = 0.7
+			alpha = gpuspec.PowerAlpha
 		}
-		e.PowerW = float64(gpus) * s.Power(0.9, alpha)
+		e.PowerW = float64(gpus) * s.Power(gpuspec.BusyUtil, alpha)
 	}
 	return e
 }

@@ -199,10 +199,14 @@ func TestGavelLP(t *testing.T) {
 	if probe.total == 0 {
 		t.Fatal("LP never ran")
 	}
-	// 6 equal single-GPU jobs on 4 GPUs: each gets 4/6 of a GPU.
-	for j, x := range probe.first {
-		if math.Abs(x["v100"]-4.0/6) > 1e-6 {
-			t.Fatalf("job %s gets %v of a V100, want 2/3", j, x["v100"])
+	// 6 equal single-GPU jobs on 4 GPUs: each of the six gets 4/6 of a GPU, all of it V100.
+	if len(probe.first) != len(jobs) {
+		t.Fatalf("first LP allocated %d jobs (%v), want all %d", len(probe.first), probe.first, len(jobs))
+	}
+	for _, tj := range jobs {
+		x, ok := probe.first[tj.ID]
+		if !ok || len(x) != 1 || math.Abs(x["v100"]-4.0/6) > 1e-6 {
+			t.Fatalf("job %s gets %v, want 2/3 of a V100", tj.ID, x)
 		}
 	}
 }
@@ -228,9 +232,9 @@ func (p *lpProbe) Schedule(ctx context.Context, s *sim.State) error {
 	return nil
 }
 
-// The production-pipeline baselines run through sched.Pipeline on the engine and finish a
-// small contended trace, never violating capacity.
-func TestPipelinePoliciesFinish(t *testing.T) {
+// contended is a quarter of modern-mix and a synthetic trace of 40 jobs that keeps it busy.
+func contended(t *testing.T) (*sim.Spec, *trace.Trace) {
+	t.Helper()
 	s, err := sim.LoadSpec("modern-mix:scale=0.25")
 	if err != nil {
 		t.Fatal(err)
@@ -239,6 +243,13 @@ func TestPipelinePoliciesFinish(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s, tr
+}
+
+// The production-pipeline baselines run through sched.Pipeline on the engine and finish a
+// small contended trace, never violating capacity.
+func TestPipelinePoliciesFinish(t *testing.T) {
+	s, tr := contended(t)
 	for _, name := range []string{"rltune", "gogh"} {
 		t.Run(name, func(t *testing.T) {
 			p, err := New(name, Options{Spec: s, Throughput: tab(t)})
@@ -272,14 +283,7 @@ func TestPipelinePoliciesFinish(t *testing.T) {
 // hetgpu-heuristic is the hetgpu pipeline with the fallback order: it runs under its own name,
 // and where the learned and heuristic orders differ so does the schedule.
 func TestHetgpuHeuristicDiffers(t *testing.T) {
-	s, err := sim.LoadSpec("modern-mix:scale=0.25")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr, err := trace.Load("synthetic:jobs=40,rate=6", sim.TraceOptions(tab(t), 2))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, tr := contended(t)
 	starts := map[string]map[string]float64{}
 	for _, name := range []string{"hetgpu", HetgpuHeuristic} {
 		p, err := New(name, Options{Spec: s, Throughput: tab(t), Seed: 2})
@@ -298,9 +302,17 @@ func TestHetgpuHeuristicDiffers(t *testing.T) {
 			starts[name][j.ID] = j.StartS
 		}
 	}
+	// Both finish the same jobs; a job missing from one run is an error, not a difference.
+	if len(starts["hetgpu"]) == 0 || len(starts["hetgpu"]) != len(starts[HetgpuHeuristic]) {
+		t.Fatalf("hetgpu finished %d jobs, %s %d; want the same non-zero count", len(starts["hetgpu"]), HetgpuHeuristic, len(starts[HetgpuHeuristic]))
+	}
 	differ := 0
 	for id, st := range starts["hetgpu"] {
-		if starts[HetgpuHeuristic][id] != st {
+		other, ok := starts[HetgpuHeuristic][id]
+		if !ok {
+			t.Fatalf("job %s finished under hetgpu but not under %s", id, HetgpuHeuristic)
+		}
+		if other != st {
 			differ++
 		}
 	}
@@ -351,9 +363,17 @@ func TestHetgpuPreempts(t *testing.T) {
 	p3, _ := HetgpuPipeline(Options{}, heuristic)
 	p3.(*rlsim.Pipeline).Estimates = rlsim.Estimates{Sigma: -1}
 	r3 := simulate(t, vk, []trace.Job{job("first", jt, 1, 0, 3600, tb), job("late", jt, 1, 10, 10*3600, tb)}, p3)
+	late := false
 	for _, j := range r3.JobResults {
-		if j.ID == "late" && (j.Preemptions != 1 || j.GPUType != "v100" || j.StartS > 11) {
+		if j.ID != "late" {
+			continue
+		}
+		late = true
+		if j.Preemptions != 1 || j.GPUType != "v100" || j.StartS > 11 {
 			t.Fatalf("late job: started %v, %d preemptions, ended on %s; want a start on the K80, one move, the V100", j.StartS, j.Preemptions, j.GPUType)
 		}
+	}
+	if !late {
+		t.Fatalf("job late did not finish: %+v", r3.JobResults)
 	}
 }

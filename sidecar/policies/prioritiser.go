@@ -6,6 +6,7 @@ import (
 	"github.com/hetgpu/hetgpu/sidecar/place"
 	"github.com/hetgpu/hetgpu/sidecar/predict"
 	"github.com/hetgpu/hetgpu/sidecar/preempt"
+	"github.com/hetgpu/hetgpu/sidecar/queue"
 	"github.com/hetgpu/hetgpu/sidecar/rank"
 	"github.com/hetgpu/hetgpu/sidecar/rank/rlsim"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
@@ -47,8 +48,25 @@ func HetgpuPipeline(o Options, r sched.Ranker) (sim.Policy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("preemption planner: %w", err)
 	}
-	return &rlsim.Pipeline{PolicyName: "hetgpu", Ranker: r, Predictor: pred, Placer: pl, Learner: pred,
-		Estimates: rlsim.Estimates{Seed: o.Seed}, Preemptor: pre}, nil
+	p := &rlsim.Pipeline{PolicyName: "hetgpu", Ranker: r, Predictor: pred, Placer: pl, Learner: pred,
+		Estimates: rlsim.Estimates{Seed: o.Seed}, Preemptor: pre}
+	if !o.Queues.Enabled() {
+		return p, nil
+	}
+	set, err := queue.New(o.Queues)
+	if err != nil {
+		return nil, fmt.Errorf("queues: %w", err)
+	}
+	p.Queues = set
+	return sim.MeterQueues(p, set), nil
+}
+
+// pipelineOf is the hetgpu pipeline inside a policy HetgpuPipeline built.
+func pipelineOf(p sim.Policy) *rlsim.Pipeline {
+	if m, ok := p.(*sim.QueueMeter); ok {
+		p = m.Policy
+	}
+	return p.(*rlsim.Pipeline)
 }
 
 // HetgpuHeuristic is the hetgpu pipeline with the ranker's fallback heuristic order
@@ -65,7 +83,7 @@ func newHetgpuHeuristic(o Options) (sim.Policy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.(*rlsim.Pipeline).PolicyName = HetgpuHeuristic
+	pipelineOf(p).PolicyName = HetgpuHeuristic
 	return p, nil
 }
 

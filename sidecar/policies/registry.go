@@ -17,6 +17,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/hetgpu/hetgpu/sidecar/queue"
 	"github.com/hetgpu/hetgpu/sidecar/sim"
 	"github.com/hetgpu/hetgpu/sidecar/throughput"
 )
@@ -27,6 +28,9 @@ type Options struct {
 	Throughput *throughput.Table
 	Seed       uint64
 	Logger     hclog.Logger
+	// Queues, when enabled, gives the hetgpu pipelines a queue stage and measures the queues
+	// (sim.QueueMeter); other policies ignore it.
+	Queues queue.Config
 }
 
 // Constructor builds a policy for one simulation run.

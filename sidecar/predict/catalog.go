@@ -56,6 +56,8 @@ type Record struct {
 	// CoRunner is the workload that shared the GPUs, if any. Shared runs are kept but do not
 	// count as isolated throughput.
 	CoRunner string `json:"co_runner,omitempty"`
+	// CoRunnerBatchSize is the co-runner's batch size (0: unknown).
+	CoRunnerBatchSize int `json:"co_runner_batch_size,omitempty"`
 	// Seq is the sidecar store's sequence number of the run (0: not from the store), so a
 	// restart can give the catalog the stored runs it lacks.
 	Seq uint64 `json:"seq,omitempty"`
@@ -98,11 +100,12 @@ func (r *Record) Validate() error {
 // else from energy over runtime; energy per step from energy over steps.
 func RecordFromObservation(o *cluster.Observation) (Record, error) {
 	f := ObservationFeatures(o)
-	r := Record{Schema: RecordSchema, Source: SourceObserved, Time: o.Time, Job: o.Namespace + "/" + o.JobID + "/" + o.Group,
+	r := Record{Schema: RecordSchema, Source: SourceObserved, Time: o.Time, Job: o.Key(),
 		ModelFamily: f.Family, ModelName: f.Name, BatchSize: f.BatchSize, ParamCount: f.ParamCount, Framework: f.Framework,
-		GPUType: gpuspec.Canonical(o.GPUType), GPUs: o.GPUs, Throughput: o.StepsPerSec(), AvgPowerW: o.AvgPowerW, CoRunner: o.CoRunner}
+		GPUType: gpuspec.TypeOf(o.GPUType), GPUs: o.GPUs, Throughput: o.StepsPerSec(), AvgPowerW: o.AvgPowerW, CoRunner: o.CoRunner,
+		CoRunnerBatchSize: o.CoRunnerBatchSize}
 	if r.GPUType == "" {
-		r.GPUType = gpuspec.Canonical(o.GPUName)
+		r.GPUType = gpuspec.TypeOf(o.GPUName)
 	}
 	if r.GPUType == "" {
 		return Record{}, fmt.Errorf("observation %s: gpu_type = %q (gpu_name %q), expected a known GPU type", r.Job, o.GPUType, o.GPUName)
@@ -650,8 +653,8 @@ func buildIndex(recs []Record, minSamples int, specs *gpuspec.Table) *index {
 	}
 	for i := range recs {
 		r := &recs[i]
-		if r.CoRunner != "" {
-			continue
+		if _, mig := gpuspec.MIGType(r.GPUType); r.CoRunner != "" || mig {
+			continue // shared runs and MIG slices are not the workload alone on a GPU type
 		}
 		id := ix.byKey[workloadKey(r.ModelName, r.BatchSize)]
 		g := gpuspec.Canonical(r.GPUType)

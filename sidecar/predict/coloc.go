@@ -30,6 +30,8 @@ const (
 	SrcColocMeasured = "measured"
 	SrcColocKNN      = "knn"
 	SrcColocPrior    = "prior"
+	// SrcColocObserved: at least one side comes from runs hetgpu saw the pair make.
+	SrcColocObserved = "observed"
 )
 
 const (
@@ -153,5 +155,6 @@ func (m *colocModel) predict(a, b *workload, gpu string, skip func(int) bool) (r
 func (p *Predictor) Colocated(a, b Features, gpuType string) (ratioA, ratioB float64, source string) {
 	g := gpuspec.Canonical(gpuType)
 	wa, wb := newWorkload(a), newWorkload(b)
-	return p.coloc.predict(&wa, &wb, g, nil)
+	ra, rb, src := p.coloc.predict(&wa, &wb, g, nil)
+	return p.refinePair(&wa, &wb, g, ra, rb, src)
 }

@@ -45,7 +45,7 @@ func JobFeatures(j *cluster.Job) Features {
 func ObservationFeatures(o *cluster.Observation) Features {
 	f := Features{Family: o.ModelFamily, Name: o.ModelName, BatchSize: o.BatchSize, ParamCount: o.ParamCount, Framework: o.Framework}
 	if f.Name == "" {
-		f.Name = o.Namespace + "/" + o.JobID + "/" + o.Group
+		f.Name = o.Key()
 	}
 	return f
 }

@@ -47,12 +47,10 @@ const (
 	SrcUnknown = "unknown"
 )
 
-// Power model defaults: with no measurement a training job is taken to run at 80 %
-// utilisation with gpuspec's documented curvature 0.7, i.e. at 0.8^0.7 = 85.5 % of the way
-// from idle to TDP.
+// Power model defaults: with no measurement a training job is taken to run at
+// gpuspec.BusyUtil (90 %) utilisation on gpuspec's curve (alpha 0.7), i.e. at 0.9^0.7 = 92.9 %
+// of the way from idle to TDP, as the simulator charges it.
 const (
-	priorUtil       = 0.8
-	powerAlpha      = 0.7
 	powerTypePseudo = 5.0 // pseudo-runs behind the per-type prior load
 	powerJobPseudo  = 2.0 // pseudo-runs behind a workload's offset
 )
@@ -346,6 +344,10 @@ type state struct {
 	powerWl   map[int]float64
 	// powerDirect holds a workload's measured load on a type once trusted.
 	powerDirect map[wgKey]float64
+	// pairs holds observed co-location ratios (coloc_observed.go), mig observed MIG slice
+	// speed shares (mig.go).
+	pairs map[pairKey]float64
+	mig   map[pairKey]float64
 
 	cacheMu sync.RWMutex
 	cache   map[cacheKey]*resolved
@@ -477,7 +479,7 @@ func (p *Predictor) build(recs []Record) *state {
 		typeSum[wk.gpu] += pw.sumFrac
 		typeN[wk.gpu] += float64(pw.n)
 	}
-	f0 := math.Pow(priorUtil, powerAlpha)
+	f0 := math.Pow(gpuspec.BusyUtil, gpuspec.PowerAlpha)
 	for _, g := range p.specs.Types() {
 		st.powerType[g] = (typeSum[g] + powerTypePseudo*f0) / (typeN[g] + powerTypePseudo)
 	}
@@ -493,6 +495,8 @@ func (p *Predictor) build(recs []Record) *state {
 	for id, s := range offSum {
 		st.powerWl[id] = s / (offN[id] + powerJobPseudo)
 	}
+	st.pairs = p.observedPairs(st, recs)
+	st.mig = p.observedMIG(st, recs)
 	return st
 }
 
@@ -536,7 +540,7 @@ func (st *state) resolve(k cacheKey) *resolved {
 	}
 	f := k.f
 	if f.Name == "" {
-		f.Name = k.ns + "/" + k.id + "/" + k.group
+		f.Name = cluster.GroupKey(k.ns, k.id, k.group)
 	}
 	r = &resolved{wl: newWorkload(f), id: -1}
 	if id, ok := st.ix.byKey[r.wl.key]; ok {
@@ -589,6 +593,9 @@ func (p *Predictor) PredictBuilt(job *cluster.Job, gpuType string, gpus int) sch
 }
 
 func (p *Predictor) estimateOn(st *state, k cacheKey, gpuType string, gpus int) sched.Estimate {
+	if mt, ok := gpuspec.MIGType(gpuType); ok {
+		return p.estimateMIG(st, k, mt, gpus)
+	}
 	g := gpuType
 	if _, ok := p.gf[g]; !ok {
 		if g = gpuspec.Canonical(gpuType); g == "" {

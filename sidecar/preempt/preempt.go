@@ -92,6 +92,9 @@ type unit struct {
 	// virt is what the virtual packing has left; now is what is free at this moment and not
 	// yet claimed by the plan.
 	virt, now int
+	// res is what the job being visited may not take: GPUs of other queues' guaranteed jobs
+	// not visited yet (queues.go).
+	res int
 }
 
 // spot is a job's share of one unit.
@@ -117,16 +120,38 @@ func (p *Planner) Plan(ctx context.Context, snap *cluster.Snapshot, ranked []sch
 		running[snap.Preemptible[i].Key()] = true
 	}
 	// A job with any allocation younger than MinRun may not be stopped at all.
+	// young are the jobs MinRun protects that a queue owed its guarantee may still reclaim
+	// (borrowed ones, see guard); they never move.
+	young := map[string]bool{}
 	if p.cfg.MinRun > 0 {
 		for _, a := range snap.Running {
+			k := a.Namespace + "/" + a.JobID + "/" + a.Group
 			if snap.Now.Sub(a.StartTime) < p.cfg.MinRun {
-				delete(running, a.Namespace+"/"+a.JobID+"/"+a.Group)
+				if reclaimable(snap.Tenancy, k) && running[k] {
+					young[k] = true
+					continue
+				}
+				delete(running, k)
+			}
+		}
+		for k := range young {
+			if !running[k] {
+				delete(young, k)
 			}
 		}
 	}
+	// A GPU k jobs share (co-location) counts as k slots, as the device plugin's GPU slots
+	// do: each job holds one, and stopping it frees one for a job that shares.
+	holders := map[string]int{}
+	for _, a := range snap.Running {
+		for _, id := range a.DeviceIDs {
+			holders[a.NodeID+"\x00"+id]++
+		}
+	}
+	counted := map[string]bool{}
 	held := map[string][]spot{} // running preemptible job -> its GPUs
 	for _, a := range snap.Running {
-		k := a.Namespace + "/" + a.JobID + "/" + a.Group
+		k := a.Key()
 		u, ok := st.byNodeType[[2]string{a.NodeID, a.GPUType}]
 		if !ok {
 			// A node that takes no new work: nothing to plan there, and a job partly on it
@@ -135,6 +160,14 @@ func (p *Planner) Plan(ctx context.Context, snap *cluster.Snapshot, ranked []sch
 			continue
 		}
 		n := len(a.DeviceIDs)
+		for _, id := range a.DeviceIDs {
+			key := a.NodeID + "\x00" + id
+			if h := holders[key]; h > 1 && !counted[key] {
+				counted[key] = true
+				st.units[u].virt += h - 1
+				st.units[u].now += h - 1
+			}
+		}
 		st.units[u].now -= n
 		held[k] = append(held[k], spot{u, n})
 	}
@@ -150,9 +183,10 @@ func (p *Planner) Plan(ctx context.Context, snap *cluster.Snapshot, ranked []sch
 		}
 	}
 
-	order := p.order(ranked, total)
+	order := p.order(ranked, total, snap.Tenancy)
 	plan := sched.Plan{Order: make([]sched.Ranked, 0, len(order))}
 	moves := map[string]string{}
+	guard := newGuard(snap, held, running, young)
 	for _, r := range order {
 		if err := ctx.Err(); err != nil {
 			return sched.Plan{}, err
@@ -164,9 +198,10 @@ func (p *Planner) Plan(ctx context.Context, snap *cluster.Snapshot, ranked []sch
 		if !isRunning && !pending[k] {
 			continue // runs on GPUs the plan may not take
 		}
+		guard.visit(st, j, k)
 		keepOK := isRunning
 		for _, s := range cur {
-			if st.units[s.unit].virt < s.gpus {
+			if st.units[s.unit].virt-st.units[s.unit].res < s.gpus {
 				keepOK = false
 			}
 		}
@@ -183,7 +218,7 @@ func (p *Planner) Plan(ctx context.Context, snap *cluster.Snapshot, ranked []sch
 			}
 		}
 		switch {
-		case keepOK && (best == nil || bestRate < p.cfg.Hysteresis*p.rate(j, st.units[cur[0].unit].gpuType, len(cur), pred)):
+		case keepOK && (young[k] || best == nil || bestRate < p.cfg.Hysteresis*p.rate(j, st.units[cur[0].unit].gpuType, len(cur), pred)):
 			st.claim(cur, false)
 			continue // keeps running: not in the placement order
 		case best != nil:
@@ -205,8 +240,10 @@ func (p *Planner) Plan(ctx context.Context, snap *cluster.Snapshot, ranked []sch
 }
 
 // order is the ranker's order with the long-job guard applied: jobs whose estimated
-// remaining time is at least the backlog's drain time move to the front, in rank order.
-func (p *Planner) order(ranked []sched.Ranked, gpus int) []sched.Ranked {
+// remaining time is at least the backlog's drain time move to the front, in rank order. With
+// queues (tenancy) they move ahead of the jobs of their own queue only, so that the queue
+// stage's order across queues (guarantees first) stands.
+func (p *Planner) order(ranked []sched.Ranked, gpus int, t *cluster.Tenancy) []sched.Ranked {
 	out := slices.Clone(ranked)
 	if !p.cfg.LongJobGuard || len(out) < 2 || gpus == 0 {
 		return out
@@ -220,7 +257,7 @@ func (p *Planner) order(ranked []sched.Ranked, gpus int) []sched.Ranked {
 		rem := r.Job.Hetgpu.EstRuntime.Seconds()
 		return rem > 0 && rem >= drain
 	}
-	slices.SortStableFunc(out, func(a, b sched.Ranked) int {
+	byLong := func(a, b sched.Ranked) int {
 		la, lb := long(a), long(b)
 		switch {
 		case la && !lb:
@@ -229,8 +266,12 @@ func (p *Planner) order(ranked []sched.Ranked, gpus int) []sched.Ranked {
 			return 1
 		}
 		return 0
-	})
-	return out
+	}
+	if t == nil {
+		slices.SortStableFunc(out, byLong)
+		return out
+	}
+	return withinQueues(out, t, byLong)
 }
 
 // gpus counts the healthy GPUs the plan can use.
@@ -337,10 +378,10 @@ func (st *state) fit(j *cluster.Job, gpuType string, feas []bool) ([]spot, bool)
 	best, bestScore := -1, math.MaxInt
 	for i := range st.units {
 		u := &st.units[i]
-		if !feas[i] || u.gpuType != gpuType || u.virt < j.GPUs {
+		if !feas[i] || u.gpuType != gpuType || u.virt-u.res < j.GPUs {
 			continue
 		}
-		score := u.virt - j.GPUs
+		score := u.virt - u.res - j.GPUs
 		if u.now < j.GPUs {
 			score += 1 << 20 // someone would have to stop
 		}
@@ -356,18 +397,20 @@ func (st *state) fit(j *cluster.Job, gpuType string, feas []bool) ([]spot, bool)
 	}
 	var idx []int
 	for i := range st.units {
-		if feas[i] && st.units[i].gpuType == gpuType && st.units[i].virt > 0 {
+		if feas[i] && st.units[i].gpuType == gpuType && st.units[i].virt-st.units[i].res > 0 {
 			idx = append(idx, i)
 		}
 	}
-	slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(st.units[b].virt, st.units[a].virt) })
+	slices.SortStableFunc(idx, func(a, b int) int {
+		return cmp.Compare(st.units[b].virt-st.units[b].res, st.units[a].virt-st.units[a].res)
+	})
 	var out []spot
 	need := j.GPUs
 	for _, i := range idx {
 		if len(out) == j.MaxNodes() || need == 0 {
 			break
 		}
-		take := min(need, st.units[i].virt)
+		take := min(need, st.units[i].virt-st.units[i].res)
 		out = append(out, spot{i, take})
 		need -= take
 	}

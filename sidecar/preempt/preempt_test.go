@@ -113,6 +113,22 @@ func TestPlan(t *testing.T) {
 			order:   []string{"new", "old"},
 		},
 		{
+			// Two jobs sharing GPU n1-0 hold its two slots, not two GPUs: the other three are
+			// free for the newcomer, and neither sharer is stopped.
+			name: "a shared GPU counts as slots",
+			build: func() *cluster.Snapshot {
+				s := &cluster.Snapshot{Now: now, Nodes: []cluster.Node{node("n1", "v100", 4)}}
+				running(s, job("a", 1, time.Hour), "n1", "v100", now.Add(-2*time.Hour))
+				s.Running = append(s.Running, cluster.Alloc{ID: "b-0", Namespace: "default", JobID: "b", Group: "train",
+					NodeID: "n1", DeviceIDs: []string{"n1-0"}, GPUType: "v100", StartTime: now.Add(-2 * time.Hour), Shared: true})
+				s.Preemptible = append(s.Preemptible, job("b", 1, time.Hour))
+				s.Pending = []cluster.Job{job("new", 3, time.Hour)}
+				return s
+			},
+			rank:  []string{"new", "a", "b"},
+			order: []string{"new"},
+		},
+		{
 			name: "a worse-ranked newcomer waits",
 			build: func() *cluster.Snapshot {
 				s := &cluster.Snapshot{Now: now, Nodes: []cluster.Node{node("n1", "v100", 4)}}

@@ -2,17 +2,14 @@ package rank
 
 import (
 	"math"
-	"strings"
+	"slices"
 	"time"
 
 	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/sidecar/constraint"
 	"github.com/hetgpu/hetgpu/sidecar/gpuspec"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
 )
-
-// ReferenceGPU is the GPU type a job's Annotations.EstRuntime refers to (the simulator's
-// sim.ReferenceGPU): the runtime on another type is EstRuntime x throughput(ref) / throughput(type).
-const ReferenceGPU = "v100"
 
 // DefaultHorizon is how far ahead "near-future availability" looks.
 const DefaultHorizon = 30 * time.Minute
@@ -32,7 +29,8 @@ const maxTypes = 64
 type Extractor struct {
 	// Horizon of near-future availability (DefaultHorizon when zero).
 	Horizon time.Duration
-	// RefGPU overrides ReferenceGPU.
+	// RefGPU overrides gpuspec.ReferenceGPU, the type Annotations.EstRuntime refers to: the
+	// runtime on another type is EstRuntime x throughput(ref) / throughput(type).
 	RefGPU string
 
 	types   []string
@@ -49,12 +47,14 @@ type Extractor struct {
 	cand []uint64
 	thr  []float64
 	pow  []float64
-	// remembered runtime estimates of jobs (key -> seconds on ReferenceGPU and the per-type
+	// remembered runtime estimates of jobs (key -> seconds on gpuspec.ReferenceGPU and the per-type
 	// throughput ratio base), for near-future availability once they run.
 	known   map[memoKey]jobMemo
 	rounds  int
 	predMem map[predKey]sched.Estimate
-	canon   map[string]string
+	// groups are the distinct device groups (vendor, type, name) of each GPU type on ready
+	// nodes, what a job's device request is matched against.
+	groups [][]cluster.DeviceGroup
 }
 
 type slot struct {
@@ -207,7 +207,7 @@ func (x *Extractor) refGPU() string {
 	if x.RefGPU != "" {
 		return x.RefGPU
 	}
-	return ReferenceGPU
+	return gpuspec.ReferenceGPU
 }
 
 // sumTopFree sums the free GPUs of the up to d nodes of type t with the most free GPUs.
@@ -268,7 +268,6 @@ func (x *Extractor) prepare(snap *cluster.Snapshot, pred sched.Predictor, n int)
 		x.ns = map[string]float64{}
 		x.known = map[memoKey]jobMemo{}
 		x.predMem = map[predKey]sched.Estimate{}
-		x.canon = map[string]string{}
 	}
 	x.rounds++
 	clear(x.typeIdx)
@@ -276,6 +275,7 @@ func (x *Extractor) prepare(snap *cluster.Snapshot, pred sched.Predictor, n int)
 	clear(x.ns)
 	clear(x.predMem)
 	x.types = x.types[:0]
+	x.groups = x.groups[:0]
 	x.slots = x.slots[:0]
 	for i := range snap.Running {
 		for _, id := range snap.Running[i].DeviceIDs {
@@ -304,6 +304,17 @@ func (x *Extractor) prepare(snap *cluster.Snapshot, pred sched.Predictor, n int)
 				t = len(x.types)
 				x.typeIdx[typ] = t
 				x.types = append(x.types, typ)
+				if t < cap(x.groups) {
+					x.groups = x.groups[:t+1]
+					x.groups[t] = x.groups[t][:0]
+				} else {
+					x.groups = append(x.groups, nil)
+				}
+			}
+			if !slices.ContainsFunc(x.groups[t], func(o cluster.DeviceGroup) bool {
+				return o.Vendor == g.Vendor && o.Type == g.Type && o.Name == g.Name
+			}) {
+				x.groups[t] = append(x.groups[t], cluster.DeviceGroup{Vendor: g.Vendor, Type: g.Type, Name: g.Name})
 			}
 			s := slot{typ: t, nvlinkNode: nd.Interconnect == "nvlink"}
 			for ii := range g.Instances {
@@ -364,7 +375,7 @@ func (x *Extractor) prepare(snap *cluster.Snapshot, pred sched.Predictor, n int)
 		gpus := max(1, job.GPUs)
 		var mask uint64
 		for t, typ := range x.types {
-			if !x.deviceMatches(job.DeviceName, typ) {
+			if !x.deviceMatches(job.DeviceName, t) {
 				continue
 			}
 			if pred != nil {
@@ -417,31 +428,16 @@ func (x *Extractor) remember(pred sched.Predictor, job *cluster.Job, row, gpus i
 }
 
 // deviceMatches reports whether a Nomad device request ("gpu", "nvidia/gpu",
-// "nvidia/gpu/<model name>") can be served by GPU type typ.
-func (x *Extractor) deviceMatches(req, typ string) bool {
-	if req == "" {
-		return true
+// "nvidia/gpu/<model name>") can be served by GPU type t: whether a device group of that type
+// matches it with Nomad's semantics (constraint.MatchesRequest; an empty request matches
+// nothing, the vendor counts, a model name must be the group's name).
+func (x *Extractor) deviceMatches(req string, t int) bool {
+	for i := range x.groups[t] {
+		if constraint.MatchesRequest(req, &x.groups[t][i]) {
+			return true
+		}
 	}
-	// Split without allocating: at most vendor/type/name, and the name may contain "/".
-	first := strings.IndexByte(req, '/')
-	if first < 0 {
-		return req == "gpu"
-	}
-	rest := req[first+1:]
-	second := strings.IndexByte(rest, '/')
-	if second < 0 {
-		return rest == "gpu"
-	}
-	if rest[:second] != "gpu" {
-		return false
-	}
-	name := rest[second+1:]
-	c, ok := x.canon[name]
-	if !ok {
-		c = gpuspec.Canonical(name)
-		x.canon[name] = c
-	}
-	return c == typ
+	return false
 }
 
 func resize(s []float64, n int) []float64 {

@@ -144,24 +144,37 @@ func TestExtractorRemembersRuntimes(t *testing.T) {
 	}
 }
 
+// The ranker's candidate pools follow Nomad's device matching (constraint.MatchesRequest):
+// an empty request matches nothing, the vendor counts, and a model name must be a group's
+// name, not only the same GPU type.
 func TestDeviceMatches(t *testing.T) {
 	var x Extractor
-	x.canon = map[string]string{}
+	x.groups = [][]cluster.DeviceGroup{
+		{{Vendor: "nvidia", Type: "gpu", Name: "Tesla T4"}},
+		{{Vendor: "nvidia", Type: "gpu", Name: "Tesla V100-SXM2-16GB"}, {Vendor: "nvidia", Type: "gpu", Name: "Tesla V100-SXM2-32GB"}},
+		{{Vendor: "amd", Type: "gpu", Name: "Instinct MI250"}},
+	}
+	const t4, v100, mi250 = 0, 1, 2
 	for _, c := range []struct {
-		req, typ string
-		want     bool
+		req  string
+		typ  int
+		want bool
 	}{
-		{"", "t4", true},
-		{"gpu", "t4", true},
-		{"nvidia/gpu", "a100", true},
-		{"nvidia/gpu/Tesla T4", "t4", true},
-		{"nvidia/gpu/Tesla T4", "v100", false},
-		{"nvidia/gpu/NVIDIA A100-SXM4-40GB", "a100", true},
-		{"nvidia/fpga", "t4", false},
-		{"fpga", "t4", false},
+		{"", t4, false},
+		{"gpu", t4, true},
+		{"nvidia/gpu", v100, true},
+		{"nvidia/gpu/Tesla T4", t4, true},
+		{"nvidia/gpu/Tesla T4", v100, false},
+		{"nvidia/gpu/Tesla V100-SXM2-32GB", v100, true},
+		{"nvidia/gpu/Tesla V100", v100, false},
+		{"/gpu/Tesla T4", t4, true},
+		{"nvidia/gpu", mi250, false},
+		{"amd/gpu", mi250, true},
+		{"nvidia/fpga", t4, false},
+		{"fpga", t4, false},
 	} {
 		if got := x.deviceMatches(c.req, c.typ); got != c.want {
-			t.Errorf("deviceMatches(%q, %q) = %v, want %v", c.req, c.typ, got, c.want)
+			t.Errorf("deviceMatches(%q, type %d) = %v, want %v", c.req, c.typ, got, c.want)
 		}
 	}
 }

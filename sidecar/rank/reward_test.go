@@ -28,6 +28,7 @@ func TestReward(t *testing.T) {
 		want float64
 	}{
 		{ScoreJCT, math.Log(100.0 / 80)}, {ScoreWait, math.Log(2)}, {ScoreBSLD, math.Log(2)}, {ScoreUtil, math.Log(1.2)},
+		// BSLD 4 -> 2 weighs 0.7, energy per work 2 -> 1.5 weighs 0.3.
 		{ScoreEnergyMix, 0.7*math.Log(2) + 0.3*math.Log(2/1.5)},
 	} {
 		if got := Reward(c.kind, pol, base); math.Abs(got-c.want) > 1e-12 {
@@ -37,8 +38,11 @@ func TestReward(t *testing.T) {
 			t.Errorf("%s: reward against itself %v, want 0", c.kind, got)
 		}
 	}
-	if got := Reward(ScoreBSLD, Summary{AvgBSLD: 100}, Summary{AvgBSLD: 1}); got != -RewardClip {
-		t.Errorf("reward not clipped: %v", got)
+	// ln(1/100) = -4.6 and ln(100/1) = 4.6 are clipped to -2 and 2; ln(1/5) = -1.609 is not.
+	for _, c := range []struct{ pol, base, want float64 }{{100, 1, -2}, {1, 100, 2}, {5, 1, -1.6094379124341003}} {
+		if got := Reward(ScoreBSLD, Summary{AvgBSLD: c.pol}, Summary{AvgBSLD: c.base}); math.Abs(got-c.want) > 1e-12 {
+			t.Errorf("BSLD %v against %v: reward %v, want %v", c.pol, c.base, got, c.want)
+		}
 	}
 	if _, err := ParseScore("makespan"); err == nil {
 		t.Error("unknown score accepted")

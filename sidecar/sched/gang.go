@@ -24,7 +24,7 @@ func GangKey(j *cluster.Job) string {
 	if j.Hetgpu.NoGang {
 		return ""
 	}
-	return j.Namespace + "/" + j.ID
+	return cluster.JobKey(j.Namespace, j.ID)
 }
 
 // Gangs maps every gang with several waiting members ("namespace/id") to the job keys of
@@ -185,7 +185,7 @@ func GangPreemptions(snap *cluster.Snapshot, ps []cluster.Preemption) []cluster.
 	// A job with a running group that may not be stopped cannot lose its gang.
 	pinned := map[string]bool{}
 	for _, a := range snap.Running {
-		k := a.Namespace + "/" + a.JobID + "/" + a.Group
+		k := a.Key()
 		if !preemptible[k] && !solo[k] {
 			pinned[a.Namespace+"/"+a.JobID] = true
 		}
@@ -197,7 +197,7 @@ func GangPreemptions(snap *cluster.Snapshot, ps []cluster.Preemption) []cluster.
 		if seen[k] {
 			continue
 		}
-		g := p.Namespace + "/" + p.JobID
+		g := cluster.JobKey(p.Namespace, p.JobID)
 		if solo[k] || (len(members[g]) < 2 && !pinned[g]) {
 			seen[k] = true
 			out = append(out, p)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/sidecar/gpuspec"
 )
 
 // Reservation for a big gang, so that a stream of small jobs cannot starve it (EASY
@@ -143,9 +144,6 @@ func shadowTime(snap *cluster.Snapshot, need int) (at time.Time, extra int, ok b
 	return time.Time{}, 0, false
 }
 
-// referenceType is the GPU type hetgpu.runtime is given on.
-const referenceType = "v100"
-
 // predictedEnd is when a decided job is expected to end, or ok=false without an estimate.
 func predictedEnd(now time.Time, job *cluster.Job, d *cluster.Decision, pred Predictor) (time.Time, bool) {
 	rt := job.Hetgpu.EstRuntime
@@ -153,7 +151,7 @@ func predictedEnd(now time.Time, job *cluster.Job, d *cluster.Decision, pred Pre
 		return time.Time{}, false
 	}
 	if pred != nil && d.PredThroughput > 0 {
-		if ref := pred.Predict(job, referenceType, d.GPUs()).Throughput; ref > 0 {
+		if ref := pred.Predict(job, gpuspec.ReferenceGPU, d.GPUs()).Throughput; ref > 0 {
 			rt = time.Duration(float64(rt) * ref / d.PredThroughput)
 		}
 	}

@@ -138,6 +138,8 @@ type Pipeline struct {
 	// ReserveAfter, when > 0, lets the best-ranked gang that has waited this long go first
 	// and, when it cannot be placed, reserve GPUs (see Reservation); 0 never reserves.
 	ReserveAfter time.Duration
+	// Queues, when set, is the queue stage: caps, reclaim and the fair-share order.
+	Queues Queues
 }
 
 // RunRound takes one snapshot and carries it through every stage.
@@ -146,6 +148,9 @@ func (p *Pipeline) RunRound(ctx context.Context) (*Round, error) {
 	snap, err := p.Cluster.Snapshot(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	if p.Queues != nil {
+		snap = p.Queues.Prepare(snap)
 	}
 	var order []Ranked
 	var preempted []cluster.PinResult
@@ -162,6 +167,9 @@ func (p *Pipeline) RunRound(ctx context.Context) (*Round, error) {
 				return nil, fmt.Errorf("preempt %d jobs: %w", len(plan.Preempt), err)
 			}
 			snap = AfterPreemption(snap, preempted)
+			if p.Queues != nil {
+				snap = p.Queues.Prepare(snap) // the freed GPUs are idle GPUs a reserve may hold
+			}
 		}
 		order = keepPending(plan.Order, snap)
 	}
@@ -170,6 +178,11 @@ func (p *Pipeline) RunRound(ctx context.Context) (*Round, error) {
 		return nil, err
 	}
 	r.Preempted = preempted
+	if v, ok := p.Placer.(Verifier); ok && len(r.Decisions) > 0 {
+		if err := v.Verify(r.Snapshot, r.Decisions); err != nil {
+			return r, fmt.Errorf("%w: %w", ErrUnverified, err)
+		}
+	}
 	if len(r.Decisions) > 0 {
 		r.Pins, err = p.Cluster.Pin(ctx, r.Decisions)
 		if err != nil {
@@ -184,6 +197,9 @@ func (p *Pipeline) RunRound(ctx context.Context) (*Round, error) {
 // Decide ranks and places the pending jobs of a snapshot without pinning (shadow mode; it
 // never preempts).
 func (p *Pipeline) Decide(ctx context.Context, snap *cluster.Snapshot) (*Round, error) {
+	if p.Queues != nil {
+		snap = p.Queues.Prepare(snap)
+	}
 	return p.decide(ctx, snap, nil)
 }
 
@@ -195,6 +211,9 @@ func (p *Pipeline) plan(ctx context.Context, snap *cluster.Snapshot) (Plan, erro
 	ranked, err := p.Ranker.Rank(ctx, &active, p.Predictor)
 	if err != nil {
 		return Plan{}, fmt.Errorf("rank %d active jobs: %w", len(active.Pending), err)
+	}
+	if p.Queues != nil {
+		ranked = p.Queues.Order(snap, ranked)
 	}
 	plan, err := p.Preemptor.Plan(ctx, snap, ranked, p.Predictor)
 	if err != nil {
@@ -218,7 +237,7 @@ func AfterPreemption(snap *cluster.Snapshot, res []cluster.PinResult) *cluster.S
 	out := *snap
 	out.Running = make([]cluster.Alloc, 0, len(snap.Running))
 	for _, a := range snap.Running {
-		if !gone[a.Namespace+"/"+a.JobID+"/"+a.Group] {
+		if !gone[a.Key()] {
 			out.Running = append(out.Running, a)
 		}
 	}
@@ -265,6 +284,9 @@ func (p *Pipeline) decide(ctx context.Context, snap *cluster.Snapshot, order []R
 		ranked, err = p.Ranker.Rank(ctx, snap, p.Predictor)
 		if err != nil {
 			return nil, fmt.Errorf("rank %d pending jobs: %w", len(snap.Pending), err)
+		}
+		if p.Queues != nil {
+			ranked = p.Queues.Order(snap, ranked)
 		}
 	}
 	gangs := GangsOf(snap.Pending)

@@ -11,6 +11,9 @@
 //	GET  /ui/fleet, queue, decisions, learning, energy  the GPU fleet dashboard (HTML)
 //	GET  /metrics                        Prometheus metrics
 //
+// With several replicas (sidecar/ha) a standby answers every GET itself and sends every POST
+// to the leader with 307 Temporary Redirect (method and body kept), 503 while none leads.
+//
 // Tokens (auth.go): token grants everything; read_token the GET endpoints, write_token the
 // POSTs; /v1/health is open. A signed explain link (sidecar/explainlink) opens one job's
 // explain page without a token. TLS and mTLS: tls.go. Request limits: limits.go.
@@ -91,6 +94,7 @@ func New(cfg Config, svc *service.Service) *Server {
 	s := &Server{cfg: cfg, svc: svc, log: cfg.Logger.Named("api"), mux: http.NewServeMux()}
 	s.mux.HandleFunc("GET /v1/health", s.health)
 	s.mux.HandleFunc("GET /v1/queue", s.queue)
+	s.mux.HandleFunc("GET /v1/queues", func(w http.ResponseWriter, _ *http.Request) { httpjson.Write(w, http.StatusOK, svc.Queues()) })
 	s.mux.HandleFunc("GET /v1/decisions", s.decisions)
 	s.mux.HandleFunc(explainPattern, s.explain)
 	s.mux.HandleFunc("POST /v1/observations", s.observations)
@@ -119,6 +123,9 @@ func (s *Server) Handler() http.Handler {
 		}
 		if _, pattern := s.mux.Handler(r); pattern == "" {
 			s.noRoute(w, r)
+			return
+		}
+		if r.Method == http.MethodPost && toLeader(w, r, s.svc) {
 			return
 		}
 		s.mux.ServeHTTP(w, r)
@@ -287,6 +294,10 @@ func (s *Server) observations(w http.ResponseWriter, r *http.Request) {
 	res, err := s.svc.ObserveBatch(r.Context(), obs, service.SourceDriver, r.Header.Get("Idempotency-Key"))
 	if err != nil {
 		code := http.StatusInternalServerError
+		if errors.Is(err, service.ErrStandby) {
+			// Leadership moved while the request ran: nothing was stored; retry.
+			code = http.StatusServiceUnavailable
+		}
 		var ve *service.ValidationError
 		if errors.As(err, &ve) {
 			code = http.StatusBadRequest
@@ -393,6 +404,7 @@ const indexHTML = `<!doctype html><html><head><meta charset="utf-8"><title>hetgp
 <ul>
 <li><a href="/v1/health">GET /v1/health</a>: service state</li>
 <li><a href="/v1/queue">GET /v1/queue</a>: ranked pending jobs with scores and features</li>
+<li><a href="/v1/queues">GET /v1/queues</a>: queues with guarantee, maximum, usage, borrowed GPUs, pending work and fair share</li>
 <li><a href="/v1/decisions">GET /v1/decisions</a>: decisions, newest first (?limit=N&amp;after=SEQ)</li>
 <li>GET /v1/jobs/{namespace}/{job}/explain: why a job runs where it runs (?format=html)</li>
 <li><a href="/v1/fleet">GET /v1/fleet</a>: nodes and GPUs with health, readings and holders; totals per GPU type (?gpu_type=&amp;class=&amp;health=&amp;state=)</li>

@@ -10,12 +10,10 @@ import (
 	"time"
 
 	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/sidecar/gpuspec"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
 	"github.com/hetgpu/hetgpu/sidecar/store"
 )
-
-// ReferenceGPU is the type user runtime estimates (hetgpu.runtime) refer to.
-const ReferenceGPU = "v100"
 
 // memo caches predictions for one round: ranker, placer and explanations ask the same
 // questions.
@@ -46,6 +44,15 @@ func (m *memo) Predict(job *cluster.Job, gpuType string, gpus int) sched.Estimat
 	m.m[k] = e
 	m.mu.Unlock()
 	return e
+}
+
+// PredictPair forwards to the wrapped predictor when it predicts pairs (uncached: only
+// co-location options ask, a few per round).
+func (m *memo) PredictPair(a, b *cluster.Job, gpuType string) (float64, float64, bool) {
+	if pp, ok := m.p.(sched.PairPredictor); ok {
+		return pp.PredictPair(a, b, gpuType)
+	}
+	return 0, 0, false
 }
 
 // finite maps NaN and ±Inf (which JSON cannot carry) to 0: a predictor or ranker may produce
@@ -148,7 +155,7 @@ func (c capacity) fits(job *cluster.Job, typ string) bool {
 func estimates(c capacity, job *cluster.Job, pred sched.Predictor, chosen *cluster.Decision) []store.Estimate {
 	var ref sched.Estimate
 	if job.Hetgpu.EstRuntime > 0 {
-		ref = pred.Predict(job, ReferenceGPU, job.GPUs)
+		ref = pred.Predict(job, gpuspec.ReferenceGPU, job.GPUs)
 	}
 	out := make([]store.Estimate, 0, len(c.types))
 	for _, t := range c.types {
@@ -255,7 +262,8 @@ type QueueEntry struct {
 	Status string `json:"status"`
 	// Wait says why a group that was not decided waits: "infeasible", "capacity" (it fits the
 	// cluster, not the GPUs free now), "behind" (it fit the free GPUs; jobs ranked ahead came
-	// first) or "invalid"; Reason says it in words.
+	// first), "queue" (its queue's maximum or another queue's guarantee keeps it out) or
+	// "invalid"; Reason says it in words.
 	Wait       string `json:"wait,omitempty"`
 	Infeasible bool   `json:"infeasible,omitempty"`
 	Reason     string `json:"reason,omitempty"`
@@ -368,7 +376,7 @@ func (s *Service) Explain(ns, id string) (*Explanation, error) {
 	}
 	s.mu.RLock()
 	snap := s.lastSnap
-	prefix := ns + "/" + id + "/"
+	prefix := cluster.JobKey(ns, id) + "/"
 	for k, d := range s.pinning {
 		if strings.HasPrefix(k, prefix) {
 			dd := d
@@ -405,6 +413,8 @@ func (s *Service) Explain(ns, id string) (*Explanation, error) {
 				ge.Summary += "; waits for capacity: " + q.Reason
 			case WaitBehind:
 				ge.Summary += "; waits behind higher-ranked jobs: " + q.Reason
+			case WaitQueue:
+				ge.Summary += "; waits for its queue: " + q.Reason
 			}
 		}
 		if why, ok := s.reheldReason[q.JobKey]; ok {

@@ -79,6 +79,7 @@ func Validate(o *cluster.Observation, now time.Time) error {
 		{"namespace", o.Namespace, true}, {"job_id", o.JobID, true}, {"group", o.Group, true}, {"task", o.Task, false},
 		{"alloc_id", o.AllocID, false}, {"model_family", o.ModelFamily, false}, {"model_name", o.ModelName, false},
 		{"framework", o.Framework, false}, {"gpu_type", o.GPUType, false}, {"gpu_name", o.GPUName, false}, {"co_runner", o.CoRunner, false},
+		{"co_runner_job", o.CoRunnerJob, false},
 	} {
 		switch {
 		case f.required && f.v == "":
@@ -89,9 +90,10 @@ func Validate(o *cluster.Observation, now time.Time) error {
 			return bad(f.name, f.v, "printable UTF-8 text (no control characters)")
 		}
 	}
-	t := gpuspec.Canonical(o.GPUType)
+	// TypeOf keeps a MIG slice's own type ("a100-mig-3g.20gb").
+	t := gpuspec.TypeOf(o.GPUType)
 	if t == "" {
-		t = gpuspec.Canonical(o.GPUName)
+		t = gpuspec.TypeOf(o.GPUName)
 	}
 	if t == "" {
 		return bad("gpu_type", o.GPUType, "a known GPU type (k80, p100, v100, t4, a10, l4, a100, h100, h200) or a gpu_name such as \"NVIDIA A100-SXM4-40GB\"")
@@ -105,6 +107,9 @@ func Validate(o *cluster.Observation, now time.Time) error {
 	}
 	if o.BatchSize < 0 || o.BatchSize > MaxBatchSize {
 		return bad("batch_size", o.BatchSize, fmt.Sprintf("an integer from 0 to %d", MaxBatchSize))
+	}
+	if o.CoRunnerBatchSize < 0 || o.CoRunnerBatchSize > MaxBatchSize {
+		return bad("co_runner_batch_size", o.CoRunnerBatchSize, fmt.Sprintf("an integer from 0 to %d", MaxBatchSize))
 	}
 	for _, f := range []struct {
 		name     string
@@ -313,11 +318,15 @@ func claimsOf(o *cluster.Observation, idemKey string, i, n int) []string {
 
 // store writes validated records and feeds the fresh, learnable ones to the learner.
 func (s *Service) storeRecords(ctx context.Context, recs []store.NewObservation) (*ObserveResult, error) {
+	if err := s.beforeStore(ctx); err != nil {
+		return nil, err
+	}
 	out, err := s.store.AddObservations(recs, s.cfg.Now())
 	s.health.set(healthStore, err)
 	if err != nil {
 		return nil, err
 	}
+
 	res := &ObserveResult{Records: out}
 	var learn []cluster.Observation
 	var seqs []uint64
@@ -344,6 +353,11 @@ func (s *Service) storeRecords(ctx context.Context, recs []store.NewObservation)
 		} else {
 			res.Learned = len(learn)
 		}
+	}
+	// A duplicate too (the first try may have been stored here but not shared): the runs
+	// are acknowledged only once the other replicas can find them.
+	if err := s.share(ctx); err != nil {
+		return nil, err
 	}
 	return res, nil
 }
@@ -383,7 +397,7 @@ type builtPredictor interface {
 // predictionError compares a measured run with what the decision predicted (else with the
 // predictor's current answer).
 func (s *Service) predictionError(o *cluster.Observation) {
-	key := o.Namespace + "/" + o.JobID + "/" + o.Group
+	key := o.Key()
 	var thr, pw float64
 	if r, ok := s.store.Latest(key); ok && r.Decision != nil && r.Decision.GPUType == o.GPUType && r.Decision.GPUs() == o.GPUs {
 		thr, pw = r.Decision.PredThroughput, r.Decision.PredPowerW

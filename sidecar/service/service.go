@@ -19,6 +19,7 @@ import (
 
 	"github.com/hetgpu/hetgpu/sidecar/cluster"
 	"github.com/hetgpu/hetgpu/sidecar/feasible"
+	"github.com/hetgpu/hetgpu/sidecar/queue"
 	"github.com/hetgpu/hetgpu/sidecar/rank"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
 	"github.com/hetgpu/hetgpu/sidecar/store"
@@ -44,6 +45,11 @@ type Config struct {
 	GangReserveAfter time.Duration
 	// Ranker, when set, says which ranking policy the rounds use and why (GET /v1/health).
 	Ranker func() RankerStatus
+	// Leadership, when set, makes this one of several replicas (see Leadership); nil: the
+	// only one. Share, when set, copies the stored runs to where a new leader loads them
+	// from; a request's runs are acknowledged only after it succeeded.
+	Leadership Leadership
+	Share      func(ctx context.Context) error
 }
 
 // RankerStatus is the ranking policy in use and why.
@@ -69,6 +75,8 @@ type Stages struct {
 	// Tuner, when set, gets every measured run and is asked to learn from them every
 	// TuneEvery, off the decision path (online fine-tuning of the ranking policy).
 	Tuner Tuner
+	// Queues, when set, is the queue stage (caps, reclaim, fair share; GET /v1/queues).
+	Queues *queue.Set
 }
 
 // Tuner learns from finished runs in the background: Tune may train for a while and replaces
@@ -119,6 +127,8 @@ type Service struct {
 	learner *learnGroup
 	// health tracks what cannot be written (store, catalog).
 	health storageHealth
+	// leadSince is when this replica last started leading (zero while it stands by).
+	leadSince time.Time
 }
 
 // New builds a service. The store must stay open while the service runs.
@@ -155,6 +165,9 @@ func New(cfg Config, backend Backend, stages Stages, st *store.Store) (*Service,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("service: read state: %w", err)
+	}
+	if stages.Queues != nil {
+		s.metrics.Registry.MustRegister(newQueueCollector(s))
 	}
 	s.learner = &learnGroup{s: s}
 	if err := s.catchUp(context.Background()); err != nil {
@@ -216,6 +229,9 @@ func (s *Service) Run(ctx context.Context) error {
 			}
 		case <-tick.C:
 		}
+		if !s.noteLeading(s.leading(ctx)) {
+			continue
+		}
 		if _, err := s.Round(ctx); err != nil && ctx.Err() == nil {
 			s.log.Warn("round failed; retrying at the next change or tick", "error", err)
 		}
@@ -247,6 +263,9 @@ func (s *Service) Round(ctx context.Context) (*sched.Round, error) {
 	noter := pinNoter{Backend: s.backend, s: s, tri: tri, pred: memo}
 	pipe := &sched.Pipeline{Cluster: noter, Ranker: s.stages.Ranker, Predictor: memo, Placer: s.stages.Placer,
 		ReserveAfter: s.cfg.GangReserveAfter}
+	if s.stages.Queues != nil {
+		pipe.Queues = s.stages.Queues
+	}
 	if pre, ok := s.backend.(cluster.Preempter); ok && s.stages.Preemptor != nil {
 		pipe.Cluster = preemptNoter{noter, pre}
 		pipe.Preemptor = s.stages.Preemptor
@@ -269,7 +288,10 @@ func (s *Service) Round(ctx context.Context) (*sched.Round, error) {
 		if err != nil && (r == nil || r.Snapshot == nil) {
 			return nil, s.roundFailed(err)
 		}
-		if err != nil {
+		if errors.Is(err, sched.ErrUnverified) {
+			// A placement that breaks the rules is a bug: nothing was pinned; say so loudly.
+			s.log.Error("placement rejected before pinning", "error", err)
+		} else if err != nil {
 			// Pinning failed as a whole (backend error): record what was decided, retry next round.
 			s.log.Warn("pinning failed", "error", err)
 		}
@@ -299,7 +321,7 @@ func (s *Service) tuneLoop(ctx context.Context) {
 		s.mu.RLock()
 		snap := s.lastSnap
 		s.mu.RUnlock()
-		if snap == nil {
+		if snap == nil || !s.leading(ctx) {
 			continue
 		}
 		ran, adopted, err := s.stages.Tuner.Tune(ctx, snap)
@@ -684,6 +706,11 @@ type Health struct {
 	StorageErrors []string `json:"storage_errors,omitempty"`
 	// Ranker is the ranking policy in use and why.
 	Ranker *RankerStatus `json:"ranker,omitempty"`
+	// Role is "single" (one replica), "leader" or "standby"; Leader is the leading
+	// replica's address (else id), ReplicaID this replica's id.
+	Role      string `json:"role"`
+	Leader    string `json:"leader,omitempty"`
+	ReplicaID string `json:"replica_id,omitempty"`
 }
 
 // Health reports whether rounds are running. "degraded" when the last round failed or none
@@ -707,6 +734,12 @@ func (s *Service) Health() Health {
 		h.Ranker = &rs
 	}
 	stale := h.LastRound.IsZero() && now.Sub(s.started) > 3*s.cfg.Reconcile || !h.LastRound.IsZero() && now.Sub(h.LastRound) > 3*s.cfg.Reconcile
+	if standby, since := s.role(&h); standby {
+		stale = false
+	} else if h.LastRound.Before(since) {
+		// A replica that just took over is stale only once it led three periods without a round.
+		stale = now.Sub(since) > 3*s.cfg.Reconcile
+	}
 	if h.LastError != "" || stale || len(h.StorageErrors) > 0 {
 		h.Status = "degraded"
 	}

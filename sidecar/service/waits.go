@@ -26,7 +26,7 @@ const (
 	WaitInvalid = string(feasible.Invalid)
 )
 
-var waitKinds = []string{WaitInfeasible, WaitCapacity, WaitBehind, WaitInvalid}
+var waitKinds = []string{WaitInfeasible, WaitCapacity, WaitBehind, WaitInvalid, WaitQueue}
 
 // WaitReporter is a backend that shows in the job itself why a pending group cannot be placed
 // (Nomad: a line in the job's ui description). After every round outside shadow mode the
@@ -45,7 +45,7 @@ type Wait struct {
 }
 
 // JobKey returns the group's "namespace/id/group".
-func (w *Wait) JobKey() string { return w.Namespace + "/" + w.JobID + "/" + w.Group }
+func (w *Wait) JobKey() string { return cluster.GroupKey(w.Namespace, w.JobID, w.Group) }
 
 // minThroughputPlacer is a placer that says whether it drops placements below a job's T_min
 // (*place.Placer does, by preset). Placers that do not say are taken to honour it.
@@ -209,6 +209,8 @@ func (s *Service) classify(queue []QueueEntry, r *sched.Round, decided map[strin
 				r.Reservation.GPUs, until)
 		case held[k]:
 			q.Wait, q.Reason = WaitBehind, r.Reservation.Reason()
+		case cluster.CapWait(r.Snapshot, rk.Job, r.Decisions) != "":
+			q.Wait, q.Reason = WaitQueue, cluster.CapWait(r.Snapshot, rk.Job, r.Decisions)
 		case !v.Fits:
 			q.Wait, q.Reason = WaitCapacity, v.Reason
 		case deferred[sched.GangKey(rk.Job)] && gangs[sched.GangKey(rk.Job)][k]:

@@ -20,7 +20,9 @@
 //     (actual rate / rate it would have alone on one node) to each of its GPUs; a GPU's util is
 //     the sum over its jobs, at most 1. Defaults: alpha 0.7, busy_util 0.9 (cluster spec
 //     `power` block). Energy integrates the power of every GPU, busy or idle, from the first
-//     arrival to the last completion.
+//     arrival to the last completion; SimulateAll then extends each policy's figure at idle
+//     power to the last completion of any policy it ran (CommonEnergyWindow), so that a
+//     policy whose last job ends early is not credited with the idle time it leaves.
 //   - Preemption (State.Preempt) returns a job to the queue with its progress kept; its next
 //     start loses Config.RestartPenaltyS seconds of work (default 0, as in Gavel's simulator).
 package sim
@@ -43,10 +45,6 @@ import (
 	"github.com/hetgpu/hetgpu/sidecar/trace"
 )
 
-// ReferenceGPU is the GPU type work is normalised to for "energy per unit of work" (kWh per
-// V100 GPU-hour of work) and oracle runtime estimates.
-const ReferenceGPU = "v100"
-
 // DefaultEpoch is the wall-clock time of simulated second 0 in snapshots.
 var DefaultEpoch = time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
 
@@ -60,7 +58,7 @@ type Config struct {
 	// GPUSpecs defaults to gpuspec.Default().
 	GPUSpecs *gpuspec.Table
 	// Oracle lets snapshots carry each job's true runtime (Annotations.EstRuntime, on
-	// ReferenceGPU): only for policies that are allowed oracle information (sjf).
+	// gpuspec.ReferenceGPU): only for policies that are allowed oracle information (sjf).
 	Oracle bool
 	// RestartPenaltyS is work (in seconds at the new rate) lost each time a preempted job
 	// restarts.
@@ -114,9 +112,9 @@ type JobState struct {
 	Nodes     int
 	// Rate is the current speed in steps/s while running.
 	Rate float64
-	// IdealS is the runtime alone on the best GPU type of the cluster; RefS on ReferenceGPU.
+	// IdealS is the runtime alone on the best GPU type of the cluster; RefS on gpuspec.ReferenceGPU.
 	IdealS, RefS float64
-	// RefGPUHours is the job's work in ReferenceGPU GPU-hours (RefS x GPUs / 3600).
+	// RefGPUHours is the job's work in gpuspec.ReferenceGPU GPU-hours (RefS x GPUs / 3600).
 	RefGPUHours float64
 
 	remaining  float64 // steps left, as of lastUpdate
@@ -132,6 +130,7 @@ type JobState struct {
 	segSteps   float64 // remaining at segment start
 	segEnergy  float64
 	coRunner   string
+	coBatch    int
 	lastType   string
 }
 
@@ -224,6 +223,7 @@ type Engine struct {
 	busyGPUs                      int
 	energyJ, busyGPUSeconds       float64
 	energyAtFinish, busyAtFinish  float64
+	idleW                         float64 // the whole cluster's draw with every GPU idle
 
 	rates     map[rateKey]float64
 	latencies []time.Duration
@@ -277,6 +277,7 @@ func New(cfg Config) (*Engine, error) {
 		e.maxPerNode = max(e.maxPerNode, c.GPUsPerNode)
 		e.totalGPUs += c.GPUsPerNode * c.Count
 	}
+	e.idleW = e.powerW
 	e.baseNodes = e.buildNodes()
 	return e, nil
 }
@@ -345,7 +346,7 @@ func (e *Engine) submit(jobs []trace.Job) error {
 		if ns == "" {
 			ns = "default"
 		}
-		key := ns + "/" + tj.ID + "/" + JobGroup
+		key := cluster.GroupKey(ns, tj.ID, JobGroup)
 		if _, dup := e.byKey[key]; dup {
 			return fmt.Errorf("sim: job %s submitted twice", key)
 		}
@@ -367,7 +368,7 @@ func (e *Engine) submit(jobs []trace.Job) error {
 			}
 			best = math.Max(best, e.rate(tj.JobType, g, tj.GPUs, k > 1))
 		}
-		if ref := e.rate(tj.JobType, ReferenceGPU, tj.GPUs, false); ref > 0 {
+		if ref := e.rate(tj.JobType, gpuspec.ReferenceGPU, tj.GPUs, false); ref > 0 {
 			j.RefS = tj.TotalSteps / ref
 			j.RefGPUHours = j.RefS * float64(tj.GPUs) / 3600
 		}
@@ -543,6 +544,9 @@ func (e *Engine) validate(j *JobState, p Placement) (string, int, error) {
 		switch {
 		case s.n == 0:
 		case s.n == 1 && p.Shared && s.holders[0].Placement.Shared:
+			if e.pairOOM(j, s.holders[0], n.gpuType) {
+				return "", 0, fmt.Errorf("job %s cannot share GPU %s with %s: the pair runs out of memory", j.Key, instanceID(n.id, r.Index), s.holders[0].Key)
+			}
 		default:
 			return "", 0, fmt.Errorf("job %s: GPU %s is in use", j.Key, instanceID(n.id, r.Index))
 		}
@@ -664,7 +668,7 @@ func (e *Engine) refresh(j *JobState) {
 		}
 		if f < factor {
 			factor = f
-			j.coRunner = other.Model
+			j.coRunner, j.coBatch = other.Model, other.BatchSize
 		}
 	}
 	j.Rate = base * factor
@@ -762,7 +766,7 @@ func (e *Engine) emitObservation(j *JobState) {
 	obs := cluster.Observation{Namespace: j.Namespace, JobID: j.ID, Group: JobGroup, Task: JobGroup,
 		ModelName: j.Model, BatchSize: j.BatchSize, GPUType: j.GPUType, GPUName: n.gpuName, GPUs: j.GPUs,
 		Nodes: j.Nodes, Throughput: steps / dur, EnergyJ: j.energyJ - j.segEnergy,
-		AvgPowerW: (j.energyJ - j.segEnergy) / dur, RuntimeS: dur, CoRunner: j.coRunner,
+		AvgPowerW: (j.energyJ - j.segEnergy) / dur, RuntimeS: dur, CoRunner: j.coRunner, CoRunnerBatchSize: j.coBatch,
 		Time: e.cfg.Epoch.Add(time.Duration(e.now * float64(time.Second)))}
 	if e.batch != nil {
 		*e.batch = append(*e.batch, obs)

@@ -316,7 +316,8 @@ func (e *Engine) snapshot() *cluster.Snapshot {
 		for k, ni := range order {
 			snap.Running = append(snap.Running, cluster.Alloc{ID: fmt.Sprintf("%s-%d", j.ID, k), Namespace: j.Namespace,
 				JobID: j.ID, Group: JobGroup, NodeID: e.nodes[ni].id, DeviceIDs: byNode[ni],
-				GPUType: j.GPUType, StartTime: e.wall(j.segStart), Shared: j.Placement.Shared})
+				GPUType: j.GPUType, StartTime: e.wall(j.segStart), Shared: j.Placement.Shared,
+				Hetgpu: e.clusterJob(j).Hetgpu})
 		}
 	}
 	sort.Slice(snap.Running, func(a, b int) bool { return snap.Running[a].ID < snap.Running[b].ID })
@@ -338,7 +339,8 @@ func (e *Engine) clusterJob(j *JobState) cluster.Job {
 	cj := cluster.Job{Namespace: j.Namespace, ID: j.ID, Group: JobGroup, Priority: 50,
 		SubmitTime: e.wall(j.ArrivalS), GPUs: j.GPUs, DeviceName: "nvidia/gpu",
 		Hetgpu: cluster.Annotations{Enabled: true, ModelName: j.Model, BatchSize: j.BatchSize,
-			MaxNodes: j.MaxNodes, AllowSharing: false, Preemptible: true},
+			MaxNodes: j.MaxNodes, AllowSharing: e.allowsSharing(j), Preemptible: true,
+			MinThroughput: j.MinThroughput},
 		AttainedGPUSeconds: j.Attained(e.now)}
 	if e.cfg.Oracle && j.RefS > 0 {
 		// Remaining runtime on the reference type: what an oracle user estimate would say now.
@@ -360,6 +362,9 @@ func (e *Engine) pin(ds []cluster.Decision) []cluster.PinResult {
 			res.Err = fmt.Errorf("job %s is not pending", d.JobKey())
 		default:
 			p, err := e.placementOf(d)
+			// A job that allows sharing holds its GPU as shareable however it was placed,
+			// as a Nomad allocation of a sharing job does.
+			p.Shared = p.Shared || e.allowsSharing(j)
 			if err == nil {
 				var typ string
 				var nodes int

@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/hetgpu/hetgpu/sidecar/gpuspec"
 	"github.com/hetgpu/hetgpu/sidecar/throughput"
 	"github.com/hetgpu/hetgpu/sidecar/trace"
 )
@@ -21,6 +22,7 @@ const BoundedSlowdownFloorS = 10.0
 // JobResult is one finished job.
 type JobResult struct {
 	ID          string  `json:"id"`
+	Namespace   string  `json:"namespace,omitempty"`
 	JobType     string  `json:"job_type"`
 	GPUs        int     `json:"gpus"`
 	ArrivalS    float64 `json:"arrival_s"`
@@ -51,9 +53,14 @@ type Result struct {
 	AvgQueueS     float64 `json:"avg_queue_s"`
 	MakespanS     float64 `json:"makespan_s"`
 	// GPUUtil is busy GPU time / (GPUs x makespan).
-	GPUUtil   float64 `json:"gpu_util"`
-	EnergyKWh float64 `json:"energy_kwh"`
-	// EnergyPerWork is kWh per V100 GPU-hour of work (the jobs' work measured on ReferenceGPU).
+	GPUUtil float64 `json:"gpu_util"`
+	// EnergyKWh is every GPU's energy, busy or idle, over EnergyWindowS from the first arrival:
+	// the run's own makespan, or after CommonEnergyWindow the longest makespan of the runs
+	// compared, the rest at the cluster's idle draw IdlePowerW.
+	EnergyKWh     float64 `json:"energy_kwh"`
+	EnergyWindowS float64 `json:"energy_window_s"`
+	IdlePowerW    float64 `json:"idle_power_w"`
+	// EnergyPerWork is kWh per V100 GPU-hour of work (the jobs' work measured on gpuspec.ReferenceGPU).
 	EnergyPerWork float64 `json:"energy_per_work_kwh"`
 	// BoundedSlowdown is the mean of max(1, JCT / max(ideal runtime, 10 s)).
 	BoundedSlowdown float64 `json:"bounded_slowdown"`
@@ -66,6 +73,18 @@ type Result struct {
 	DecisionP99Ms float64 `json:"decision_p99_ms"`
 	// WallS is how long the simulation took (not deterministic; left out of golden files).
 	WallS float64 `json:"wall_s"`
+	// TMinJobs counts the finished jobs that set a T_min, TMinMet those whose average rate
+	// while running met it.
+	TMinJobs int `json:"tmin_jobs,omitempty"`
+	TMinMet  int `json:"tmin_met,omitempty"`
+
+	// Queues are the per-queue outcomes of a policy run with queues (QueueMeter), and
+	// QueueJain Jain's index over their shares (GPU-hours over weight).
+	Queues    []QueueResult `json:"queues,omitempty"`
+	QueueJain float64       `json:"queue_jain,omitempty"`
+	// PartialGangPins counts gangs a pipeline pinned in part over the run (must be 0; counted
+	// by pipelines that report it, see GangCounter).
+	PartialGangPins int `json:"partial_gang_pins,omitempty"`
 
 	JobResults []JobResult `json:"-"`
 	Series     []Sample    `json:"-"`
@@ -75,7 +94,7 @@ type Result struct {
 func (e *Engine) Result(policy string) *Result {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	r := &Result{Policy: policy, Cluster: e.cfg.Spec.Name, Unschedulable: e.unschedulble}
+	r := &Result{Policy: policy, Cluster: e.cfg.Spec.Name, Unschedulable: e.unschedulble, IdlePowerW: e.idleW}
 	var jcts, ratios []float64
 	var queue, bsld, refHours float64
 	for _, j := range e.jobs {
@@ -94,9 +113,15 @@ func (e *Engine) Result(policy string) *Result {
 		ratios = append(ratios, jct/j.IdealS)
 		refHours += j.RefGPUHours
 		r.Preemptions += j.Preemptions
-		r.JobResults = append(r.JobResults, JobResult{ID: j.ID, JobType: j.JobType, GPUs: j.GPUs, ArrivalS: j.ArrivalS,
+		r.JobResults = append(r.JobResults, JobResult{ID: j.ID, Namespace: j.Namespace, JobType: j.JobType, GPUs: j.GPUs, ArrivalS: j.ArrivalS,
 			StartS: j.FirstStart, FinishS: j.Finish, JCTS: jct, QueueS: j.FirstStart - j.ArrivalS, IdealS: j.IdealS,
 			GPUType: j.lastType, Preemptions: j.Preemptions, EnergyJ: j.energyJ})
+		if j.MinThroughput > 0 {
+			r.TMinJobs++
+			if tminMet(j) {
+				r.TMinMet++
+			}
+		}
 	}
 	r.Jobs = len(jcts)
 	if r.Jobs > 0 {
@@ -115,7 +140,7 @@ func (e *Engine) Result(policy string) *Result {
 		if r.MakespanS > 0 {
 			r.GPUUtil = e.busyAtFinish / (float64(e.totalGPUs) * r.MakespanS)
 		}
-		r.EnergyKWh = e.energyAtFinish / 3.6e6
+		r.EnergyKWh, r.EnergyWindowS = e.energyAtFinish/3.6e6, r.MakespanS
 		if refHours > 0 {
 			r.EnergyPerWork = r.EnergyKWh / refHours
 		}
@@ -187,6 +212,14 @@ func Simulate(ctx context.Context, su Setup, p Policy, progress func(done int)) 
 	}
 	r := e.Result(p.Name())
 	r.Trace = su.Trace.Name
+	if g, ok := p.(GangCounter); ok {
+		r.PartialGangPins = g.PartialGangPins()
+	}
+	if q, ok := p.(QueueReporter); ok {
+		var jain float64
+		r.Queues, jain = q.QueueResults(r)
+		r.QueueJain = jainOrNaN(jain)
+	}
 	r.WallS = time.Since(t0).Seconds()
 	return r, nil
 }
@@ -225,7 +258,28 @@ func SimulateAll(ctx context.Context, su Setup, policies []Policy, parallel int,
 			return out, err
 		}
 	}
+	CommonEnergyWindow(out)
 	return out, nil
+}
+
+// CommonEnergyWindow puts the energy of runs of one trace (so one first arrival) on one
+// window: from the first arrival to the last completion of any of them. A run that finished
+// earlier is charged its cluster's idle draw for the rest, as its GPUs would draw it; else a
+// policy whose last job ends late would pay for idle time another policy simply leaves out.
+func CommonEnergyWindow(rs []*Result) {
+	window := 0.0
+	for _, r := range rs {
+		window = math.Max(window, r.EnergyWindowS)
+	}
+	for _, r := range rs {
+		if r.Jobs == 0 || r.EnergyWindowS >= window || r.EnergyKWh <= 0 {
+			continue
+		}
+		kwh := r.EnergyKWh + r.IdlePowerW*(window-r.EnergyWindowS)/3.6e6
+		// The work is the same: energy per work grows with the energy.
+		r.EnergyPerWork *= kwh / r.EnergyKWh
+		r.EnergyKWh, r.EnergyWindowS = kwh, window
+	}
 }
 
 // TraceOptions adapts a throughput table for trace loading: durations become steps on the
@@ -241,6 +295,7 @@ func TraceOptions(tab *throughput.Table, seed uint64) trace.LoadOptions {
 			v, ok := tab.Measured(jt, g, n)
 			return ok && v > 0
 		},
-		JobTypes: trace.DefaultJobTypes(),
+		JobTypes:  trace.DefaultJobTypes(),
+		Shareable: func(jt string) bool { return ShareableJobType(tab, jt, gpuspec.ReferenceGPU) },
 	}
 }

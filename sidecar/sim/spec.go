@@ -58,6 +58,9 @@ type Spec struct {
 	Network     Network
 	Power       PowerModel
 	Classes     []NodeClass
+	// Slots is how many single-GPU jobs may share one GPU (sharing.go): 0 or 1 none, 2 two
+	// (":slots=2" after the cluster name).
+	Slots int
 }
 
 // Network describes the links between nodes.
@@ -69,10 +72,10 @@ type Network struct {
 
 // PowerModel parameterises gpuspec.Spec.Power.
 type PowerModel struct {
-	// Alpha is the exponent of the utilisation curve (default 0.7, gpuspec's documented value).
+	// Alpha is the exponent of the utilisation curve (default gpuspec.PowerAlpha, 0.7).
 	Alpha float64
 	// BusyUtil is the utilisation of a GPU fully used by one job that scales perfectly (default
-	// 0.9, typical SM activity of data-parallel training). See Engine docs for how it is scaled.
+	// gpuspec.BusyUtil, 0.9: typical SM activity of data-parallel training). See Engine docs for how it is scaled.
 	BusyUtil float64
 }
 
@@ -132,7 +135,7 @@ func ParseSpec(src []byte, file string) (*Spec, error) {
 	}
 	s := &Spec{Name: sf.Name, Description: sf.Description,
 		Network: Network{Kind: "ethernet", CrossNodeEfficiency: DefaultCrossNodeEfficiency},
-		Power:   PowerModel{Alpha: 0.7, BusyUtil: 0.9}}
+		Power:   PowerModel{Alpha: gpuspec.PowerAlpha, BusyUtil: gpuspec.BusyUtil}}
 	if s.Name == "" {
 		return nil, fmt.Errorf("cluster spec %s: field name is empty, expected the cluster's name", file)
 	}
@@ -244,6 +247,18 @@ func (s *Spec) Scale(f float64) (*Spec, error) {
 // LoadSpec resolves --cluster: a bundled name ("modern-mix"), a file path, either optionally
 // followed by ":scale=F" to scale node counts (e.g. "pai-2020:scale=0.05").
 func LoadSpec(ref string) (*Spec, error) {
+	ref, slots, err := cutSlots(ref)
+	if err != nil {
+		return nil, err
+	}
+	s, err := loadSpec(ref)
+	if err != nil {
+		return nil, err
+	}
+	return s.withSlots(slots)
+}
+
+func loadSpec(ref string) (*Spec, error) {
 	name, opts, _ := strings.Cut(ref, ":scale=")
 	var s *Spec
 	var err error
@@ -328,7 +343,7 @@ func PAI2020() (*Spec, error) {
 	})
 	s := &Spec{Name: "pai-2020", Description: "Alibaba PAI 2020 GPU cluster (MISC and CPU machines left out)",
 		Network: Network{Kind: "ethernet", BandwidthGbps: 25, CrossNodeEfficiency: DefaultCrossNodeEfficiency},
-		Power:   PowerModel{Alpha: 0.7, BusyUtil: 0.9}}
+		Power:   PowerModel{Alpha: gpuspec.PowerAlpha, BusyUtil: gpuspec.BusyUtil}}
 	for _, kk := range keys {
 		ic := "pcie"
 		if kk.gpus == 8 {

@@ -169,7 +169,7 @@ func (s *Store) Latest(jobKey string) (DecisionRecord, bool) {
 // LatestForJob returns the latest record of every group of a job.
 func (s *Store) LatestForJob(ns, id string) []DecisionRecord {
 	var out []DecisionRecord
-	prefix := []byte(ns + "/" + id + "/")
+	prefix := []byte(cluster.JobKey(ns, id) + "/")
 	_ = s.db.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bLatest).Cursor()
 		for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {

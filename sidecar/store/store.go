@@ -332,16 +332,21 @@ func (s *Store) ObservationsAfter(seq uint64, fn func(ObservationRecord) error) 
 	return s.db.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bObs).Cursor()
 		for k, v := c.Seek(seqKey(seq + 1)); k != nil; k, v = c.Next() {
-			var r ObservationRecord
-			if err := json.Unmarshal(v, &r); err != nil {
-				return fmt.Errorf("corrupt observation record %x: %w", k, err)
-			}
-			if err := fn(r); err != nil {
+			if err := decodeObs(k, v, fn); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
+}
+
+// decodeObs hands one stored observation to fn.
+func decodeObs(k, v []byte, fn func(ObservationRecord) error) error {
+	var r ObservationRecord
+	if err := json.Unmarshal(v, &r); err != nil {
+		return fmt.Errorf("corrupt observation record %x: %w", k, err)
+	}
+	return fn(r)
 }
 
 // ErrStop ends an iteration early without an error.
@@ -353,11 +358,7 @@ func (s *Store) ObservationsNewest(fn func(ObservationRecord) error) error {
 	err := s.db.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bObs).Cursor()
 		for k, v := c.Last(); k != nil; k, v = c.Prev() {
-			var r ObservationRecord
-			if err := json.Unmarshal(v, &r); err != nil {
-				return fmt.Errorf("corrupt observation record %x: %w", k, err)
-			}
-			if err := fn(r); err != nil {
+			if err := decodeObs(k, v, fn); err != nil {
 				return err
 			}
 		}

@@ -59,7 +59,7 @@ func HeldOutWindows() []string { return []string{"heldout-0", "heldout-1", "held
 
 // BundledNames lists every name bundled: accepts, sorted.
 func BundledNames() []string {
-	out := []string{"philly-15k", "train", "heldout"}
+	out := []string{"philly-15k", "philly-tenants", "philly-tenants-2k", "train", "heldout"}
 	for _, vc := range msrVCs {
 		out = append(out, "msr-"+vc)
 	}
@@ -75,6 +75,10 @@ func BundledDoc(name string) string {
 	switch {
 	case name == "philly-15k":
 		return "all 15 Gavel msr traces merged: 15,264 Philly-derived jobs"
+	case name == "philly-tenants":
+		return "philly-15k with each job in the namespace of its Philly virtual cluster (vc-<id>): 15 tenants"
+	case name == "philly-tenants-2k":
+		return "the first 2,000 arrivals of philly-tenants: the 15 virtual clusters' first jobs, side by side"
 	case name == "train":
 		return "train-0..3 laid end to end"
 	case name == "heldout":
@@ -93,17 +97,29 @@ func BundledDoc(name string) string {
 // Bundled returns an embedded trace by name (see BundledNames).
 func Bundled(name string) (*Trace, error) {
 	switch {
-	case name == "philly-15k":
+	case name == "philly-tenants-2k":
+		t, err := Bundled("philly-tenants")
+		if err != nil {
+			return nil, err
+		}
+		t.Jobs, t.Name = t.Jobs[:min(2000, len(t.Jobs))], "bundled:"+name
+		return t, nil
+	case name == "philly-15k" || name == "philly-tenants":
 		var all []Job
 		for _, vc := range msrVCs {
 			t, err := msr(vc)
 			if err != nil {
 				return nil, err
 			}
+			if name == "philly-tenants" {
+				for i := range t.Jobs {
+					t.Jobs[i].Namespace = "vc-" + vc
+				}
+			}
 			all = append(all, t.Jobs...)
 		}
 		sortByArrival(all)
-		return &Trace{Name: "bundled:philly-15k", Jobs: all}, nil
+		return &Trace{Name: "bundled:" + name, Jobs: all}, nil
 	case name == "train" || name == "heldout":
 		names := TrainWindows()
 		if name == "heldout" {

@@ -22,6 +22,9 @@ type LoadOptions struct {
 	JobTypes []string
 	// RefGPU overrides time-based traces' GPU type (see FormatOptions).
 	RefGPU string
+	// Shareable tells the synthetic generator which job types leave a GPU partly idle (key
+	// shareable; see SyntheticOptions).
+	Shareable func(jobType string) bool
 }
 
 // Load resolves a trace reference:
@@ -83,7 +86,8 @@ func load(ref string, o LoadOptions) (*Trace, error) {
 		if o.Throughput == nil {
 			return nil, fmt.Errorf("synthetic trace: no throughput table given")
 		}
-		return Synthetic(sp, SyntheticOptions{JobTypes: o.JobTypes, Throughput: o.Throughput, Measured: o.Measured})
+		return Synthetic(sp, SyntheticOptions{JobTypes: o.JobTypes, Throughput: o.Throughput, Measured: o.Measured,
+			Shareable: o.Shareable})
 	case "gavel", "philly", "helios":
 		return loadFile(kind, arg, o)
 	case "pai":

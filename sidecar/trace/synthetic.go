@@ -27,10 +27,18 @@ type SyntheticSpec struct {
 	MultiGPU bool
 	// SeedSet says the spec named a seed (otherwise the caller's --seed applies).
 	SeedSet bool
+	// Tenants, when > 0, spreads the jobs uniformly over namespaces tenant-0 .. tenant-(N-1)
+	// (drawn from a generator of their own, so the jobs are those of the same spec without).
+	Tenants int
+	// Shareable, when > 0, draws that fraction of the jobs from the job types that leave a GPU
+	// partly idle (SyntheticOptions.Shareable) instead of from all types (sharing.go).
+	Shareable float64
+	// TMin, when > 0, gives every job a T_min of TMin x its throughput on RefGPU.
+	TMin float64
 }
 
 // syntheticKeys documents the spec string's keys, in the order errors list them.
-var syntheticKeys = []string{"jobs", "rate", "seed", "ref", "multigpu"}
+var syntheticKeys = []string{"jobs", "rate", "seed", "ref", "multigpu", "tenants", "shareable", "tmin"}
 
 // ParseSyntheticSpec parses "jobs=1000,rate=0.2,seed=1[,ref=v100][,multigpu=true]" (the part after
 // "synthetic:"). rate is in jobs per hour, Gavel's unit. jobs and rate are required.
@@ -71,12 +79,28 @@ func ParseSyntheticSpec(s string) (SyntheticSpec, error) {
 				return sp, fmt.Errorf("synthetic spec: key ref is empty, expected a GPU type such as v100")
 			}
 			sp.RefGPU = strings.ToLower(v)
+		case "tenants":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 || n > 1000 {
+				return sp, fmt.Errorf("synthetic spec: key tenants = %q, expected an integer in 0..1000 (namespaces tenant-0, tenant-1, ...)", v)
+			}
+			sp.Tenants = n
 		case "multigpu":
 			b, err := strconv.ParseBool(v)
 			if err != nil {
 				return sp, fmt.Errorf("synthetic spec: key multigpu = %q, expected true or false", v)
 			}
 			sp.MultiGPU = b
+		case "shareable", "tmin":
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil || !(f >= 0 && f <= 1) {
+				return sp, fmt.Errorf("synthetic spec: key %s = %q, expected a number from 0 to 1", k, v)
+			}
+			if k == "shareable" {
+				sp.Shareable = f
+			} else {
+				sp.TMin = f
+			}
 		default:
 			return sp, fmt.Errorf("synthetic spec: unknown key %q; keys: %s", k, strings.Join(syntheticKeys, ", "))
 		}
@@ -92,7 +116,17 @@ func ParseSyntheticSpec(s string) (SyntheticSpec, error) {
 
 // String renders the spec in the form ParseSyntheticSpec reads.
 func (sp SyntheticSpec) String() string {
-	return fmt.Sprintf("jobs=%d,rate=%g,seed=%d,ref=%s,multigpu=%t", sp.Jobs, sp.RatePerHour, sp.Seed, sp.RefGPU, sp.MultiGPU)
+	out := fmt.Sprintf("jobs=%d,rate=%g,seed=%d,ref=%s,multigpu=%t", sp.Jobs, sp.RatePerHour, sp.Seed, sp.RefGPU, sp.MultiGPU)
+	if sp.Tenants > 0 {
+		out += fmt.Sprintf(",tenants=%d", sp.Tenants)
+	}
+	if sp.Shareable > 0 {
+		out += fmt.Sprintf(",shareable=%g", sp.Shareable)
+	}
+	if sp.TMin > 0 {
+		out += fmt.Sprintf(",tmin=%g", sp.TMin)
+	}
+	return out
 }
 
 // SyntheticOptions supply what the recipe needs from the throughput table.
@@ -104,6 +138,9 @@ type SyntheticOptions struct {
 	// Measured reports whether (job type, reference type, gpus) was measured; a job type counts as
 	// distributed when it was measured at 2 GPUs. nil treats every type as distributed.
 	Measured func(jobType, gpuType string, gpus int) bool
+	// Shareable reports whether a job type leaves a GPU partly idle (needed for the
+	// shareable key).
+	Shareable func(jobType string) bool
 }
 
 // Synthetic generates a trace with Gavel's recipe. The same spec gives the same trace.
@@ -121,7 +158,12 @@ func Synthetic(sp SyntheticSpec, o SyntheticOptions) (*Trace, error) {
 	for _, jt := range types {
 		distributed[jt] = o.Measured == nil || o.Measured(jt, sp.RefGPU, 2)
 	}
+	shareTypes, err := shareableTypes(sp, types, o.Shareable)
+	if err != nil {
+		return nil, err
+	}
 	rng := rand.New(rand.NewPCG(sp.Seed, 0x9e3779b97f4a7c15))
+	tenants := rand.New(rand.NewPCG(sp.Seed, 0x7e4a475))
 	t := &Trace{Name: "synthetic:" + sp.String(), Jobs: make([]Job, 0, sp.Jobs)}
 	meanGap := 3600 / sp.RatePerHour
 	now := 0.0
@@ -130,6 +172,9 @@ func Synthetic(sp SyntheticSpec, o SyntheticOptions) (*Trace, error) {
 			now += rng.ExpFloat64() * meanGap
 		}
 		jt := types[rng.IntN(len(types))]
+		if len(shareTypes) > 0 && rng.Float64() < sp.Shareable {
+			jt = shareTypes[rng.IntN(len(shareTypes))]
+		}
 		gpus := 1
 		// Draw the count even for single-GPU types so one type's presence does not shift every
 		// later draw.
@@ -167,8 +212,14 @@ func Synthetic(sp SyntheticSpec, o SyntheticOptions) (*Trace, error) {
 			Priority:   1,
 			Source:     fmt.Sprintf("synthetic job %d", i),
 		}
+		if sp.TMin > 0 {
+			j.MinThroughput = sp.TMin * thr
+		}
 		if err := j.setType(jt); err != nil {
 			return nil, fmt.Errorf("synthetic trace: %w", err)
+		}
+		if sp.Tenants > 0 {
+			j.Namespace = fmt.Sprintf("tenant-%d", tenants.IntN(sp.Tenants))
 		}
 		t.Jobs = append(t.Jobs, j)
 	}

@@ -51,6 +51,9 @@ type Job struct {
 	SLO float64
 	// Source is "file:line" for jobs read from a file, for error messages.
 	Source string
+	// MinThroughput is the job's T_min in steps/s of the whole job (hetgpu.min_throughput);
+	// 0 sets none.
+	MinThroughput float64
 }
 
 // Trace is a named list of jobs sorted by arrival.

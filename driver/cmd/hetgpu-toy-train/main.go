@@ -6,6 +6,11 @@
 // the driver's metrics.regex mode). It prints the GPUs it was given (NVIDIA_VISIBLE_DEVICES,
 // CUDA_VISIBLE_DEVICES) first. SIGINT or SIGTERM stop it gracefully with exit status 0
 // unless -ignore-signals is set; -exit-code sets the status of a normal finish.
+//
+// On a GPU slot (HETGPU_SLOT_IDS set by the hetgpu device plugin) it is an MPS client: every
+// step takes longer by the fake GPUs' co-location model (internal/mpsshare.FakeSpeed) for the
+// number of clients the driver lists in $CUDA_MPS_PIPE_DIRECTORY, so a test can measure
+// interference.
 package main
 
 import (
@@ -19,6 +24,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/hetgpu/hetgpu/internal/mpsshare"
 )
 
 type options struct {
@@ -74,12 +81,21 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "visible GPUs: NVIDIA_VISIBLE_DEVICES=%q CUDA_VISIBLE_DEVICES=%q\n",
 		os.Getenv("NVIDIA_VISIBLE_DEVICES"), os.Getenv("CUDA_VISIBLE_DEVICES"))
+	pipe := os.Getenv("CUDA_MPS_PIPE_DIRECTORY")
+	shared := os.Getenv("HETGPU_SLOT_IDS") != "" && pipe != ""
+	if shared {
+		fmt.Fprintf(stdout, "MPS client: slots %s, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%q CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=%q CUDA_MPS_PIPE_DIRECTORY=%q\n",
+			os.Getenv("HETGPU_SLOT_IDS"), os.Getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), os.Getenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), pipe)
+	}
 	fmt.Fprintf(stdout, "training %d steps of %d samples, %v per step\n", o.steps, o.batch, o.stepTime)
 
 	start := time.Now()
 	samples := 0
 	for step := 1; step <= o.steps; step++ {
 		d := time.Duration(float64(o.stepTime) * (1 + o.jitter*(2*rand.Float64()-1)))
+		if shared {
+			d = time.Duration(float64(d) / mpsshare.FakeSpeed(len(mpsshare.Clients(pipe))))
+		}
 		select {
 		case s := <-sigs:
 			fmt.Fprintf(stdout, "received %v at step %d/%d; checkpoint saved, stopping\n", s, step-1, o.steps)

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"maps"
+	"slices"
+
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/hetgpu/hetgpu/device/fake"
@@ -14,8 +17,12 @@ type fakeBackend struct {
 	index map[string]int
 }
 
-func fakeNVML(gpus []string, seed string) (nvml.Interface, error) {
-	f, err := fake.New(fake.Spec{GPUs: gpus, Seed: seed})
+func fakeNVML(gpus []string, seed string, mig map[int][]string) (nvml.Interface, error) {
+	spec := fake.Spec{GPUs: gpus, Seed: seed}
+	for _, gpu := range slices.Sorted(maps.Keys(mig)) {
+		spec.MIG = append(spec.MIG, fake.MIG{GPU: gpu, Profiles: mig[gpu]})
+	}
+	f, err := fake.New(spec)
 	if err != nil {
 		return nil, err
 	}

@@ -15,6 +15,7 @@ func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	stateDir := fs.String("state-dir", "", "directory of the state file sidecar.db and the predictor catalog")
 	shadow := fs.Bool("shadow", false, "decide and record without pinning (needs Nomad)")
 	logLevel := fs.String("log-level", "", "log level: trace, debug, info, warn, error")
+	haOn := fs.Bool("ha", false, "run as one of several replicas with one leader elected on a Nomad Variables lock (see the ha block)")
 	tlsCert := fs.String("tls-cert", "", "serve HTTPS with this PEM certificate (config tls.cert_file)")
 	tlsKey := fs.String("tls-key", "", "the certificate's PEM private key (config tls.key_file)")
 	tlsClientCA := fs.String("tls-client-ca", "", "require client certificates signed by this PEM CA (mTLS; config tls.client_ca_file)")
@@ -54,6 +55,12 @@ Flags:
 	}
 	if *logLevel != "" {
 		cfg.LogLevel = *logLevel
+	}
+	if *haOn {
+		if cfg.HA == nil {
+			cfg.HA = &app.HAConfig{}
+		}
+		cfg.HA.Enabled = true
 	}
 	applyTLSFlags(cfg, *tlsCert, *tlsKey, *tlsClientCA, *insecure)
 	if err := cfg.Finish(); err != nil {

@@ -33,6 +33,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	parallel := fs.Int("parallel", 0, "policies simulated at once (0: one per CPU)")
 	penalty := fs.Float64("restart-penalty", policies.DefaultRestartPenaltyS, "seconds of work a preempted job loses per restart (preemptive baselines)")
 	logLevel := fs.String("log-level", "warn", "log level on stderr: trace, debug, info, warn, error")
+	queues := fs.String("queues", "", "queues for the hetgpu policies: auto (one per namespace, guarantees splitting 80 % of the cluster by demand), auto:F, or an HCL file of queue blocks; reports per queue")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: hetgpu sim [flags]\n\nReplays a trace on a simulated GPU cluster under each policy and compares them.\nBundled traces: %s\n\nFlags:\n", strings.Join(trace.BundledNames(), ", "))
 		fs.PrintDefaults()
@@ -74,7 +75,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	logger := hclog.New(&hclog.LoggerOptions{Name: "sim", Level: level, Output: stderr})
 
 	opts := policies.CompareOptions{Cluster: *clusterRef, Trace: *traceRef, Policies: names, Seed: *seed,
-		Parallel: *parallel, Logger: logger, RestartPenaltyS: *penalty}
+		Parallel: *parallel, Logger: logger, RestartPenaltyS: *penalty, Queues: *queues}
 	if f, ok := stdout.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		var mu sync.Mutex
 		var bar *progressbar.ProgressBar
@@ -120,6 +121,9 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		if unsched != "" {
 			fmt.Fprintf(stdout, "\n%s\n", unsched)
+		}
+		if err := report.WriteQueues(stdout, cmp.Results); err != nil {
+			return err
 		}
 	}
 	if *outDir != "" {

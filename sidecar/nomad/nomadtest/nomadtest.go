@@ -53,6 +53,10 @@ type Server struct {
 	RegisterHook func(job *api.Job) error
 	allocSeq     int
 	stopped      []string
+	// vars are the Variables ("ns/path"), lock timers on now (default time.Now).
+	vars    map[string]*fakeVar
+	now     func() time.Time
+	lockSeq int
 }
 
 // Stopped lists the allocations stopped through the API, in order.
@@ -76,7 +80,7 @@ func New() *Server {
 		byJob: map[string][]*api.Allocation{}, byNode: map[string][]*api.Allocation{},
 		evals: map[string]*api.Evaluation{}, tags: map[string][]Tag{}, power: map[string]float64{},
 		topo: map[string]map[string]*api.StatValue{}, streams: map[chan struct{}]bool{}, Schedule: true,
-		index: 10, calls: map[string]int{}, record: true,
+		index: 10, calls: map[string]int{}, record: true, vars: map[string]*fakeVar{},
 	}
 	s.wake = sync.NewCond(&s.mu)
 	s.Server = httptest.NewServer(http.HandlerFunc(s.serve))
@@ -506,6 +510,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case p == "/v1/event/stream":
 		s.stream(w, r)
+	case strings.HasPrefix(p, "/v1/var/"):
+		s.variable(w, r, ns, strings.TrimPrefix(p, "/v1/var/"))
 	case p == "/v1/nodes":
 		s.mu.Lock()
 		var out []*api.NodeListStub

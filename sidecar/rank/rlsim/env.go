@@ -170,10 +170,13 @@ func (e *Env) Play(ctx context.Context, ep int, agent *ppo.Agent) (float64, erro
 
 // Reward is rank.Reward on simulator results, with jobs a policy left unfinished (that the
 // baseline finished) costing the worst reward: averages over finished jobs must not reward
-// leaving hard jobs waiting.
+// leaving hard jobs waiting. Energy is compared over one window (sim.CommonEnergyWindow), on
+// copies: the baseline's result is shared by every rollout.
 func Reward(kind rank.ScoreKind, pol, base *sim.Result) float64 {
 	if pol.Unfinished > base.Unfinished {
 		return -rank.RewardClip
 	}
-	return rank.Reward(kind, Summary(pol), Summary(base))
+	p, b := *pol, *base
+	sim.CommonEnergyWindow([]*sim.Result{&p, &b})
+	return rank.Reward(kind, Summary(&p), Summary(&b))
 }

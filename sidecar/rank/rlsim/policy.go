@@ -18,7 +18,7 @@ import (
 )
 
 // DefaultEstimateSigma is the spread of simulated user runtime estimates: each job's estimate is
-// its true runtime (on rank.ReferenceGPU) times exp(Sigma x z), z ~ N(0, 1) fixed per job. With
+// its true runtime (on gpuspec.ReferenceGPU) times exp(Sigma x z), z ~ N(0, 1) fixed per job. With
 // 0.5, half of the estimates are off by more than 40 %: what a user who declares a step count and
 // reads a throughput off a dashboard, or who stops early, would give. Policies that use
 // estimates (hetgpu, F1) all see the same noisy values; sjf alone sees exact ones.
@@ -105,7 +105,14 @@ type Pipeline struct {
 	// Preemptor, when set, lets the pipeline stop running jobs (every simulated job
 	// checkpoints).
 	Preemptor sched.Preemptor
+	// Queues, when set, is the queue stage (sidecar/queue).
+	Queues sched.Queues
+
+	partialGangPins int
 }
+
+// PartialGangPins counts the gangs the rounds pinned in part (sim.GangCounter; must stay 0).
+func (p *Pipeline) PartialGangPins() int { return p.partialGangPins }
 
 // Name implements sim.Policy.
 func (p *Pipeline) Name() string { return p.PolicyName }
@@ -117,8 +124,11 @@ func (p *Pipeline) NeedsOracle() bool { return !p.Estimates.Off }
 // Schedule implements sim.Policy.
 func (p *Pipeline) Schedule(ctx context.Context, s *sim.State) error {
 	pl := sched.Pipeline{Cluster: estimating{s, p.Estimates}, Ranker: p.Ranker, Predictor: p.Predictor, Placer: p.Placer,
-		Preemptor: p.Preemptor}
-	_, err := pl.RunRound(ctx)
+		Preemptor: p.Preemptor, Queues: p.Queues}
+	r, err := pl.RunRound(ctx)
+	if r != nil {
+		p.partialGangPins += r.PartialGangPins
+	}
 	return err
 }
 

@@ -3,6 +3,7 @@ package rltrain
 import (
 	"bytes"
 	"context"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -87,10 +88,22 @@ func TestEvaluateChecksTargets(t *testing.T) {
 	if len(c.Pooled) != 3 || len(c.Targets) != 4 {
 		t.Fatalf("pooled %+v, targets %+v", c.Pooled, c.Targets)
 	}
+	// The JCT target compares hetgpu's pooled average with 0.3 x FIFO's from the same table.
+	pooled := map[string]Pooled{}
+	for _, p := range c.Pooled {
+		pooled[p.Policy] = p
+	}
+	found := false
 	for _, tg := range c.Targets {
-		if tg.Met != (tg.Value <= tg.Limit) {
-			t.Errorf("target %+v inconsistent", tg)
+		if tg.Name == "avg JCT <= 0.30 x FIFO" {
+			found = true
+			if tg.Value != pooled["hetgpu"].AvgJCTS || math.Abs(tg.Limit-0.3*pooled["fifo"].AvgJCTS) > 1e-9 || tg.Against != "fifo" {
+				t.Errorf("target %+v, want hetgpu's %v against 0.3 x fifo's %v", tg, pooled["hetgpu"].AvgJCTS, pooled["fifo"].AvgJCTS)
+			}
 		}
+	}
+	if !found {
+		t.Errorf("no JCT target in %+v", c.Targets)
 	}
 	var b strings.Builder
 	if err := ev.WriteTable(&b); err != nil {
@@ -100,5 +113,39 @@ func TestEvaluateChecksTargets(t *testing.T) {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, b.String())
 		}
+	}
+}
+
+// targets on hand-made pooled figures: each limit is the factor times the named baseline's
+// figure, and Met says whether hetgpu is within it.
+func TestTargets(t *testing.T) {
+	ps := []Pooled{
+		{Policy: "fifo", AvgJCTS: 1000, BSLD: 40, EnergyPerWork: 0.2},
+		{Policy: "sjf", AvgJCTS: 400, BSLD: 10},
+		{Policy: "gavel", AvgJCTS: 350, BSLD: 5}, // a simulator baseline, not a heuristic
+		{Policy: "hetgpu", AvgJCTS: 290, BSLD: 9.5, EnergyPerWork: 0.18},
+	}
+	want := []Target{
+		// 9.5 > 0.9 x 10 (sjf, the best heuristic; gavel's 5 does not count) = 9
+		{"c", "bounded slowdown <= 0.90 x best heuristic", 9.5, 9, "sjf", false},
+		// 290 <= 0.3 x 1000 = 300
+		{"c", "avg JCT <= 0.30 x FIFO", 290, 300, "fifo", true},
+		// 0.18 > 0.85 x 0.2 = 0.17
+		{"c", "energy per work <= 0.85 x FIFO", 0.18, 0.17, "fifo", false},
+		// 290 <= 0.85 x 350 (gavel) = 297.5
+		{"c", "avg JCT <= 0.85 x best simulator baseline", 290, 297.5, "gavel", true},
+	}
+	got := targets("c", ps)
+	if len(got) != len(want) {
+		t.Fatalf("targets %+v, want %+v", got, want)
+	}
+	for i := range want {
+		g, w := got[i], want[i]
+		if g.Cluster != w.Cluster || g.Name != w.Name || g.Value != w.Value || math.Abs(g.Limit-w.Limit) > 1e-9 || g.Against != w.Against || g.Met != w.Met {
+			t.Errorf("target %d: %+v, want %+v", i, g, w)
+		}
+	}
+	if got := targets("c", ps[:3]); got != nil {
+		t.Errorf("without hetgpu: %+v, want no targets", got)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hetgpu/hetgpu/sidecar/nomad"
 	"github.com/hetgpu/hetgpu/sidecar/nomad/nomadtest"
+	"github.com/hetgpu/hetgpu/sidecar/queue"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
 	"github.com/hetgpu/hetgpu/sidecar/service"
 	"github.com/hetgpu/hetgpu/sidecar/store"
@@ -31,6 +32,8 @@ type Harness struct {
 	Tuner service.Tuner
 	// Placer, when set before Start, replaces FirstFit (e.g. the production MILP placer).
 	Placer sched.Placer
+	// Queues, when set before Start, becomes the service's queue stage.
+	Queues *queue.Set
 }
 
 // NewHarness builds the harness; mod may change the service and backend configuration.
@@ -66,7 +69,7 @@ func (h *Harness) Start() {
 		placer = h.Placer
 	}
 	svc, err := service.New(h.cfg, b, service.Stages{Ranker: FIFO{}, Predictor: h.Pred, Placer: placer, Learner: h.Pred,
-		Tuner: h.Tuner}, st)
+		Tuner: h.Tuner, Queues: h.Queues}, st)
 	if err != nil {
 		h.T.Fatal(err)
 	}

@@ -335,7 +335,7 @@ img{max-width:100%;border:1px solid #eee;margin:.5em 0}code{background:#f6f6f6;p
 {{range .Plots}}<img src="{{.}}" alt="{{.}}">
 {{end}}
 <h2>Model</h2>
-<p>Job speed is the measured throughput of its job type on the GPU type and count it got (Gavel, ElasticFlow; documented fallbacks otherwise); jobs spread over nodes run at Gavel's unconsolidated throughput or x{{.CrossNode}}; co-located pairs at the measured pair throughputs. GPU power is idle + (TDP - idle) x util^{{.Alpha}} with util = {{.BusyUtil}} x scaling efficiency for a busy GPU, 0 when idle; energy integrates every GPU from first arrival to last completion. Network: {{.Network}}.</p>
+<p>Job speed is the measured throughput of its job type on the GPU type and count it got (Gavel, ElasticFlow; documented fallbacks otherwise); jobs spread over nodes run at Gavel's unconsolidated throughput or x{{.CrossNode}}; co-located pairs at the measured pair throughputs. GPU power is idle + (TDP - idle) x util^{{.Alpha}} with util = {{.BusyUtil}} x scaling efficiency for a busy GPU, 0 when idle; energy integrates every GPU from the first arrival to the last completion of any policy compared (GPUs idle after a policy's last job draw idle power), so every policy is charged over one window. Network: {{.Network}}.</p>
 </body></html>
 `))
 

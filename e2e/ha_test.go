@@ -1,0 +1,398 @@
+package e2e
+
+// High availability on a real agent: sidecar replicas elect one leader on a Nomad Variables
+// lock; the leader is SIGKILLed over and over, and each time a job submitted right after is
+// pinned by the next leader, once, with every run learned before the failover carried over.
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+)
+
+// haSidecarConfig is the replicas' configuration: the reconcile period of the fault tests,
+// a 1 s renewal of the 10 s lease.
+const haSidecarConfig = `
+reconcile = "1s"
+ha {
+  enabled = true
+  ttl     = "10s"
+  renew   = "1s"
+}
+`
+
+type haHealth struct {
+	Status       string `json:"status"`
+	Role         string `json:"role"`
+	Leader       string `json:"leader"`
+	ReplicaID    string `json:"replica_id"`
+	Observations int    `json:"observations"`
+}
+
+func haRole(url string) (haHealth, error) {
+	var h haHealth
+	err := scGet(url+"/v1/health", &h)
+	return h, err
+}
+
+// pinVersions counts a job's versions and its hetgpu pin tags.
+func pinVersions(t *testing.T, c *api.Client, id string) (versions, pins int) {
+	t.Helper()
+	vs, _, _, err := c.Jobs().Versions(id, false, nil)
+	must(t, err)
+	for _, v := range vs {
+		if v.VersionTag != nil && strings.HasPrefix(v.VersionTag.Name, "hetgpu-pin-") {
+			pins++
+		}
+	}
+	return len(vs), pins
+}
+
+// TestHAFailover: two replicas with -ha; the leader is SIGKILLed HETGPU_E2E_FAILOVERS times
+// (default 3; 10 for the issue's measurement). Each time a job submitted right after the kill
+// is pinned within 20 s by the other replica, the run the old leader learned last is in the
+// new leader's store exactly once, and the killed replica comes back as a standby. At the
+// end every job was pinned exactly once (one pin tag, two versions) and every run is stored
+// exactly once.
+func TestHAFailover(t *testing.T) {
+	failovers := 3
+	if v := os.Getenv("HETGPU_E2E_FAILOVERS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("HETGPU_E2E_FAILOVERS = %q: expected a positive number of failovers", v)
+		}
+		failovers = n
+	}
+	e := newFaultEnv(t, "sidecar replicas failing over", []clusterClient{{Name: "a100", Fake: []string{"8x A100"}}}, "")
+	ports := []int{e.port, freePort(t)}
+	urls := []string{e.sidecarURL, fmt.Sprintf("http://127.0.0.1:%d", ports[1])}
+	replicas := []*proc{
+		startSidecar(t, e.cluster, e.bins, ports[0], haSidecarConfig),
+		startSidecar(t, e.cluster, e.bins, ports[1], haSidecarConfig),
+	}
+	leaderIndex := func() int {
+		idx := -1
+		waitFor(t, 30*time.Second, "exactly one leader", func() bool {
+			idx = -1
+			n := 0
+			for i, u := range urls {
+				if h, err := haRole(u); err == nil && h.Role == "leader" {
+					idx = i
+					n++
+				}
+			}
+			return n == 1
+		})
+		return idx
+	}
+	job := func(i int) string { return fmt.Sprintf("ha-fo-%02d", i) }
+	// A first job, pinned and learned before any failover.
+	lead := leaderIndex()
+	submitToy(t, e.API, e.bins, job(0), 20, "100ms", nil)
+	waitDead(t, e.API, job(0), 60*time.Second)
+	waitFor(t, 30*time.Second, "the first run learned", func() bool { return finishedRuns(t, urls[lead], job(0)) == 1 })
+
+	var took []time.Duration
+	for i := 1; i <= failovers; i++ {
+		prev := job(i - 1)
+		before, err := haRole(urls[lead])
+		must(t, err)
+		// The leader dies without a word; a job arrives at once.
+		replicas[lead].Stop(syscall.SIGKILL)
+		killed := time.Now()
+		submitToy(t, e.API, e.bins, job(i), 20, "100ms", nil)
+		var pinnedAt time.Time
+		waitFor(t, 20*time.Second, job(i)+" pinned after the leader was killed", func() bool {
+			j, _, err := e.API.Jobs().Info(job(i), nil)
+			if err == nil && !scHeld(j) {
+				pinnedAt = time.Now()
+				return true
+			}
+			return false
+		}, func() string { return jobState(e.API, job(i)) })
+		d := pinnedAt.Sub(killed)
+		took = append(took, d)
+		next := 1 - lead
+		h, err := haRole(urls[next])
+		must(t, err)
+		if h.Role != "leader" {
+			t.Fatalf("failover %d: replica %d pinned the job but reports role %q", i, next, h.Role)
+		}
+		// The run the old leader learned last is in the new leader's store, once.
+		if n := finishedRuns(t, urls[next], prev); n != 1 {
+			t.Fatalf("failover %d: the new leader holds %d records of %s, learned before the failover; want 1", i, n, prev)
+		}
+		if h.Observations < before.Observations {
+			t.Fatalf("failover %d: the new leader holds %d runs, the old one held %d", i, h.Observations, before.Observations)
+		}
+		t.Logf("failover %d: job %s pinned %.2f s after the leader (replica %d) was killed; runs before %d, new leader %d",
+			i, job(i), d.Seconds(), lead, before.Observations, h.Observations)
+		// The killed replica comes back (as Nomad would restart it) and stands by.
+		replicas[lead].Start()
+		waitFor(t, 30*time.Second, "the restarted replica to stand by", func() bool {
+			h, err := haRole(urls[lead])
+			return err == nil && h.Role == "standby" && h.Leader == urls[next]
+		})
+		lead = next
+		waitDead(t, e.API, job(i), 60*time.Second)
+		// The driver reports to the first replica's address; a standby sends it on (307).
+		waitFor(t, 30*time.Second, job(i)+"'s run learned by the leader", func() bool { return finishedRuns(t, urls[lead], job(i)) == 1 })
+	}
+	// Never pinned twice, never learned twice, none lost.
+	for i := 0; i <= failovers; i++ {
+		versions, pins := pinVersions(t, e.API, job(i))
+		if pins != 1 || versions != 2 {
+			t.Errorf("job %s: %d pin tags over %d versions; want pinned exactly once (2 versions)", job(i), pins, versions)
+		}
+		if recs := runRecords(t, urls[lead], job(i)); len(recs) != 1 {
+			t.Errorf("job %s: %d run records at the leader; want 1", job(i), len(recs))
+		}
+	}
+	sorted := append([]time.Duration(nil), took...)
+	sort.Slice(sorted, func(a, b int) bool { return sorted[a] < sorted[b] })
+	var secs []string
+	for _, d := range took {
+		secs = append(secs, fmt.Sprintf("%.2f", d.Seconds()))
+	}
+	t.Logf("takeover to pin over %d failovers (s): %s; median %.2f, max %.2f", len(took), strings.Join(secs, " "),
+		sorted[len(sorted)/2].Seconds(), sorted[len(sorted)-1].Seconds())
+}
+
+// rawExec enables the raw_exec driver on a client (the sidecar job runs the host binary).
+const rawExec = "plugin \"raw_exec\" {\n  config {\n    enabled = true\n  }\n}\n"
+
+// TestHASidecarAsNomadJobWithACL: on a cluster with ACLs, the documented policy
+// (jobspecs/hetgpu-sidecar.policy.hcl) is attached to the sidecar job's workload identity
+// only, and jobspecs/hetgpu-sidecar.nomad.hcl runs two replicas on two nodes, registered as
+// the Nomad service hetgpu-sidecar; one leads, one stands by, and a GPU job is pinned.
+func TestHASidecarAsNomadJobWithACL(t *testing.T) {
+	nomadBin := nomadBinary(t, "the sidecar as a Nomad job on a cluster with ACLs")
+	bins := buildBinaries(t, binHetgpu, binDevice, binDriver, binToy)
+	c := startClusterOpts(t, nomadBin, bins, []clusterClient{
+		{Name: "a100", Fake: []string{"4x A100"}, Extra: rawExec},
+		{Name: "t4", Fake: []string{"4x T4"}, Extra: rawExec},
+	}, clusterOpts{ACL: true})
+	killToys(t, c, bins)
+	killTasks(t, c, bins.Hetgpu)
+	// Anonymous requests are refused: ACLs are on.
+	anon, err := api.NewClient(&api.Config{Address: c.HTTP})
+	must(t, err)
+	if _, _, err := anon.Jobs().List(nil); err == nil || !strings.Contains(err.Error(), "403") {
+		t.Fatalf("anonymous job list on an ACL cluster: %v, want 403", err)
+	}
+	rules, err := os.ReadFile("../jobspecs/hetgpu-sidecar.policy.hcl")
+	must(t, err)
+	_, err = c.API.ACLPolicies().Upsert(&api.ACLPolicy{Name: "hetgpu-sidecar", Description: "hetgpu sidecar", Rules: string(rules),
+		JobACL: &api.JobACL{Namespace: "default", JobID: "hetgpu-sidecar"}}, nil)
+	must(t, err)
+	src, err := os.ReadFile("../jobspecs/hetgpu-sidecar.nomad.hcl")
+	must(t, err)
+	// The replicas authenticate with their workload identity (NOMAD_TOKEN), and serve plain
+	// HTTP on the node's address (insecure: the secured API has its own tests). They reach the
+	// server's HTTP address: the Task API socket path under the test's deep temporary
+	// directory exceeds the 108 bytes a unix socket address may have.
+	job, err := c.API.Jobs().ParseHCLOpts(&api.JobsParseRequest{JobHCL: string(src),
+		Variables: fmt.Sprintf("hetgpu_bin = %q\nnomad_addr = %q\ninsecure = true\n", bins.Hetgpu, c.HTTP), Canonicalize: true})
+	must(t, err)
+	_, _, err = c.API.Jobs().Register(job, nil)
+	must(t, err)
+	t.Cleanup(func() { _, _, _ = c.API.Jobs().Deregister("hetgpu-sidecar", true, nil) })
+	var urls []string
+	waitFor(t, 90*time.Second, "two replicas registered, one leading, one standing by", func() bool {
+		regs, _, err := c.API.Services().Get("hetgpu-sidecar", nil)
+		if err != nil || len(regs) != 2 {
+			return false
+		}
+		urls = urls[:0]
+		roles := map[string]int{}
+		nodes := map[string]bool{}
+		for _, r := range regs {
+			u := fmt.Sprintf("http://%s:%d", r.Address, r.Port)
+			h, err := haRole(u)
+			if err != nil {
+				return false
+			}
+			urls = append(urls, u)
+			roles[h.Role]++
+			nodes[r.NodeID] = true
+		}
+		return roles["leader"] == 1 && roles["standby"] == 1 && len(nodes) == 2
+	}, func() string { return jobState(c.API, "hetgpu-sidecar") + taskLogs(c.API, "hetgpu-sidecar", "sidecar") })
+	submitToy(t, c.API, bins, "acl-gpu-job", 20, "100ms", nil)
+	waitFor(t, 30*time.Second, "the GPU job pinned by the sidecar job", func() bool {
+		j, _, err := c.API.Jobs().Info("acl-gpu-job", nil)
+		return err == nil && !scHeld(j)
+	}, func() string { return jobState(c.API, "acl-gpu-job") })
+	_, pins := pinVersions(t, c.API, "acl-gpu-job")
+	if pins != 1 {
+		t.Fatalf("acl-gpu-job: %d pin tags, want 1", pins)
+	}
+	// The shared state is where the policy lets the sidecar write.
+	v, _, err := c.API.Variables().Read("hetgpu/leader", nil)
+	must(t, err)
+	t.Logf("replicas %v; leader lock held by %s (%s)", urls, v.Items["id"], v.Items["address"])
+}
+
+// taskLogs is the tail of each allocation's task stderr, for failure messages.
+func taskLogs(c *api.Client, job, task string) string {
+	stubs, _, _ := c.Jobs().Allocations(job, true, nil)
+	var b strings.Builder
+	for _, s := range stubs {
+		a, _, err := c.Allocations().Info(s.ID, nil)
+		if err != nil {
+			continue
+		}
+		rc, err := c.AllocFS().Cat(a, "alloc/logs/"+task+".stderr.0", nil)
+		if err != nil {
+			fmt.Fprintf(&b, "\n%s: %v", s.ID[:8], err)
+			continue
+		}
+		data, _ := io.ReadAll(rc)
+		rc.Close()
+		if len(data) > 4000 {
+			data = data[len(data)-4000:]
+		}
+		fmt.Fprintf(&b, "\n--- %s %s stderr:\n%s", s.ID[:8], task, data)
+	}
+	return b.String()
+}
+
+// blackhole is a TCP proxy to Nomad that can stop answering: while cut, it forwards nothing
+// either way (requests hang, as behind a partition); heal drops the connections it held.
+type blackhole struct {
+	ln     net.Listener
+	target string
+	cut    atomic.Bool
+	mu     sync.Mutex
+	conns  []net.Conn
+}
+
+func newBlackhole(t *testing.T, target string) *blackhole {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	p := &blackhole{ln: ln, target: target}
+	t.Cleanup(func() {
+		ln.Close()
+		p.heal()
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go p.handle(c)
+		}
+	}()
+	return p
+}
+
+func (p *blackhole) url() string { return "http://" + p.ln.Addr().String() }
+
+func (p *blackhole) handle(c net.Conn) {
+	u, err := net.Dial("tcp", p.target)
+	if err != nil {
+		c.Close()
+		return
+	}
+	p.mu.Lock()
+	p.conns = append(p.conns, c, u)
+	p.mu.Unlock()
+	pipe := func(dst, src net.Conn) {
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := src.Read(buf)
+			if n > 0 && !p.cut.Load() {
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					err = werr
+				}
+			}
+			if err != nil {
+				dst.Close()
+				src.Close()
+				return
+			}
+		}
+	}
+	go pipe(u, c)
+	pipe(c, u)
+}
+
+// heal forwards again; the connections that lost bytes while cut are closed.
+func (p *blackhole) heal() {
+	p.cut.Store(false)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+// TestHAPartitionedLeaderStopsWriting: the leader's path to Nomad stops answering (a TCP
+// blackhole). Its fence closes (health says standby) within ttl - margin of its last renewal,
+// well before Nomad frees its lock (2 x ttl + lock_delay = 21 s); the other replica takes
+// the lock only then (the old leader's process still answers, so no fast takeover) and pins
+// the job submitted during the partition, once; after the partition heals the old leader
+// stands by and writes nothing.
+func TestHAPartitionedLeaderStopsWriting(t *testing.T) {
+	e := newFaultEnv(t, "a partitioned sidecar leader", []clusterClient{{Name: "a100", Fake: []string{"8x A100"}}}, "")
+	target := strings.TrimPrefix(e.HTTP, "http://")
+	hole := newBlackhole(t, target)
+	urls := []string{e.sidecarURL, fmt.Sprintf("http://127.0.0.1:%d", freePort(t))}
+	// Replica 0 reaches Nomad through the blackhole, and leads: it starts first.
+	startSidecar(t, &cluster{agent: &agent{HTTP: hole.url()}, dir: e.dir}, e.bins, e.port, haSidecarConfig)
+	waitFor(t, 30*time.Second, "replica 0 to lead", func() bool { h, err := haRole(urls[0]); return err == nil && h.Role == "leader" })
+	port1, _ := strconv.Atoi(urls[1][strings.LastIndex(urls[1], ":")+1:])
+	startSidecar(t, e.cluster, e.bins, port1, haSidecarConfig)
+	waitFor(t, 30*time.Second, "replica 1 to stand by", func() bool { h, err := haRole(urls[1]); return err == nil && h.Role == "standby" })
+
+	hole.cut.Store(true)
+	cut := time.Now()
+	submitToy(t, e.API, e.bins, "ha-partition", 20, "100ms", nil)
+	var stopped, taken time.Duration
+	waitFor(t, 15*time.Second, "the partitioned leader to stop writing", func() bool {
+		h, err := haRole(urls[0])
+		if err == nil && h.Role != "leader" {
+			stopped = time.Since(cut)
+			return true
+		}
+		return false
+	})
+	if j, _, err := e.API.Jobs().Info("ha-partition", nil); err != nil || !scHeld(j) {
+		t.Fatalf("the job was pinned while the lock was the partitioned leader's: %v", err)
+	}
+	waitFor(t, 40*time.Second, "replica 1 to take the freed lock and pin the job", func() bool {
+		j, _, err := e.API.Jobs().Info("ha-partition", nil)
+		if err == nil && !scHeld(j) {
+			taken = time.Since(cut)
+			return true
+		}
+		return false
+	}, func() string { return jobState(e.API, "ha-partition") })
+	if stopped >= taken {
+		t.Fatalf("the old leader stopped writing %.1f s after the cut, the new one pinned at %.1f s", stopped.Seconds(), taken.Seconds())
+	}
+	hole.heal()
+	waitFor(t, 15*time.Second, "the healed replica to stand by behind replica 1", func() bool {
+		h, err := haRole(urls[0])
+		return err == nil && h.Role == "standby" && h.Leader == urls[1]
+	})
+	waitDead(t, e.API, "ha-partition", 60*time.Second)
+	if versions, pins := pinVersions(t, e.API, "ha-partition"); versions != 2 || pins != 1 {
+		t.Fatalf("ha-partition: %d pin tags over %d versions; want pinned once", pins, versions)
+	}
+	t.Logf("partition: the leader stopped writing %.1f s after the cut (its lease: ttl 10 s - margin 2 s after its last renewal); the other replica pinned the job %.1f s after the cut, once Nomad freed the lock",
+		stopped.Seconds(), taken.Seconds())
+}

@@ -1,0 +1,164 @@
+package nomad
+
+import (
+	"context"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/hetgpu/hetgpu/sidecar/cluster"
+)
+
+// gangJob is a preemptible job under one job-level hold: a launcher without GPUs and two GPU
+// groups, workers (2 GPUs) and eval (1 GPU).
+func gangJob(id string) *api.Job {
+	gpuGroup := func(name string, gpus uint64) *api.TaskGroup {
+		return &api.TaskGroup{Name: ptr(name), Count: ptr(1), Tasks: []*api.Task{{Name: name, Driver: "hetgpu",
+			Resources: &api.Resources{Devices: []*api.RequestedDevice{{Name: "nvidia/gpu", Count: ptr(gpus)}}}}}}
+	}
+	return &api.Job{
+		ID: ptr(id), Name: ptr(id), Namespace: ptr("default"), Type: ptr("batch"),
+		Constraints: []*api.Constraint{api.NewConstraint("${meta.hetgpu.queue}", "=", "waiting-for-hetgpu")},
+		Meta:        map[string]string{"hetgpu.enable": "true", "hetgpu.model": "resnet/ResNet-50", "hetgpu.preemptible": "true"},
+		TaskGroups: []*api.TaskGroup{
+			{Name: ptr("launcher"), Count: ptr(1), Tasks: []*api.Task{{Name: "launcher", Driver: "hetgpu"}}},
+			gpuGroup("workers", 2), gpuGroup("eval", 1),
+		},
+	}
+}
+
+// pinPending pins the two pending GPU groups side by side on the A100 node.
+func pinPending(t *testing.T, f *fixture) {
+	t.Helper()
+	f.resync(t)
+	snap := f.snapshot(t)
+	var ds []cluster.Decision
+	for _, j := range snap.Pending {
+		ds = append(ds, decide(snap, j, "node-a100-00"))
+		snap.Running = append(snap.Running, cluster.Alloc{NodeID: "node-a100-00", DeviceIDs: ds[len(ds)-1].Assign[0].InstanceIDs})
+	}
+	if len(ds) != 2 {
+		t.Fatalf("pending = %+v, want the two GPU groups", snap.Pending)
+	}
+	if res, err := f.b.Pin(context.Background(), ds); err != nil || len(res) != 2 || !res[0].Applied || !res[1].Applied {
+		t.Fatalf("pin = %+v, %v", res, err)
+	}
+}
+
+// TestPreemptGangOneRegister: preempting all GPU groups of a gang is one register with the
+// hold on the job, and every allocation of the job stops, the launcher's included; preempting
+// one GPU group while another still runs holds that group alone and leaves the launcher.
+func TestPreemptGangOneRegister(t *testing.T) {
+	for _, tt := range []struct {
+		name         string
+		groups       []string
+		wantJobHold  bool
+		wantStopped  []string
+		wantHeldGrps []string
+	}{
+		{"whole gang", []string{"workers", "eval"}, true, []string{"eval", "launcher", "workers"}, nil},
+		{"one group of two", []string{"eval"}, false, []string{"eval"}, []string{"eval"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, nil)
+			f.srv.Register(gangJob("gang"))
+			pinPending(t, f)
+			f.resync(t)
+			byGroup := map[string]string{}
+			for _, a := range f.srv.Allocs("default", "gang") {
+				f.srv.SetAllocStatus(a.ID, api.AllocClientStatusRunning, f.b.now().Add(-10*time.Minute), time.Time{})
+				byGroup[a.ID] = a.TaskGroup
+			}
+			if len(byGroup) != 3 {
+				t.Fatalf("allocations %v, want one per group", byGroup)
+			}
+			f.resync(t)
+			f.srv.ResetCalls()
+			var ps []cluster.Preemption
+			for _, g := range tt.groups {
+				ps = append(ps, cluster.Preemption{Namespace: "default", JobID: "gang", Group: g, Reason: "queue team-a reclaims its guarantee"})
+			}
+			res, err := f.b.Preempt(context.Background(), ps)
+			if err != nil || len(res) != len(ps) {
+				t.Fatalf("preempt = %+v, %v", res, err)
+			}
+			for _, r := range res {
+				if !r.Applied || r.Err != nil {
+					t.Fatalf("preempt = %+v", res)
+				}
+			}
+			registers := 0
+			for k, n := range f.srv.Calls() {
+				if strings.HasPrefix(k, "PUT /v1/job") || strings.HasPrefix(k, "POST /v1/job") {
+					if !strings.Contains(k, "/versions/") && !strings.Contains(k, "/tag") {
+						registers += n
+					}
+				}
+			}
+			if registers != 1 {
+				t.Errorf("%d job registers (calls %v), want 1", registers, f.srv.Calls())
+			}
+			job := f.srv.Job("default", "gang")
+			if got := hasHold(job.Constraints); got != tt.wantJobHold {
+				t.Errorf("job-level hold = %v, want %v", got, tt.wantJobHold)
+			}
+			var held []string
+			for _, tg := range job.TaskGroups {
+				if hasHold(tg.Constraints) {
+					held = append(held, *tg.Name)
+				}
+			}
+			if strings.Join(held, ",") != strings.Join(tt.wantHeldGrps, ",") {
+				t.Errorf("group-level holds on %v, want %v", held, tt.wantHeldGrps)
+			}
+			var stopped []string
+			for _, id := range f.srv.Stopped() {
+				stopped = append(stopped, byGroup[id])
+			}
+			sort.Strings(stopped)
+			if strings.Join(stopped, ",") != strings.Join(tt.wantStopped, ",") {
+				t.Errorf("stopped allocations of %v, want %v", stopped, tt.wantStopped)
+			}
+			// The gang waits again as a whole: both GPU groups pending after the whole-gang
+			// preemption, only eval otherwise.
+			f.resync(t)
+			var pending []string
+			for _, j := range f.snapshot(t).Pending {
+				pending = append(pending, j.Group)
+			}
+			sort.Strings(pending)
+			want := append([]string(nil), tt.groups...)
+			sort.Strings(want)
+			if strings.Join(pending, ",") != strings.Join(want, ",") {
+				t.Errorf("pending after preemption %v, want %v", pending, want)
+			}
+		})
+	}
+}
+
+// TestPreemptRefusesWholeJob: a job with one group that did not opt in is not touched at all.
+func TestPreemptRefusesWholeJob(t *testing.T) {
+	f := newFixture(t, nil)
+	job := gangJob("gang")
+	job.Meta["hetgpu.preemptible"] = "false"
+	job.TaskGroups[1].Meta = map[string]string{"hetgpu.preemptible": "true"}
+	f.srv.Register(job)
+	pinPending(t, f)
+	f.resync(t)
+	res, err := f.b.Preempt(context.Background(), []cluster.Preemption{
+		{Namespace: "default", JobID: "gang", Group: "workers", Reason: "r"}, {Namespace: "default", JobID: "gang", Group: "eval", Reason: "r"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res {
+		if r.Applied || r.Err == nil {
+			t.Fatalf("preempt = %+v, want both refused", res)
+		}
+	}
+	if len(f.srv.Stopped()) != 0 || hasHold(f.srv.Job("default", "gang").Constraints) {
+		t.Fatal("a job with a group that is not preemptible was stopped or held")
+	}
+}
