@@ -40,7 +40,9 @@ func HetgpuPipeline(o Options, r sched.Ranker) (sim.Policy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("predictor: %w", err)
 	}
-	pl, err := place.New(deterministic(place.PresetHetgpu()), o.Logger)
+	pcfg := deterministic(place.PresetHetgpu())
+	pcfg.PairIdleGPUs = true // the simulator applies co-location on whole GPUs (its slots)
+	pl, err := place.New(pcfg, o.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("placer: %w", err)
 	}
