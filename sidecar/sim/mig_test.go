@@ -13,43 +13,6 @@ import (
 	"github.com/hetgpu/hetgpu/sidecar/trace"
 )
 
-func TestLoadSpecMIG(t *testing.T) {
-	tests := []struct {
-		ref, name string
-		gpus      int
-		types     string
-		err       string
-	}{
-		{ref: "modern-mix:mig=a100/3g.20gb+3g.20gb", name: "modern-mix:mig=a100/3g.20gb+3g.20gb", gpus: 80,
-			types: "a10,a100-mig-3g.20gb,h100,t4"},
-		{ref: "modern-mix:mig=a100/4g.20gb+2g.10gb", err: "holds less than 12 GiB"},
-		{ref: "modern-mix:mig=A100/3g.20gb+2g.20gb+2g.20gb:slots=2", name: "modern-mix:mig=a100/3g.20gb+2g.20gb+2g.20gb:slots=2",
-			gpus: 96, types: "a10,a100-mig-2g.20gb,a100-mig-3g.20gb,h100,t4"},
-		{ref: "modern-mix:scale=0.5:mig=h100/7g.80gb", name: "modern-mix:scale=0.5:mig=h100/7g.80gb", gpus: 32,
-			types: "a10,a100,h100-mig-7g.80gb,t4"},
-		{ref: "modern-mix:mig=a100/4g.20gb+4g.20gb", err: "more than one GPU's 7 compute or 8 memory slices"},
-		{ref: "modern-mix:mig=a100/1g.5gb", err: "holds less than 12 GiB"},
-		{ref: "modern-mix:mig=t4/3g.20gb", err: `profile "3g.20gb" of parent "t4" is not a MIG profile`},
-		{ref: "modern-mix:mig=a100", err: "no parent type or profiles"},
-		{ref: "gavel-108:mig=a100/3g.20gb", err: `the cluster has no GPUs of type "a100"`},
-	}
-	for _, tc := range tests {
-		s, err := sim.LoadSpec(tc.ref)
-		if tc.err != "" {
-			if err == nil || !strings.Contains(err.Error(), tc.err) {
-				t.Errorf("%s: error %v, want %q", tc.ref, err, tc.err)
-			}
-			continue
-		}
-		if err != nil {
-			t.Fatalf("%s: %v", tc.ref, err)
-		}
-		if s.Name != tc.name || s.TotalGPUs() != tc.gpus || strings.Join(s.GPUTypes(), ",") != tc.types {
-			t.Errorf("%s: name %q, %d GPUs, types %v; want %q, %d, %s", tc.ref, s.Name, s.TotalGPUs(), s.GPUTypes(), tc.name, tc.gpus, tc.types)
-		}
-	}
-}
-
 // One A100 split into two 3g.20gb slices: the snapshot shows a MIG device group of the slice
 // type, two single-GPU jobs run at once, one per slice, each at the parent's rate x (1/2 x 3/7
 // SMs + 1/2 x 4/8 memory); a slice is never shared and a two-GPU job never runs on slices.
