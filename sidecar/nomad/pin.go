@@ -16,7 +16,7 @@ import (
 var ErrJobGone = service.ErrJobGone
 
 // Pin re-registers each decided job with its pins, enforcing the JobModifyIndex of the
-// snapshot the decision was made on.
+// snapshot the decision was made on: the round's view, which Snapshot recorded (roundView).
 func (b *Backend) Pin(ctx context.Context, decisions []cluster.Decision) ([]cluster.PinResult, error) {
 	if err := cluster.FenceHeld(ctx, b.cfg.Fence); err != nil {
 		return nil, fmt.Errorf("pin: %w", err)
@@ -69,37 +69,9 @@ func (b *Backend) pinJob(ctx context.Context, view *roundView, ns, id string, ds
 			want = mi
 		}
 	}
-	b.mu.Lock()
-	// Only the decided nodes: copying every node for each of a thousand pins would cost more
-	// than the pins.
-	nodes := map[string]cluster.Node{}
-	for _, d := range ds {
-		for _, a := range d.Assign {
-			if n, ok := b.nodes[a.NodeID]; ok {
-				nodes[a.NodeID] = n.node
-			}
-		}
-	}
-	// The job as the events left it is the one decided on when its JobModifyIndex is the
-	// snapshot's: the register below enforces that index, so reading the job again first
-	// would only cost a round trip per pin. Otherwise (or when unknown) read it.
-	var job *api.Job
-	if jr, ok := b.jobs[jobKey(ns, id)]; ok && want != 0 && deref(jr.job.JobModifyIndex, 0) == want {
-		job = jr.job
-	}
-	b.mu.Unlock()
-	if job == nil {
-		q := (&api.QueryOptions{Namespace: ns}).WithContext(ctx)
-		var err error
-		job, _, err = b.c.Jobs().Info(id, q)
-		if err != nil {
-			if statusCode(err) == 404 {
-				b.dropJob(ns, id)
-				return fail(false, fmt.Errorf("pin %s/%s: %w", ns, id, ErrJobGone))
-			}
-			return fail(false, fmt.Errorf("pin %s/%s: read job: %w", ns, id, err))
-		}
-		b.storeJob(job)
+	job, nodes, err := b.pinTarget(ctx, ns, id, ds, want)
+	if err != nil {
+		return fail(false, err)
 	}
 	cur := deref(job.JobModifyIndex, 0)
 	if want != 0 && cur != want {
@@ -129,19 +101,70 @@ func (b *Backend) pinJob(ctx context.Context, view *roundView, ns, id string, ds
 		// The job moved on (released, pinned elsewhere, group removed): decide again.
 		return fail(true, err)
 	}
-	version := deref(job.Version, 0)
+	if conflict, err := b.registerPinned(ctx, ns, id, job, newJob, ds, tagParts); err != nil {
+		return fail(conflict, err)
+	}
+	out := make([]cluster.PinResult, len(ds))
+	for i, d := range ds {
+		out[i] = cluster.PinResult{JobKey: d.JobKey(), Applied: true}
+	}
+	return out
+}
+
+// pinTarget returns the job to pin and the decided nodes. The job as the events left it is
+// the one decided on when its JobModifyIndex is the snapshot's (want): the register enforces
+// that index, so reading the job again first would only cost a round trip per pin. Otherwise
+// (or when unknown) it is read.
+func (b *Backend) pinTarget(ctx context.Context, ns, id string, ds []cluster.Decision, want uint64) (*api.Job, map[string]cluster.Node, error) {
+	b.mu.Lock()
+	// Only the decided nodes: copying every node for each of a thousand pins would cost more
+	// than the pins.
+	nodes := map[string]cluster.Node{}
+	for _, d := range ds {
+		for _, a := range d.Assign {
+			if n, ok := b.nodes[a.NodeID]; ok {
+				nodes[a.NodeID] = n.node
+			}
+		}
+	}
+	var job *api.Job
+	if jr, ok := b.jobs[jobKey(ns, id)]; ok && want != 0 && deref(jr.job.JobModifyIndex, 0) == want {
+		job = jr.job
+	}
+	b.mu.Unlock()
+	if job != nil {
+		return job, nodes, nil
+	}
+	q := (&api.QueryOptions{Namespace: ns}).WithContext(ctx)
+	job, _, err := b.c.Jobs().Info(id, q)
+	if err != nil {
+		if statusCode(err) == 404 {
+			b.dropJob(ns, id)
+			return nil, nil, fmt.Errorf("pin %s/%s: %w", ns, id, ErrJobGone)
+		}
+		return nil, nil, fmt.Errorf("pin %s/%s: read job: %w", ns, id, err)
+	}
+	b.storeJob(job)
+	return job, nodes, nil
+}
+
+// registerPinned registers the pinned job (enforcing the JobModifyIndex of job, the version
+// it was made from), records it at once and tags the new version; conflict says the job
+// changed meanwhile (decide again).
+func (b *Backend) registerPinned(ctx context.Context, ns, id string, job, newJob *api.Job, ds []cluster.Decision, tagParts []string) (conflict bool, err error) {
+	cur, version := deref(job.JobModifyIndex, 0), deref(job.Version, 0)
 	wq := (&api.WriteOptions{Namespace: ns}).WithContext(ctx)
 	resp, _, err := b.c.Jobs().RegisterOpts(newJob, &api.RegisterOptions{EnforceIndex: true, ModifyIndex: cur, PreserveCounts: true}, wq)
 	if err != nil {
 		if isConflict(err) {
-			return fail(true, fmt.Errorf("pin %s/%s: %w", ns, id, err))
+			return true, fmt.Errorf("pin %s/%s: %w", ns, id, err)
 		}
 		if statusCode(err) == 404 || strings.Contains(err.Error(), "job does not exist") {
 			// Purged since the snapshot: Nomad refuses the enforced register so.
 			b.dropJob(ns, id)
-			return fail(false, fmt.Errorf("pin %s/%s: %w", ns, id, ErrJobGone))
+			return false, fmt.Errorf("pin %s/%s: %w", ns, id, ErrJobGone)
 		}
-		return fail(false, fmt.Errorf("pin %s/%s: register: %w", ns, id, err))
+		return false, fmt.Errorf("pin %s/%s: register: %w", ns, id, err)
 	}
 	// Record the pinned job at once so the next snapshot counts its GPUs as taken even
 	// before the Job event arrives.
@@ -167,11 +190,7 @@ func (b *Backend) pinJob(ctx context.Context, view *roundView, ns, id string, ds
 	if _, err := b.c.Jobs().TagVersion(id, nv, tagName, desc, wq); err != nil {
 		b.log.Warn("tagging the pinned job version failed; the pin stands", "job", jobKey(ns, id), "version", nv, "error", err)
 	}
-	out := make([]cluster.PinResult, len(ds))
-	for i, d := range ds {
-		out[i] = cluster.PinResult{JobKey: d.JobKey(), Applied: true}
-	}
-	return out
+	return false, nil
 }
 
 // stillHeld names a decided GPU that another group's allocation still holds (holders is
