@@ -2,7 +2,9 @@ package nomad
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -381,11 +383,7 @@ func gpuAllocated(ar *api.AllocatedResources) []*api.AllocatedDeviceResource {
 		return nil
 	}
 	var out []*api.AllocatedDeviceResource
-	names := make([]string, 0, len(ar.Tasks))
-	for n := range ar.Tasks {
-		names = append(names, n)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(ar.Tasks))
 	for _, n := range names {
 		t := ar.Tasks[n]
 		if t == nil {

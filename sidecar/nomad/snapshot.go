@@ -2,6 +2,8 @@ package nomad
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"sort"
 	"time"
 
@@ -46,11 +48,7 @@ func (b *Backend) Snapshot(ctx context.Context) (*cluster.Snapshot, error) {
 	defer b.mu.Unlock()
 	snap := &cluster.Snapshot{Now: b.now()}
 	inst := b.snapshotNodes(snap)
-	jobKeys := make([]string, 0, len(b.jobs))
-	for k := range b.jobs {
-		jobKeys = append(jobKeys, k)
-	}
-	sort.Strings(jobKeys)
+	jobKeys := slices.Sorted(maps.Keys(b.jobs))
 	shadowOnly := b.snapshotPending(snap, jobKeys)
 	held := b.snapshotRunning(snap, shadowOnly)
 	snap.Preemptible = b.preemptible(jobKeys, snap.Running, snap.Now)
@@ -70,11 +68,7 @@ type instanceIndex struct {
 
 // snapshotNodes adds the ready nodes, by ID, and indexes their GPU instances. Callers hold b.mu.
 func (b *Backend) snapshotNodes(snap *cluster.Snapshot) instanceIndex {
-	nodeIDs := make([]string, 0, len(b.nodes))
-	for id := range b.nodes {
-		nodeIDs = append(nodeIDs, id)
-	}
-	sort.Strings(nodeIDs)
+	nodeIDs := slices.Sorted(maps.Keys(b.nodes))
 	idx := instanceIndex{node: map[string]string{}, devName: map[string]string{}}
 	for _, id := range nodeIDs {
 		n := b.nodes[id].node
@@ -126,11 +120,7 @@ func (b *Backend) snapshotPending(snap *cluster.Snapshot, jobKeys []string) map[
 // GPU instances they hold. Callers hold b.mu.
 func (b *Backend) snapshotRunning(snap *cluster.Snapshot, shadowOnly map[string]bool) map[string]bool {
 	held := map[string]bool{}
-	allocIDs := make([]string, 0, len(b.allocs))
-	for id := range b.allocs {
-		allocIDs = append(allocIDs, id)
-	}
-	sort.Strings(allocIDs)
+	allocIDs := slices.Sorted(maps.Keys(b.allocs))
 	for _, id := range allocIDs {
 		a := b.allocs[id]
 		if !holdsDevices(a) {
