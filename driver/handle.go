@@ -83,6 +83,37 @@ type taskHandle struct {
 	monitorDone chan struct{}
 }
 
+// newHandle builds the handle of a started or recovered task.
+func (d *Driver) newHandle(cfg *drivers.TaskConfig, st *driverState, sh *shim.Handle, gpus []telemetry.GPU, logger hclog.Logger) *taskHandle {
+	d.mu.Lock()
+	g := d.gpu
+	d.mu.Unlock()
+	sampler := telemetry.NewSampler(gpus)
+	if st.MPSGPU != "" && g != nil && g.slots != nil {
+		mgr, gpu, id := g.slots, st.MPSGPU, cfg.GetId()
+		sampler.SetShare(func(uuid string) (float64, bool) {
+			if uuid != gpu {
+				return 1, false
+			}
+			return energyShare(mgr.Clients(gpu), id)
+		})
+	}
+	return &taskHandle{
+		d: d, gpu: g, logger: logger, cfg: cfg, st: st, shim: sh, ann: parseAnnotations(cfg.GetEnv()),
+		gpus: gpus, sampler: sampler, tail: telemetry.NewTail(st.MetricsFile),
+		progress: telemetry.NewProgress(st.StartedAt), state: drivers.TaskState_RUNNING,
+		done: make(chan struct{}), monitorDone: make(chan struct{}),
+	}
+}
+
+// startMonitor starts watching the task until it exits or the driver shuts down.
+func (d *Driver) startMonitor(h *taskHandle, interval time.Duration) {
+	for _, p := range h.ann.Problems {
+		h.logger.Warn("hetgpu annotation ignored", "problem", p)
+	}
+	go h.monitor(d.ctx, interval)
+}
+
 func (h *taskHandle) dir() string { return h.st.Shim.Dir }
 
 // gpuLabel is "2x A100-SXM4-40GB" (or "1x T4 + 1x V100"), for events.

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc/codes"
@@ -307,35 +306,6 @@ func (d *Driver) startHandle(s *taskStart, sh *shim.Handle) (*drivers.StartTaskR
 		Result: drivers.StartTaskResponse_SUCCESS,
 		Handle: &drivers.TaskHandle{Version: taskHandleVersion, Config: cfg, State: drivers.TaskState_RUNNING, DriverState: blob},
 	}, nil
-}
-
-func (d *Driver) newHandle(cfg *drivers.TaskConfig, st *driverState, sh *shim.Handle, gpus []telemetry.GPU, logger hclog.Logger) *taskHandle {
-	d.mu.Lock()
-	g := d.gpu
-	d.mu.Unlock()
-	sampler := telemetry.NewSampler(gpus)
-	if st.MPSGPU != "" && g != nil && g.slots != nil {
-		mgr, gpu, id := g.slots, st.MPSGPU, cfg.GetId()
-		sampler.SetShare(func(uuid string) (float64, bool) {
-			if uuid != gpu {
-				return 1, false
-			}
-			return energyShare(mgr.Clients(gpu), id)
-		})
-	}
-	return &taskHandle{
-		d: d, gpu: g, logger: logger, cfg: cfg, st: st, shim: sh, ann: parseAnnotations(cfg.GetEnv()),
-		gpus: gpus, sampler: sampler, tail: telemetry.NewTail(st.MetricsFile),
-		progress: telemetry.NewProgress(st.StartedAt), state: drivers.TaskState_RUNNING,
-		done: make(chan struct{}), monitorDone: make(chan struct{}),
-	}
-}
-
-func (d *Driver) startMonitor(h *taskHandle, interval time.Duration) {
-	for _, p := range h.ann.Problems {
-		h.logger.Warn("hetgpu annotation ignored", "problem", p)
-	}
-	go h.monitor(d.ctx, interval)
 }
 
 // shimLogTail quotes the end of the shim's log for an error message (the directory is

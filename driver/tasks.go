@@ -17,6 +17,8 @@ import (
 	"github.com/hetgpu/hetgpu/plugin/proto/drivers"
 )
 
+// RecoverTask reattaches to a task a previous driver process started: its shim still runs
+// or recorded the exit.
 func (d *Driver) RecoverTask(_ context.Context, req *drivers.RecoverTaskRequest) (*drivers.RecoverTaskResponse, error) {
 	id := req.GetTaskId()
 	if id == "" {
@@ -81,6 +83,7 @@ func (d *Driver) RecoverTask(_ context.Context, req *drivers.RecoverTaskRequest)
 	return &drivers.RecoverTaskResponse{}, nil
 }
 
+// WaitTask blocks until the task exited (the handle's wait).
 func (d *Driver) WaitTask(ctx context.Context, req *drivers.WaitTaskRequest) (*drivers.WaitTaskResponse, error) {
 	h, err := d.lookup(req.GetTaskId())
 	if err != nil {
@@ -116,6 +119,7 @@ func parseSignal(s string) (syscall.Signal, error) {
 	return 0, fmt.Errorf("unknown signal %q", s)
 }
 
+// StopTask sends the task its kill signal and SIGKILL after the timeout (the handle's stop).
 func (d *Driver) StopTask(ctx context.Context, req *drivers.StopTaskRequest) (*drivers.StopTaskResponse, error) {
 	h, err := d.lookup(req.GetTaskId())
 	if err != nil {
@@ -138,6 +142,7 @@ func (d *Driver) StopTask(ctx context.Context, req *drivers.StopTaskRequest) (*d
 	return &drivers.StopTaskResponse{}, nil
 }
 
+// DestroyTask removes an exited task (killing it first when forced) and forgets it.
 func (d *Driver) DestroyTask(ctx context.Context, req *drivers.DestroyTaskRequest) (*drivers.DestroyTaskResponse, error) {
 	h, err := d.lookup(req.GetTaskId())
 	if err != nil {
@@ -161,6 +166,7 @@ func (d *Driver) DestroyTask(ctx context.Context, req *drivers.DestroyTaskReques
 	return &drivers.DestroyTaskResponse{}, nil
 }
 
+// InspectTask reports the handle's TaskStatus.
 func (d *Driver) InspectTask(_ context.Context, req *drivers.InspectTaskRequest) (*drivers.InspectTaskResponse, error) {
 	h, err := d.lookup(req.GetTaskId())
 	if err != nil {
@@ -170,6 +176,7 @@ func (d *Driver) InspectTask(_ context.Context, req *drivers.InspectTaskRequest)
 	return &drivers.InspectTaskResponse{Task: ts, Driver: &drivers.TaskDriverStatus{Attributes: attrs}}, nil
 }
 
+// SignalTask delivers a signal to the running task.
 func (d *Driver) SignalTask(_ context.Context, req *drivers.SignalTaskRequest) (*drivers.SignalTaskResponse, error) {
 	h, err := d.lookup(req.GetTaskId())
 	if err != nil {
@@ -185,6 +192,7 @@ func (d *Driver) SignalTask(_ context.Context, req *drivers.SignalTaskRequest) (
 	return &drivers.SignalTaskResponse{}, nil
 }
 
+// TaskStats streams the task's CPU and memory use until it exits.
 func (d *Driver) TaskStats(req *drivers.TaskStatsRequest, stream grpc.ServerStreamingServer[drivers.TaskStatsResponse]) error {
 	h, err := d.lookup(req.GetTaskId())
 	if err != nil {
@@ -215,6 +223,7 @@ func (d *Driver) TaskStats(req *drivers.TaskStatsRequest, stream grpc.ServerStre
 	}
 }
 
+// TaskEvents streams the driver's task events.
 func (d *Driver) TaskEvents(_ *drivers.TaskEventsRequest, stream grpc.ServerStreamingServer[drivers.DriverTaskEvent]) error {
 	ch, cancel := d.events.subscribe()
 	defer cancel()
