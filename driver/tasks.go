@@ -13,6 +13,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/hashicorp/go-hclog"
+	"github.com/hetgpu/hetgpu/driver/shim"
 	"github.com/hetgpu/hetgpu/driver/telemetry"
 	"github.com/hetgpu/hetgpu/plugin/proto/drivers"
 )
@@ -43,28 +45,12 @@ func (d *Driver) RecoverTask(_ context.Context, req *drivers.RecoverTaskRequest)
 		return nil, status.Error(codes.FailedPrecondition, err.Error())
 	}
 	sh := st.Shim
-	// The task is recoverable while its shim runs, or when the shim already recorded the
-	// exit (the task ended while the driver was down).
-	if !sh.ShimAlive() {
-		if s, err := sh.State(); err != nil || !s.Exited {
-			return nil, status.Errorf(codes.NotFound, "RecoverTask %s: shim pid %d is gone and recorded no exit", id, sh.ShimPID)
-		}
+	if err := recoverable(id, &sh); err != nil {
+		return nil, err
 	}
 	cfg := hd.GetConfig()
 	logger := d.logger.With("task_id", id, "task", cfg.GetName(), "alloc_id", cfg.GetAllocId())
-	var gpus []telemetry.GPU
-	if g.lib != nil && len(st.GPUs) > 0 {
-		if gpus, err = telemetry.ResolveGPUs(g.lib, strings.Join(st.GPUs, ",")); err != nil {
-			logger.Warn("task GPUs not found in NVML after restart; no GPU telemetry", "error", err)
-			gpus = nil
-		}
-	}
-	if st.MPSGPU != "" && g.slots != nil {
-		// Registers the client again and restarts the GPU's daemon if it went with the driver.
-		if _, err := g.slots.Attach(st.MPSGPU, slotClient(cfg)); err != nil {
-			logger.Warn("MPS daemon of the task's GPU not restored", "gpu", st.MPSGPU, "error", err)
-		}
-	}
+	gpus := reattachGPUs(g, st, cfg, logger)
 	h := d.newHandle(cfg, st, &sh, gpus, logger)
 	h.restoreCheckpoint()
 	g.setLoad(gpus, fakeTaskUtil)
@@ -81,6 +67,37 @@ func (d *Driver) RecoverTask(_ context.Context, req *drivers.RecoverTaskRequest)
 	h.logger.Info("recovered task", "pid", sh.TaskPID, "shim_pid", sh.ShimPID)
 	d.startMonitor(h, pcfg.SampleInterval)
 	return &drivers.RecoverTaskResponse{}, nil
+}
+
+// recoverable says whether a task can be recovered: while its shim runs, or when the shim
+// already recorded the exit (the task ended while the driver was down).
+func recoverable(id string, sh *shim.Handle) error {
+	if sh.ShimAlive() {
+		return nil
+	}
+	if s, err := sh.State(); err != nil || !s.Exited {
+		return status.Errorf(codes.NotFound, "RecoverTask %s: shim pid %d is gone and recorded no exit", id, sh.ShimPID)
+	}
+	return nil
+}
+
+// reattachGPUs finds a recovered task's GPUs in NVML again and, for a slot task, registers it
+// again with its GPU's MPS daemon (restarting the daemon if it went with the driver).
+func reattachGPUs(g *gpuBackend, st *driverState, cfg *drivers.TaskConfig, logger hclog.Logger) []telemetry.GPU {
+	var gpus []telemetry.GPU
+	if g.lib != nil && len(st.GPUs) > 0 {
+		var err error
+		if gpus, err = telemetry.ResolveGPUs(g.lib, strings.Join(st.GPUs, ",")); err != nil {
+			logger.Warn("task GPUs not found in NVML after restart; no GPU telemetry", "error", err)
+			gpus = nil
+		}
+	}
+	if st.MPSGPU != "" && g.slots != nil {
+		if _, err := g.slots.Attach(st.MPSGPU, slotClient(cfg)); err != nil {
+			logger.Warn("MPS daemon of the task's GPU not restored", "gpu", st.MPSGPU, "error", err)
+		}
+	}
+	return gpus
 }
 
 // WaitTask blocks until the task exited (the handle's wait).
