@@ -265,6 +265,11 @@ func (p *Planner) order(ranked []sched.Ranked, gpus int, t *cluster.Tenancy) []s
 	}
 	drain := work / float64(gpus)
 	long := func(r sched.Ranked) bool {
+		// A queue owed its guarantee keeps the queue stage's order: its admitted jobs lead it,
+		// and a long running job of its own must not take their places.
+		if t != nil && t.Owed[t.QueueOf(r.Job.Namespace)] > 0 {
+			return false
+		}
 		rem := r.Job.Hetgpu.EstRuntime.Seconds()
 		return rem > 0 && rem >= drain
 	}

@@ -112,3 +112,50 @@ func TestOwedQueueReclaimsYoungBorrowedJobs(t *testing.T) {
 		})
 	}
 }
+
+// TestOwedQueueKeepsItsOrder: team-a is owed its guarantee and its waiting job leads the
+// order; its own long running job must not take that place through the long-job guard (it
+// would keep its GPUs, the borrowed job too, and the owed job would wait). Without an owed
+// queue the guard moves the long job first as usual, and nothing stops.
+func TestOwedQueueKeepsItsOrder(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		owed bool
+		want string
+	}{
+		{"owed queue: the borrowed job is reclaimed", true, "borrowed"},
+		{"not owed: the long job leads its queue", false, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			snap := &cluster.Snapshot{Now: now, Nodes: []cluster.Node{node("n0", "a100", 2), node("n1", "a100", 2)}}
+			b := job("borrowed", 2, time.Hour)
+			b.Namespace = "team-b"
+			long := job("long", 2, 100*time.Hour)
+			long.Namespace = "team-a"
+			running(snap, b, "n0", "a100", now.Add(-2*time.Hour))
+			running(snap, long, "n1", "a100", now.Add(-2*time.Hour))
+			w := job("waiting", 2, time.Hour)
+			w.Namespace = "team-a"
+			snap.Pending = []cluster.Job{w}
+			snap.Tenancy = &cluster.Tenancy{Queue: map[string]string{"team-a": "a", "team-b": "b"}, DefaultQueue: "default",
+				Guaranteed: map[string]bool{"team-a/long/train": true}}
+			if tt.owed {
+				snap.Tenancy.Owed = map[string]int{"a": 2}
+			}
+			cfg := Default()
+			cfg.MinRun = 0
+			p, err := New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			plan, err := p.Plan(context.Background(), snap, rankAll(snap, "waiting", "borrowed", "long"), speeds{"a100": 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := ids(plan)
+			if strings.Join(got, ",") != tt.want {
+				t.Errorf("preempted %v, want [%s]", got, tt.want)
+			}
+		})
+	}
+}

@@ -172,6 +172,10 @@ func (p *Pipeline) RunRound(ctx context.Context) (*Round, error) {
 			}
 		}
 		order = keepPending(plan.Order, snap)
+		if p.Queues != nil && len(preempted) > 0 && order != nil {
+			// The preemptions changed what each queue holds: its guarantee admits other jobs now.
+			order = p.Queues.Order(snap, order)
+		}
 	}
 	r, err := p.decide(ctx, snap, order)
 	if err != nil {
