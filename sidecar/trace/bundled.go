@@ -59,7 +59,7 @@ func HeldOutWindows() []string { return []string{"heldout-0", "heldout-1", "held
 
 // BundledNames lists every name bundled: accepts, sorted.
 func BundledNames() []string {
-	out := []string{"philly-15k", "philly-tenants", "philly-tenants-2k", "train", "heldout"}
+	out := []string{"philly-15k", "philly-tenants", "philly-tenants-2k", "philly-tenants-500", "train", "heldout"}
 	for _, vc := range msrVCs {
 		out = append(out, "msr-"+vc)
 	}
@@ -79,6 +79,8 @@ func BundledDoc(name string) string {
 		return "philly-15k with each job in the namespace of its Philly virtual cluster (vc-<id>): 15 tenants"
 	case name == "philly-tenants-2k":
 		return "the first 2,000 arrivals of philly-tenants: the 15 virtual clusters' first jobs, side by side"
+	case name == "philly-tenants-500":
+		return "the first 500 arrivals of philly-tenants: a quick slice of philly-tenants-2k"
 	case name == "train":
 		return "train-0..3 laid end to end"
 	case name == "heldout":
@@ -97,12 +99,16 @@ func BundledDoc(name string) string {
 // Bundled returns an embedded trace by name (see BundledNames).
 func Bundled(name string) (*Trace, error) {
 	switch {
-	case name == "philly-tenants-2k":
+	case name == "philly-tenants-2k" || name == "philly-tenants-500":
 		t, err := Bundled("philly-tenants")
 		if err != nil {
 			return nil, err
 		}
-		t.Jobs, t.Name = t.Jobs[:min(2000, len(t.Jobs))], "bundled:"+name
+		n := 2000
+		if name == "philly-tenants-500" {
+			n = 500
+		}
+		t.Jobs, t.Name = t.Jobs[:min(n, len(t.Jobs))], "bundled:"+name
 		return t, nil
 	case name == "philly-15k" || name == "philly-tenants":
 		var all []Job
