@@ -73,6 +73,15 @@ func (f FirstFit) Place(_ context.Context, snap *cluster.Snapshot, ranked []sche
 			}
 			break
 		}
+		runs := map[string]bool{} // GPU type -> the predictor says the job runs there
+		canRun := func(t string) bool {
+			ok, seen := runs[t]
+			if !seen {
+				ok = pred.Predict(j, t, j.GPUs).Throughput > 0
+				runs[t] = ok
+			}
+			return ok
+		}
 		cj, err := constraint.CompileJob(j)
 		if err != nil {
 			continue // it can never be placed (the service reports it); it blocks nobody
@@ -107,7 +116,7 @@ func (f FirstFit) Place(_ context.Context, snap *cluster.Snapshot, ranked []sche
 			if n < j.GPUs || (best >= 0 && n >= bestFree) {
 				continue
 			}
-			if pred.Predict(j, nd.g.GPUType, j.GPUs).Throughput <= 0 {
+			if !canRun(nd.g.GPUType) {
 				continue
 			}
 			best, bestFree = i, n
@@ -124,7 +133,7 @@ func (f FirstFit) Place(_ context.Context, snap *cluster.Snapshot, ranked []sche
 		}
 		placed := false
 		for _, t := range types {
-			if j.MaxNodes() <= 1 || cj.Distinct || pred.Predict(j, t, j.GPUs).Throughput <= 0 {
+			if j.MaxNodes() <= 1 || cj.Distinct || !canRun(t) {
 				continue
 			}
 			var idx []int

@@ -1,6 +1,7 @@
 package policies
 
 import (
+	"github.com/hetgpu/hetgpu/sidecar/gpuspec"
 	"github.com/hetgpu/hetgpu/sidecar/place"
 	"github.com/hetgpu/hetgpu/sidecar/rank"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
@@ -16,7 +17,7 @@ func typesPredictor(o Options) sched.Predictor {
 	if o.Predictor != nil {
 		return o.Predictor
 	}
-	return sim.TablePredictor{Table: o.Throughput}
+	return sim.TablePredictor{Table: o.Throughput, Specs: gpuspec.Default()}
 }
 
 // newFIFO is first-in first-out with head-of-line blocking and first-fit bin-packing: the

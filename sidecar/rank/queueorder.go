@@ -3,6 +3,7 @@ package rank
 import (
 	"cmp"
 	"context"
+	"iter"
 	"math"
 	"slices"
 	"sync"
@@ -74,16 +75,17 @@ func runSeconds(j *cluster.Job) float64 {
 	return j.AttainedGPUSeconds / float64(j.GPUs)
 }
 
-// waitingSince is when a waiting job last stopped (preempted by LAS) or was submitted.
-func (l *LAS) waitingSince(j *cluster.Job) time.Time {
-	if t, ok := l.stopped[j.Key()]; ok {
+// waitingSince is when a waiting job (key) last stopped (preempted by LAS) or was submitted.
+func (l *LAS) waitingSince(j *cluster.Job, key string) time.Time {
+	if t, ok := l.stopped[key]; ok {
 		return t
 	}
 	return j.SubmitTime
 }
 
-// queue is a job's priority queue (0 is the highest); pending tells a waiting job.
-func (l *LAS) queue(j *cluster.Job, pending bool, now time.Time) int {
+// queue is a job's priority queue (0 is the highest); key is the job's, pending tells a
+// waiting job.
+func (l *LAS) queue(j *cluster.Job, key string, pending bool, now time.Time) int {
 	q := 0
 	for _, th := range l.Thresholds {
 		if j.AttainedGPUSeconds >= th {
@@ -91,7 +93,7 @@ func (l *LAS) queue(j *cluster.Job, pending bool, now time.Time) int {
 		}
 	}
 	if pending {
-		if run := runSeconds(j); run > 0 && now.Sub(l.waitingSince(j)).Seconds() > l.StarveKnob*run {
+		if run := runSeconds(j); run > 0 && now.Sub(l.waitingSince(j, key)).Seconds() > l.StarveKnob*run {
 			q = 0
 		}
 	}
@@ -109,27 +111,30 @@ func (l *LAS) Rank(ctx context.Context, snap *cluster.Snapshot, _ sched.Predicto
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	// A job LAS stopped that runs again, or is gone, waits no longer.
-	waiting := make(map[string]bool, len(snap.Pending))
-	for i := range snap.Pending {
-		if k := snap.Pending[i].Key(); !running[k] {
-			waiting[k] = true
+	if len(l.stopped) > 0 {
+		waiting := make(map[string]bool, len(snap.Pending))
+		for i := range snap.Pending {
+			if k := snap.Pending[i].Key(); !running[k] {
+				waiting[k] = true
+			}
 		}
-	}
-	for k := range l.stopped {
-		if !waiting[k] {
-			delete(l.stopped, k)
+		for k := range l.stopped {
+			if !waiting[k] {
+				delete(l.stopped, k)
+			}
 		}
 	}
 	type cand struct {
-		r sched.Ranked
-		q int
+		r   sched.Ranked
+		q   int
+		key string
 	}
 	cs := make([]cand, len(snap.Pending))
 	for i := range snap.Pending {
 		j := &snap.Pending[i]
-		q := l.queue(j, !running[j.Key()], snap.Now)
-		cs[i] = cand{r: sched.Ranked{Job: j, Score: -float64(q), Features: map[string]float64{
-			"las_queue": float64(q), "attained_gpu_s": j.AttainedGPUSeconds}}, q: q}
+		k := j.Key()
+		q := l.queue(j, k, !running[k], snap.Now)
+		cs[i] = cand{r: sched.Ranked{Job: j, Score: -float64(q)}, q: q, key: k}
 	}
 	slices.SortStableFunc(cs, func(a, b cand) int {
 		if a.q != b.q {
@@ -138,10 +143,16 @@ func (l *LAS) Rank(ctx context.Context, snap *cluster.Snapshot, _ sched.Predicto
 		if c := a.r.Job.SubmitTime.Compare(b.r.Job.SubmitTime); c != 0 {
 			return c
 		}
-		return cmp.Compare(a.r.Job.Key(), b.r.Job.Key())
+		return cmp.Compare(a.key, b.key)
 	})
 	// The jobs that fit in the cluster's GPUs, in priority order, go first.
-	capacity := gpuCapacity(snap, snap.Pending)
+	capacity := gpuCapacity(snap, func(yield func(string) bool) {
+		for _, c := range cs {
+			if !yield(c.key) {
+				return
+			}
+		}
+	})
 	first := make([]sched.Ranked, 0, len(cs))
 	var rest []sched.Ranked
 	used := 0
@@ -160,11 +171,13 @@ func (l *LAS) Rank(ctx context.Context, snap *cluster.Snapshot, _ sched.Predicto
 // the cluster's GPUs are stopped; the waiting jobs keep ranked's order.
 func (l *LAS) Plan(_ context.Context, snap *cluster.Snapshot, ranked []sched.Ranked, _ sched.Predictor) (sched.Plan, error) {
 	running := runningKeys(snap)
-	jobs := make([]cluster.Job, len(ranked))
-	for i, r := range ranked {
-		jobs[i] = *r.Job
-	}
-	capacity := gpuCapacity(snap, jobs)
+	capacity := gpuCapacity(snap, func(yield func(string) bool) {
+		for _, r := range ranked {
+			if !yield(r.Job.Key()) {
+				return
+			}
+		}
+	})
 	var plan sched.Plan
 	used := 0
 	l.mu.Lock()
@@ -206,7 +219,7 @@ func (l *LAS) NextRound(snap *cluster.Snapshot) time.Time {
 	for i := range snap.Pending {
 		j := &snap.Pending[i]
 		if run := runSeconds(j); run > 0 {
-			if d := l.waitingSince(j).Add(seconds(l.StarveKnob * run)).Sub(snap.Now).Seconds(); d > 0 {
+			if d := l.waitingSince(j, j.Key()).Add(seconds(l.StarveKnob * run)).Sub(snap.Now).Seconds(); d > 0 {
 				next = math.Min(next, d)
 			}
 		}
@@ -231,12 +244,15 @@ func runningKeys(snap *cluster.Snapshot) map[string]bool {
 	return out
 }
 
-// gpuCapacity is the GPUs the jobs may share among themselves: every healthy GPU of a ready
-// node, less those running allocations of other jobs hold.
-func gpuCapacity(snap *cluster.Snapshot, jobs []cluster.Job) int {
-	mine := make(map[string]bool, len(jobs))
-	for i := range jobs {
-		mine[jobs[i].Key()] = true
+// gpuCapacity is the GPUs the jobs (by key) may share among themselves: every healthy GPU of a
+// ready node, less those running allocations of other jobs hold.
+func gpuCapacity(snap *cluster.Snapshot, keys iter.Seq[string]) int {
+	var mine map[string]bool
+	if len(snap.Running) > 0 {
+		mine = map[string]bool{}
+		for k := range keys {
+			mine[k] = true
+		}
 	}
 	total := 0
 	for i := range snap.Nodes {

@@ -47,8 +47,36 @@ type Tuner interface {
 
 // Waker is implemented by a stage whose decisions change with time alone (least attained
 // service demotes running jobs as they run; a starving job is promoted): NextRound is when it
-// wants the next round, given the cluster after a round; the zero time means no such need. The
-// simulator schedules a round then; the live sidecar's periodic reconcile covers it.
+// wants the next round, given the round's snapshot as the round left it (AfterPins); the zero
+// time means no such need. The simulator schedules a round then; the live sidecar's periodic
+// reconcile covers it.
 type Waker interface {
 	NextRound(snap *cluster.Snapshot) time.Time
+}
+
+// AfterPins is the snapshot once a round's applied pins took effect, as far as the queue goes:
+// the jobs pinned wait no longer, and those that may be preempted are listed as preemptible.
+// Running allocations are not rebuilt (their nodes and GPUs are the backend's to report).
+func AfterPins(snap *cluster.Snapshot, pins []cluster.PinResult) *cluster.Snapshot {
+	started := map[string]bool{}
+	for _, p := range pins {
+		if p.Applied {
+			started[p.JobKey] = true
+		}
+	}
+	if len(started) == 0 {
+		return snap
+	}
+	out := *snap
+	out.Pending = make([]cluster.Job, 0, len(snap.Pending))
+	out.Preemptible = append([]cluster.Job(nil), snap.Preemptible...)
+	for _, j := range snap.Pending {
+		switch {
+		case !started[j.Key()]:
+			out.Pending = append(out.Pending, j)
+		case j.Hetgpu.Preemptible:
+			out.Preemptible = append(out.Preemptible, j)
+		}
+	}
+	return &out
 }

@@ -14,7 +14,8 @@ import (
 // Policy is a scheduler the engine consults after every batch of events. Schedule starts jobs
 // (State.Start, or State.Pin with cluster decisions) and, for preemptive policies, stops them
 // (State.Preempt). A policy that also implements sched.Learner receives one observation per
-// finished allocation.
+// finished allocation. Registered policies are pipelines (PipelinePolicy); only gavel and tests
+// drive State directly.
 type Policy interface {
 	Name() string
 	Schedule(ctx context.Context, s *State) error
@@ -57,29 +58,29 @@ func (p *PipelinePolicy) Schedule(ctx context.Context, s *State) error {
 	if err != nil {
 		return err
 	}
-	p.wake(ctx, c)
+	p.wake(c.s, r)
 	return nil
 }
 
 // wake asks for the round the time-driven stages (sched.Waker) want, after this one.
-func (p *PipelinePolicy) wake(ctx context.Context, c estimating) {
+func (p *PipelinePolicy) wake(s *State, r *sched.Round) {
 	var ws []sched.Waker
 	for _, st := range []any{p.Ranker, p.Preemptor, p.Placer} {
 		if w, ok := st.(sched.Waker); ok {
 			ws = append(ws, w)
 		}
 	}
-	if len(ws) == 0 {
+	if len(ws) == 0 || r.Snapshot == nil {
 		return
 	}
-	snap, _ := c.Snapshot(ctx)
+	snap := sched.AfterPins(r.Snapshot, r.Pins)
 	next := math.Inf(1)
 	for _, w := range ws {
 		if t := w.NextRound(snap); !t.IsZero() {
-			next = math.Min(next, t.Sub(c.s.e.cfg.Epoch).Seconds())
+			next = math.Min(next, t.Sub(s.e.cfg.Epoch).Seconds())
 		}
 	}
-	c.s.WakeAt(next)
+	s.WakeAt(next)
 }
 
 // Observe implements sched.Learner by forwarding to Learner.
