@@ -3,13 +3,13 @@ package driver
 import (
 	"strings"
 
-	"github.com/hetgpu/hetgpu/sidecar/annot"
+	"github.com/hetgpu/hetgpu/model/annot"
 )
 
 // annotations are the hetgpu.* job/group meta keys the run record carries as features. Nomad
 // hands meta to the task as NOMAD_META_<key> environment variables (also upper-cased, and
 // with characters other than letters, digits and '_' possibly replaced by '_'), so keys are
-// compared after normalising both sides; the values are parsed by sidecar/annot, so the
+// compared after normalising both sides; the values are parsed by model/annot, so the
 // driver and the sidecar agree on what a well-formed annotation is.
 type annotations struct {
 	ModelFamily string

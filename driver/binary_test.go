@@ -19,10 +19,10 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/hetgpu/hetgpu/device/fake"
+	"github.com/hetgpu/hetgpu/model/gpuspec"
 	"github.com/hetgpu/hetgpu/plugin"
 	"github.com/hetgpu/hetgpu/plugin/proto/base"
 	"github.com/hetgpu/hetgpu/plugin/proto/drivers"
-	"github.com/hetgpu/hetgpu/sidecar/gpuspec"
 )
 
 // These tests run the BUILT nomad-driver-hetgpu the way the Nomad client does: go-plugin

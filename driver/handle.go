@@ -19,9 +19,9 @@ import (
 	"github.com/hetgpu/hetgpu/driver/shim"
 	"github.com/hetgpu/hetgpu/driver/telemetry"
 	"github.com/hetgpu/hetgpu/internal/mpsshare"
+	"github.com/hetgpu/hetgpu/model/cluster"
+	"github.com/hetgpu/hetgpu/model/gpuspec"
 	"github.com/hetgpu/hetgpu/plugin/proto/drivers"
-	"github.com/hetgpu/hetgpu/sidecar/cluster"
-	"github.com/hetgpu/hetgpu/sidecar/gpuspec"
 )
 
 // checkpointEvery is how many sampling periods pass between telemetry checkpoints.

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/hetgpu/hetgpu/driver/shim"
+	"github.com/hetgpu/hetgpu/model/cluster"
 	"github.com/hetgpu/hetgpu/plugin/proto/drivers"
-	"github.com/hetgpu/hetgpu/sidecar/cluster"
 )
 
 // The test binary doubles as the shim for in-process drivers (ShimExe = this binary).

@@ -17,8 +17,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/hetgpu/hetgpu/internal/mpsshare"
+	"github.com/hetgpu/hetgpu/model/cluster"
 	"github.com/hetgpu/hetgpu/plugin"
-	"github.com/hetgpu/hetgpu/sidecar/cluster"
 )
 
 // A task on GPU slots (the device plugin's `sharing` block) runs as an MPS client of one MPS

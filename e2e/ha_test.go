@@ -5,9 +5,11 @@ package e2e
 // pinned by the next leader, once, with every run learned before the failover carried over.
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"sort"
 	"strconv"
@@ -19,6 +21,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/hetgpu/hetgpu/internal/testcerts"
 )
 
 // haSidecarConfig is the replicas' configuration: the reconcile period of the fault tests,
@@ -174,8 +178,11 @@ const rawExec = "plugin \"raw_exec\" {\n  config {\n    enabled = true\n  }\n}\n
 
 // TestHASidecarAsNomadJobWithACL: on a cluster with ACLs, the documented policy
 // (jobspecs/hetgpu-sidecar.policy.hcl) is attached to the sidecar job's workload identity
-// only, and jobspecs/hetgpu-sidecar.nomad.hcl runs two replicas on two nodes, registered as
-// the Nomad service hetgpu-sidecar; one leads, one stands by, and a GPU job is pinned.
+// only, and jobspecs/hetgpu-sidecar.nomad.hcl runs as shipped (secure: no insecure) with its
+// certificate, key and tokens in the Nomad variable nomad/jobs/hetgpu-sidecar, written as the
+// README says: two replicas on two nodes serve HTTPS, registered as the Nomad service
+// hetgpu-sidecar; one leads, one stands by, a GPU job is pinned, /v1/queue answers the read
+// token and refuses a request without one (401).
 func TestHASidecarAsNomadJobWithACL(t *testing.T) {
 	nomadBin := nomadBinary(t, "the sidecar as a Nomad job on a cluster with ACLs")
 	bins := buildBinaries(t, binHetgpu, binDevice, binDriver, binToy)
@@ -196,20 +203,44 @@ func TestHASidecarAsNomadJobWithACL(t *testing.T) {
 	_, err = c.API.ACLPolicies().Upsert(&api.ACLPolicy{Name: "hetgpu-sidecar", Description: "hetgpu sidecar", Rules: string(rules),
 		JobACL: &api.JobACL{Namespace: "default", JobID: "hetgpu-sidecar"}}, nil)
 	must(t, err)
+	// The operator's step before the job (README): the secrets variable, with the
+	// management token. The certificate names this host's addresses: a replica listens on
+	// its node's address (NOMAD_ADDR_http), which the clients fingerprint from the host.
+	var ips []net.IP
+	addrs, err := net.InterfaceAddrs()
+	must(t, err)
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			ips = append(ips, n.IP)
+		}
+	}
+	certs, err := testcerts.WriteFor(t.TempDir(), ips...)
+	must(t, err)
+	items := api.VariableItems{"read_token": e2eReadToken, "write_token": e2eWriteToken}
+	for k, f := range map[string]string{"tls_cert": certs.ServerCert, "tls_key": certs.ServerKey, "ca": certs.CA} {
+		b, err := os.ReadFile(f)
+		must(t, err)
+		items[k] = string(b)
+	}
+	_, _, err = c.API.Variables().Create(&api.Variable{Namespace: "default", Path: "nomad/jobs/hetgpu-sidecar", Items: items}, nil)
+	must(t, err)
 	src, err := os.ReadFile("../jobspecs/hetgpu-sidecar.nomad.hcl")
 	must(t, err)
-	// The replicas authenticate with their workload identity (NOMAD_TOKEN), and serve plain
-	// HTTP on the node's address (insecure: the secured API has its own tests). They reach the
-	// server's HTTP address: the Task API socket path under the test's deep temporary
-	// directory exceeds the 108 bytes a unix socket address may have.
+	// Only the paths differ from the shipped jobspec: the binary, and the server's HTTP
+	// address (the Task API socket path under the test's deep temporary directory exceeds
+	// the 108 bytes a unix socket address may have); the replicas authenticate with their
+	// workload identity (NOMAD_TOKEN).
 	job, err := c.API.Jobs().ParseHCLOpts(&api.JobsParseRequest{JobHCL: string(src),
-		Variables: fmt.Sprintf("hetgpu_bin = %q\nnomad_addr = %q\ninsecure = true\n", bins.Hetgpu, c.HTTP), Canonicalize: true})
+		Variables: fmt.Sprintf("hetgpu_bin = %q\nnomad_addr = %q\n", bins.Hetgpu, c.HTTP), Canonicalize: true})
 	must(t, err)
 	_, _, err = c.API.Jobs().Register(job, nil)
 	must(t, err)
 	t.Cleanup(func() { _, _, _ = c.API.Jobs().Deregister("hetgpu-sidecar", true, nil) })
+	client := tlsClient(t, certs.CA, "", "")
+	sc := func(u string) *secureSidecar { return &secureSidecar{url: u, client: client} }
 	var urls []string
-	waitFor(t, 90*time.Second, "two replicas registered, one leading, one standing by", func() bool {
+	var leader haHealth
+	waitFor(t, 90*time.Second, "two replicas registered over HTTPS, one leading, one standing by", func() bool {
 		regs, _, err := c.API.Services().Get("hetgpu-sidecar", nil)
 		if err != nil || len(regs) != 2 {
 			return false
@@ -218,10 +249,14 @@ func TestHASidecarAsNomadJobWithACL(t *testing.T) {
 		roles := map[string]int{}
 		nodes := map[string]bool{}
 		for _, r := range regs {
-			u := fmt.Sprintf("http://%s:%d", r.Address, r.Port)
-			h, err := haRole(u)
-			if err != nil {
+			u := fmt.Sprintf("https://%s:%d", r.Address, r.Port)
+			code, body, _ := sc(u).get(t, "/v1/health", "")
+			var h haHealth
+			if code != 200 || json.Unmarshal([]byte(body), &h) != nil {
 				return false
+			}
+			if h.Role == "leader" {
+				leader = h
 			}
 			urls = append(urls, u)
 			roles[h.Role]++
@@ -229,6 +264,16 @@ func TestHASidecarAsNomadJobWithACL(t *testing.T) {
 		}
 		return roles["leader"] == 1 && roles["standby"] == 1 && len(nodes) == 2
 	}, func() string { return jobState(c.API, "hetgpu-sidecar") + taskLogs(c.API, "hetgpu-sidecar", "sidecar") })
+	if !strings.HasPrefix(leader.Leader, "https://") {
+		t.Fatalf("the leader advertises %q; want its https:// address", leader.Leader)
+	}
+	// Plain HTTP is not served (Go's TLS server answers a plain request 400).
+	if resp, err := http.Get(strings.Replace(urls[0], "https://", "http://", 1) + "/v1/health"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Fatalf("plain http answered 200 at %s; want HTTPS only", urls[0])
+		}
+	}
 	submitToy(t, c.API, bins, "acl-gpu-job", 20, "100ms", nil)
 	waitFor(t, 30*time.Second, "the GPU job pinned by the sidecar job", func() bool {
 		j, _, err := c.API.Jobs().Info("acl-gpu-job", nil)
@@ -237,6 +282,16 @@ func TestHASidecarAsNomadJobWithACL(t *testing.T) {
 	_, pins := pinVersions(t, c.API, "acl-gpu-job")
 	if pins != 1 {
 		t.Fatalf("acl-gpu-job: %d pin tags, want 1", pins)
+	}
+	for _, u := range urls {
+		for _, tc := range []struct {
+			token string
+			want  int
+		}{{"", http.StatusUnauthorized}, {e2eWriteToken, http.StatusForbidden}, {e2eReadToken, http.StatusOK}} {
+			if code, body, _ := sc(u).get(t, "/v1/queue", tc.token); code != tc.want {
+				t.Fatalf("GET %s/v1/queue with token %q: %d %s; want %d", u, tc.token, code, body, tc.want)
+			}
+		}
 	}
 	// The shared state is where the policy lets the sidecar write.
 	v, _, err := c.API.Variables().Read("hetgpu/leader", nil)

@@ -44,6 +44,9 @@ func TestSidecarPinsJobspecs(t *testing.T) {
 	held := map[string]*api.Job{}
 	var plain []string
 	for _, f := range specs {
+		if filepath.Base(f) == "hetgpu-sidecar.nomad.hcl" {
+			continue // the sidecar itself, not a GPU workload (TestHASidecarAsNomadJobWithACL runs it)
+		}
 		job := scRegister(t, c.API, f, "", bins.Toy)
 		if scHeld(job) {
 			held[*job.ID] = job

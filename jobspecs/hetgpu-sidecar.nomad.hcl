@@ -4,6 +4,17 @@
 # redirects writes (POST /v1/observations) to the leader. Nomad restarts a replica that dies;
 # the other one has taken over within seconds.
 #
+# The API listens on the node's address, so it serves HTTPS and requires tokens (README,
+# Security). Its certificate, key and tokens come from the Nomad variable
+# nomad/jobs/hetgpu-sidecar, which this job's workload identity reads without any policy.
+# Create it once, before the job (README, "High availability", the secrets variable):
+#
+#   nomad var put nomad/jobs/hetgpu-sidecar \
+#     tls_cert=@sidecar.pem tls_key=@sidecar-key.pem ca=@ca.pem \
+#     read_token=$(openssl rand -hex 24) write_token=$(openssl rand -hex 24)
+#
+# (optional keys: client_ca=@clients-ca.pem for mTLS, token=... for an admin token).
+#
 # The task reaches Nomad through the Task API socket with its workload identity; give that
 # identity the sidecar's policy once (least privilege, see hetgpu-sidecar.policy.hcl):
 #
@@ -13,7 +24,8 @@
 # then: nomad job run -var hetgpu_bin=/usr/local/bin/hetgpu jobspecs/hetgpu-sidecar.nomad.hcl
 #
 # Task drivers find the sidecar as the Nomad service "hetgpu-sidecar" (or point sidecar_addr
-# at any replica: a standby redirects them to the leader).
+# at any replica: a standby redirects them to the leader); give them the write_token as
+# sidecar_token and the CA as sidecar_ca_file.
 
 variable "hetgpu_bin" {
   description = "path of the hetgpu binary on the clients"
@@ -26,8 +38,13 @@ variable "nomad_addr" {
 }
 
 variable "insecure" {
-  description = "serve the node-address API without TLS or tokens (test clusters only; see README, Security)"
+  description = "test clusters only: serve plain HTTP without tokens on the node's address and read no variable (README, Security)"
   default     = false
+}
+
+variable "secrets_var" {
+  description = "the Nomad variable holding tls_cert, tls_key, read_token, write_token (optional: ca, client_ca, token)"
+  default     = "nomad/jobs/hetgpu-sidecar"
 }
 
 variable "managed_namespace" {
@@ -38,6 +55,14 @@ variable "managed_namespace" {
 locals {
   # The Task API socket is rendered by the template below, inside the task's secrets dir.
   nomad_addr = var.nomad_addr != "" ? var.nomad_addr : "unix://{{ env \"NOMAD_SECRETS_DIR\" }}/api.sock"
+  scheme     = var.insecure ? "http" : "https"
+  # The files rendered from the secrets variable, inside the task's secrets dir (0600 there).
+  secret_files = var.insecure ? {} : {
+    "tls/cert.pem"      = "tls_cert"
+    "tls/key.pem"       = "tls_key"
+    "tls/ca.pem"        = "ca"
+    "tls/client-ca.pem" = "client_ca"
+  }
 }
 
 job "hetgpu-sidecar" {
@@ -62,11 +87,15 @@ job "hetgpu-sidecar" {
       tags     = ["hetgpu"]
 
       # Leader and standby both answer 200: a standby is healthy, it just does not write.
+      # /v1/health needs no token. With client_ca (mTLS) the check cannot present a
+      # certificate: the handshake fails and the check stays critical (README).
       check {
-        type     = "http"
-        path     = "/v1/health"
-        interval = "5s"
-        timeout  = "2s"
+        type            = "http"
+        protocol        = local.scheme
+        tls_skip_verify = true
+        path            = "/v1/health"
+        interval        = "5s"
+        timeout         = "2s"
       }
     }
 
@@ -91,13 +120,49 @@ job "hetgpu-sidecar" {
         env = true
       }
 
+      # The certificate, key and CAs from the secrets variable; an absent optional key
+      # renders an empty file, which the configuration below then leaves out.
+      dynamic "template" {
+        for_each = local.secret_files
+        content {
+          destination = "secrets/${template.key}"
+          perms       = "0600"
+          change_mode = "restart"
+          data        = "{{ with nomadVar \"${var.secrets_var}\" }}{{ .${template.value}.Value }}{{ end }}"
+        }
+      }
+
+      # The tokens, as HETGPU_READ_TOKEN, HETGPU_WRITE_TOKEN (and HETGPU_TOKEN) in the
+      # task's environment, never in a file under local/.
+      dynamic "template" {
+        for_each = var.insecure ? [] : [1]
+        content {
+          destination = "secrets/tokens.env"
+          perms       = "0600"
+          env         = true
+          change_mode = "restart"
+          data        = <<EOT
+{{ with nomadVar "${var.secrets_var}" }}HETGPU_READ_TOKEN={{ .read_token.Value | toJSON }}
+HETGPU_WRITE_TOKEN={{ .write_token.Value | toJSON }}
+{{ with .token.Value }}HETGPU_TOKEN={{ . | toJSON }}
+{{ end }}{{ end }}
+EOT
+        }
+      }
+
       template {
         destination = "local/sidecar.hcl"
+        change_mode = "restart"
         data        = <<EOT
 listen    = "{{ env "NOMAD_ADDR_http" }}"
-# The API listens on the node's address: give it tls { ... } and tokens (README, Security),
-# e.g. rendered from a Nomad variable the workload identity reads, or set -var insecure=true.
 insecure  = ${var.insecure}
+%{ if !var.insecure ~}
+tls {
+  cert_file = "{{ env "NOMAD_SECRETS_DIR" }}/tls/cert.pem"
+  key_file  = "{{ env "NOMAD_SECRETS_DIR" }}/tls/key.pem"
+{{ with nomadVar "${var.secrets_var}" }}{{ if .client_ca.Value }}  client_ca_file = "{{ env "NOMAD_SECRETS_DIR" }}/tls/client-ca.pem"
+{{ end }}{{ end }}}
+%{ endif ~}
 state_dir = "{{ env "NOMAD_ALLOC_DIR" }}/data/hetgpu"
 reconcile = "2s"
 nomad {
@@ -105,13 +170,16 @@ nomad {
   namespace = "${var.managed_namespace}"
 }
 ha {
-  enabled   = true
-  namespace = "${var.managed_namespace}"
+  enabled    = true
+  namespace  = "${var.managed_namespace}"
   lock_path  = "hetgpu/leader"
   state_path = "hetgpu/state"
-  ttl       = "10s"
-  renew     = "2s"
-  advertise = "http://{{ env "NOMAD_ADDR_http" }}"
+  ttl        = "10s"
+  renew      = "2s"
+  advertise  = "${local.scheme}://{{ env "NOMAD_ADDR_http" }}"
+%{ if !var.insecure ~}
+{{ with nomadVar "${var.secrets_var}" }}{{ if .ca.Value }}  probe_ca_file = "{{ env "NOMAD_SECRETS_DIR" }}/tls/ca.pem"
+{{ end }}{{ end }}%{ endif ~}
 }
 EOT
       }

@@ -24,7 +24,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/gpus"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 
-	"github.com/hetgpu/hetgpu/sidecar/gpuspec"
+	"github.com/hetgpu/hetgpu/model/gpuspec"
 )
 
 // DefaultPowerAlpha is the exponent of the power curve when Spec.PowerAlpha is 0.

@@ -11,7 +11,7 @@ import (
 )
 
 // Model is one GPU product the fake can pose as. Memory, bandwidth, TDP and idle power come
-// from shared/data/gpu-specs.csv (embedded in sidecar/gpuspec, vendor datasheets); clocks, SM
+// from shared/data/gpu-specs.csv (embedded in model/gpuspec, vendor datasheets); clocks, SM
 // counts, bus widths, PCIe links and PCI device IDs are public datasheet / nvidia-smi figures.
 // Memory clocks are chosen so that 2 x clock x bus width reproduces the datasheet bandwidth.
 type Model struct {

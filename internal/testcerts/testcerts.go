@@ -31,7 +31,11 @@ type issuer struct {
 }
 
 // Write creates the files in dir.
-func Write(dir string) (Files, error) {
+func Write(dir string) (Files, error) { return WriteFor(dir) }
+
+// WriteFor creates the files in dir with a server certificate that also names ips (a
+// listener on a node's address, as a Nomad job gets it).
+func WriteFor(dir string, ips ...net.IP) (Files, error) {
 	f := Files{
 		CA: filepath.Join(dir, "ca.pem"), ServerCert: filepath.Join(dir, "server.pem"), ServerKey: filepath.Join(dir, "server-key.pem"),
 		ClientCert: filepath.Join(dir, "client.pem"), ClientKey: filepath.Join(dir, "client-key.pem"),
@@ -48,8 +52,9 @@ func Write(dir string) (Files, error) {
 	server := &x509.Certificate{
 		Subject:     pkix.Name{CommonName: "hetgpu sidecar"},
 		DNSNames:    []string{"localhost"},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses: append([]net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, ips...),
+		// clientAuth too: a replica presents its own certificate to another (the HA probe, mTLS).
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 	}
 	if err := ca.issue(server, f.ServerCert, f.ServerKey); err != nil {
 		return f, err

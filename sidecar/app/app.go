@@ -22,6 +22,7 @@ import (
 	"github.com/hetgpu/hetgpu/sidecar/preempt"
 	"github.com/hetgpu/hetgpu/sidecar/queue"
 	"github.com/hetgpu/hetgpu/sidecar/rank"
+	"github.com/hetgpu/hetgpu/sidecar/rank/ppo"
 	"github.com/hetgpu/hetgpu/sidecar/rank/rlsim"
 	"github.com/hetgpu/hetgpu/sidecar/rank/rltrain"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
@@ -289,7 +290,7 @@ const TunedPolicyFile = "ranker-tuned.json"
 // heuristic (as `hetgpu train`), adopted only when it beats both the last good policy and the
 // heuristic on the newest runs, and saved; the ranker and rs switch to it.
 func liveTuner(c *Config, ck *rank.Checkpoint, rk *rank.Ranker, tunedPath string, rs *RankerState, log hclog.Logger) (*rlsim.LiveTuner, error) {
-	ft, err := rank.NewFineTuner(ck)
+	ft, err := ppo.NewFineTuner(ck)
 	if err != nil {
 		return nil, err
 	}
@@ -303,8 +304,8 @@ func liveTuner(c *Config, ck *rank.Checkpoint, rk *rank.Ranker, tunedPath string
 	popts := policies.Options{Throughput: tab, Seed: 1, Logger: log.Named("tune")}
 	pipeline := func(r sched.Ranker) (sim.Policy, error) { return policies.HetgpuPipeline(popts, r) }
 	return &rlsim.LiveTuner{
-		Online: &rank.OnlineTuner{Ranker: rk, Tuner: ft, Every: c.Ranker.TuneRuns, Logger: log.Named("tune"),
-			OnAdopt: func(ck *rank.Checkpoint, _ rank.StepResult) {
+		Online: &ppo.OnlineTuner{Ranker: rk, Tuner: ft, Every: c.Ranker.TuneRuns, Logger: log.Named("tune"),
+			OnAdopt: func(ck *rank.Checkpoint, _ ppo.StepResult) {
 				st := service.RankerStatus{Policy: "tuned:" + tunedPath, Reason: tunedReason(ck)}
 				log.Info("ranking with the policy online tuning adopted", "policy", st.Policy, "reason", st.Reason)
 				rs.set(st)

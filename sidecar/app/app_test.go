@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/hetgpu/hetgpu/sidecar/rank"
+	"github.com/hetgpu/hetgpu/sidecar/rank/ppo"
 	"github.com/hetgpu/hetgpu/sidecar/rank/rlsim"
 	"github.com/hetgpu/hetgpu/sidecar/service"
 )
@@ -309,7 +310,7 @@ func TestTunerAdoptionUpdatesRankerState(t *testing.T) {
 	rs.OnChange(func(s service.RankerStatus) { changed = append(changed, s.Policy) })
 	ck := *lt.Online.Tuner.Good()
 	ck.Meta = map[string]string{rank.MetaTunedReward: "0.0300", rank.MetaTunedEpisodes: "3", rank.MetaTunedRewardBefore: "-0.0100"}
-	lt.Online.OnAdopt(&ck, rank.StepResult{After: 0.03, Before: -0.01, Accepted: true, Episodes: 3})
+	lt.Online.OnAdopt(&ck, ppo.StepResult{After: 0.03, Before: -0.01, Accepted: true, Episodes: 3})
 	want := "tuned:" + filepath.Join(dir, TunedPolicyFile)
 	if s := rs.Status(); s.Policy != want || !strings.Contains(s.Reason, "mean reward 0.0300") || len(changed) != 1 || changed[0] != want {
 		t.Fatalf("after adoption: %+v, changes %v; want policy %s", s, changed, want)

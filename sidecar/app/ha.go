@@ -4,13 +4,14 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"net/url"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/model/cluster"
 	"github.com/hetgpu/hetgpu/sidecar/ha"
 	"github.com/hetgpu/hetgpu/sidecar/rank"
 	"github.com/hetgpu/hetgpu/sidecar/service"
@@ -47,15 +48,22 @@ func newReplication(c *Config, st *store.Store, tunedPath string, stages service
 	}
 	if addr == "" {
 		addr = "http://" + c.Listen
+		if c.TLSFiles().Enabled() {
+			addr = "https://" + c.Listen
+		}
 	}
 	if u, err := url.Parse(addr); err == nil && net.ParseIP(u.Hostname()).IsUnspecified() {
 		log.Warn("this replica advertises an unspecified address: standbys cannot redirect writers to it and fast takeover is off; set ha.advertise or public_url",
 			"address", addr)
 	}
+	probe, err := probeClient(c)
+	if err != nil {
+		return nil, err
+	}
 	r := &replication{tunedPath: tunedPath, stages: stages, ranker: rs, log: log.Named("ha")}
 	r.elector, err = ha.New(ha.Config{Client: client, Namespace: h.Namespace, LockPath: h.LockPath, TTL: h.TTLD,
 		LockDelay: h.LockDelayD, Renew: h.RenewD, Margin: h.MarginD, Address: addr, FastTakeover: boolOr(h.FastTakeover, true),
-		OnLead: r.takeOver, Logger: log})
+		OnLead: r.takeOver, Logger: log, Probe: probe})
 	if err != nil {
 		return nil, err
 	}
@@ -66,6 +74,22 @@ func newReplication(c *Config, st *store.Store, tunedPath string, stages service
 	r.shared = &ha.Shared{Blobs: &ha.Blobs{Client: client, Namespace: h.Namespace, Prefix: h.StatePath, Fence: r.elector},
 		Store: st, Window: window, ID: r.elector.ID(), Logger: r.log}
 	return r, nil
+}
+
+// probeClient is the standby's liveness probe client: with TLS on it trusts ha.probe_ca_file
+// (else tls.client_ca_file, else the system roots) and, when the replicas require client
+// certificates, presents this replica's own, so that it can read which replica answers at
+// the leader's address; nil (plain HTTP, the default client) without TLS.
+func probeClient(c *Config) (*http.Client, error) {
+	f := c.TLSFiles()
+	if !f.Enabled() {
+		return nil, nil
+	}
+	ca := c.HA.ProbeCAFile
+	if ca == "" {
+		ca = f.ClientCAFile
+	}
+	return ha.ProbeClient(ha.ProbeTLS{CAFile: ca, CertFile: f.CertFile, KeyFile: f.KeyFile, ClientCert: f.ClientCAFile != ""})
 }
 
 func (r *replication) fence() cluster.Fence {

@@ -22,8 +22,10 @@ import (
 //	  margin        = "2s"             # leader stops writing this long before ttl after
 //	                                   # its last confirmed renewal (default ttl/5)
 //	  advertise     = ""               # this replica's API URL for redirects; default
-//	                                   # public_url, else http://listen
+//	                                   # public_url, else http(s)://listen
 //	  fast_takeover = true             # release a dead leader's lock at once (see README)
+//	  probe_ca_file = ""               # CA of the replicas' certificates for the probe
+//	                                   # (with tls; default tls.client_ca_file, else system roots)
 //	}
 type HAConfig struct {
 	Enabled      bool   `hcl:"enabled,optional"`
@@ -36,6 +38,7 @@ type HAConfig struct {
 	Margin       string `hcl:"margin,optional"`
 	Advertise    string `hcl:"advertise,optional"`
 	FastTakeover *bool  `hcl:"fast_takeover,optional"`
+	ProbeCAFile  string `hcl:"probe_ca_file,optional"`
 
 	// Parsed values (no hcl tag).
 	TTLD, LockDelayD, RenewD, MarginD time.Duration

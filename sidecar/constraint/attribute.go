@@ -8,7 +8,7 @@ import (
 	"strings"
 	"unicode"
 
-	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/model/cluster"
 )
 
 // BaseUnit groups units that compare with each other.

@@ -16,7 +16,7 @@ import (
 
 	"github.com/hashicorp/go-version"
 
-	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/model/cluster"
 )
 
 // Operators, as Nomad spells them.

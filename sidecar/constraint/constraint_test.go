@@ -4,7 +4,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/model/cluster"
 )
 
 func testNode() *cluster.Node {

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/model/cluster"
 )
 
 // Job is everything about one pending job's placement rules, compiled once per round and

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/model/cluster"
 )
 
 // GPU states on the fleet page.

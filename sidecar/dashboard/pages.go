@@ -15,7 +15,7 @@ import (
 	"gonum.org/v1/plot/plotter"
 
 	"github.com/hetgpu/hetgpu/internal/httpjson"
-	"github.com/hetgpu/hetgpu/sidecar/gpuspec"
+	"github.com/hetgpu/hetgpu/model/gpuspec"
 	"github.com/hetgpu/hetgpu/sidecar/store"
 )
 

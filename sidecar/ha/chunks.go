@@ -15,7 +15,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/model/cluster"
 )
 
 // ChunkBytes is the gzip payload of one chunk variable: base64 makes it 4/3 larger, which

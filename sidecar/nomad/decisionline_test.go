@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/model/cluster"
 )
 
 // The ui line shows the ranker's score as the queue, the log and the decision record do

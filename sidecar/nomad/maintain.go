@@ -12,9 +12,9 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/hetgpu/hetgpu/internal/parallel"
-	"github.com/hetgpu/hetgpu/sidecar/annot"
-	"github.com/hetgpu/hetgpu/sidecar/cluster"
-	"github.com/hetgpu/hetgpu/sidecar/gpuspec"
+	"github.com/hetgpu/hetgpu/model/annot"
+	"github.com/hetgpu/hetgpu/model/cluster"
+	"github.com/hetgpu/hetgpu/model/gpuspec"
 	"github.com/hetgpu/hetgpu/sidecar/service"
 )
 

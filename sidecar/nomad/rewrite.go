@@ -9,7 +9,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/hetgpu/hetgpu/sidecar/annot"
+	"github.com/hetgpu/hetgpu/model/annot"
 )
 
 // The job rewrites below are pure functions on a job fresh from Jobs().Info; the caller

@@ -9,7 +9,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/model/cluster"
 )
 
 // DeviceStats reads every GPU's live readings from the device stats of the ready nodes

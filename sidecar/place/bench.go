@@ -9,8 +9,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hetgpu/hetgpu/sidecar/cluster"
-	"github.com/hetgpu/hetgpu/sidecar/gpuspec"
+	"github.com/hetgpu/hetgpu/model/cluster"
+	"github.com/hetgpu/hetgpu/model/gpuspec"
 )
 
 // BenchSpec sizes a random cluster and queue.

@@ -5,8 +5,8 @@ import (
 	"math"
 	"sort"
 
-	"github.com/hetgpu/hetgpu/sidecar/cluster"
-	"github.com/hetgpu/hetgpu/sidecar/gpuspec"
+	"github.com/hetgpu/hetgpu/model/cluster"
+	"github.com/hetgpu/hetgpu/model/gpuspec"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
 )
 

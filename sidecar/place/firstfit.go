@@ -5,7 +5,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/model/cluster"
 	"github.com/hetgpu/hetgpu/sidecar/constraint"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
 )

@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/model/cluster"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
 )
 

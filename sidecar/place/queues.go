@@ -3,7 +3,7 @@ package place
 import (
 	"fmt"
 
-	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/model/cluster"
 )
 
 // Queue caps (cluster.Snapshot.Caps, written by the queue stage, sidecar/queue): each limits

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/model/cluster"
 )
 
 // randomCaps draws queue caps over the bench namespaces: maxima of a queue's own namespaces

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/hetgpu/hetgpu/sidecar/annot"
-	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/model/annot"
+	"github.com/hetgpu/hetgpu/model/cluster"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
 )
 

@@ -3,9 +3,9 @@ package place
 import (
 	"fmt"
 
-	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/model/cluster"
+	"github.com/hetgpu/hetgpu/model/gpuspec"
 	"github.com/hetgpu/hetgpu/sidecar/constraint"
-	"github.com/hetgpu/hetgpu/sidecar/gpuspec"
 )
 
 // Verify checks decisions against a snapshot independently of how they were found: every job

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/model/cluster"
 )
 
 // benchPredictor is the default predictor (embedded model, bundled seeds) with a few

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/model/cluster"
 )
 
 func rec(name string, batch int, gpu string, gpus int, thr float64) Record {

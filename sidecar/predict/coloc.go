@@ -3,7 +3,7 @@ package predict
 import (
 	"math"
 
-	"github.com/hetgpu/hetgpu/sidecar/gpuspec"
+	"github.com/hetgpu/hetgpu/model/gpuspec"
 	"github.com/hetgpu/hetgpu/sidecar/throughput"
 )
 

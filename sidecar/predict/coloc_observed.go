@@ -3,8 +3,8 @@ package predict
 import (
 	"math"
 
-	"github.com/hetgpu/hetgpu/sidecar/cluster"
-	"github.com/hetgpu/hetgpu/sidecar/gpuspec"
+	"github.com/hetgpu/hetgpu/model/cluster"
+	"github.com/hetgpu/hetgpu/model/gpuspec"
 )
 
 // Observed co-location: a run record naming its co-runner (a task on a GPU slot that shared

@@ -1,7 +1,7 @@
 package predict
 
 import (
-	"github.com/hetgpu/hetgpu/sidecar/gpuspec"
+	"github.com/hetgpu/hetgpu/model/gpuspec"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
 )
 

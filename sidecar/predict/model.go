@@ -16,7 +16,7 @@ import (
 	"strings"
 
 	"github.com/hetgpu/hetgpu/internal/parallel"
-	"github.com/hetgpu/hetgpu/sidecar/gpuspec"
+	"github.com/hetgpu/hetgpu/model/gpuspec"
 )
 
 // ModelSchema versions the model file; Load rejects any other.

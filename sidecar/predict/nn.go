@@ -4,14 +4,17 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+
+	"github.com/hetgpu/hetgpu/internal/nn"
 )
 
 // The three P1 architectures GOGH compares. Each maps a query vector (the job and the GPU
 // type it is asked about) and up to K neighbour tokens (the most similar catalog entries on
 // that GPU type, least similar first) to a correction of the neighbours' kernel-weighted
-// log-throughput. Weights live in one flat slice so Adam, serialisation and determinism
-// tests treat every architecture alike. Forward passes write only into a caller-owned
-// scratch, so inference allocates nothing.
+// log-throughput. Weights live in one flat slice so Adam (internal/nn), serialisation and
+// determinism tests treat every architecture alike. Forward passes write only into a
+// caller-owned scratch, so inference allocates nothing. The cells use nn.Dense and nn.Dot,
+// whose fixed left-to-right sums the bundled model was fitted with.
 const (
 	ArchFFN       = "ffn"
 	ArchRNN       = "rnn"
@@ -158,9 +161,9 @@ func (n *net) forward(sc *scratch) float64 {
 		for i := 0; i < s.K; i++ {
 			copy(in[s.DQ+i*s.DT:], sc.tok[i][:s.DT])
 		}
-		dense(w[l.w1:], w[l.b1:], in, sc.a1[:s.H], true)
-		dense(w[l.w2:], w[l.b2:], sc.a1[:s.H], sc.a2[:s.H], true)
-		return dot(w[l.w3:l.w3+s.H], sc.a2[:s.H]) + w[l.b3]
+		nn.Dense(w[l.w1:], w[l.b1:], in, sc.a1[:s.H], true)
+		nn.Dense(w[l.w2:], w[l.b2:], sc.a1[:s.H], sc.a2[:s.H], true)
+		return nn.Dot(w[l.w3:l.w3+s.H], sc.a2[:s.H]) + w[l.b3]
 	case ArchRNN:
 		for j := 0; j < s.H; j++ {
 			sc.h[0][j] = 0
@@ -173,13 +176,13 @@ func (n *net) forward(sc *scratch) float64 {
 			}
 			t := sc.tok[i][:s.DT]
 			for j := 0; j < s.H; j++ {
-				z := w[l.bh+j] + dot(w[l.wx+j*s.DT:l.wx+(j+1)*s.DT], t) + dot(w[l.wh+j*s.H:l.wh+(j+1)*s.H], hp)
+				z := w[l.bh+j] + nn.Dot(w[l.wx+j*s.DT:l.wx+(j+1)*s.DT], t) + nn.Dot(w[l.wh+j*s.H:l.wh+(j+1)*s.H], hp)
 				hn[j] = math.Tanh(z)
 			}
 		}
 		return n.head(sc, sc.h[s.K][:s.H])
 	default: // attention
-		dense(w[l.wq:], nil, sc.xq[:s.DQ], sc.q[:s.H], false)
+		nn.Dense(w[l.wq:], nil, sc.xq[:s.DQ], sc.q[:s.H], false)
 		scale := 1 / math.Sqrt(float64(s.H))
 		mx := math.Inf(-1)
 		for i := 0; i < s.K; i++ {
@@ -187,9 +190,9 @@ func (n *net) forward(sc *scratch) float64 {
 				continue
 			}
 			t := sc.tok[i][:s.DT]
-			dense(w[l.wk:], nil, t, sc.kk[i][:s.H], false)
-			dense(w[l.wv:], nil, t, sc.v[i][:s.H], false)
-			sc.alpha[i] = dot(sc.q[:s.H], sc.kk[i][:s.H]) * scale
+			nn.Dense(w[l.wk:], nil, t, sc.kk[i][:s.H], false)
+			nn.Dense(w[l.wv:], nil, t, sc.v[i][:s.H], false)
+			sc.alpha[i] = nn.Dot(sc.q[:s.H], sc.kk[i][:s.H]) * scale
 			mx = math.Max(mx, sc.alpha[i])
 		}
 		var sum float64
@@ -226,8 +229,8 @@ func (n *net) head(sc *scratch, summary []float64) float64 {
 	in := sc.in[:s.H+s.DQ]
 	copy(in, summary)
 	copy(in[s.H:], sc.xq[:s.DQ])
-	dense(w[l.w1:], w[l.b1:], in, sc.a1[:s.H], true)
-	return dot(w[l.w3:l.w3+s.H], sc.a1[:s.H]) + w[l.b3]
+	nn.Dense(w[l.w1:], w[l.b1:], in, sc.a1[:s.H], true)
+	return nn.Dot(w[l.w3:l.w3+s.H], sc.a1[:s.H]) + w[l.b3]
 }
 
 // backward adds dL/dw for an output gradient dout to g; sc must hold the forward pass.
@@ -306,7 +309,7 @@ func (n *net) backward(sc *scratch, dout float64, g []float64) {
 		var mean float64
 		for i := 0; i < s.K; i++ {
 			if sc.present[i] {
-				da[i] = dot(dc, sc.v[i][:H])
+				da[i] = nn.Dot(dc, sc.v[i][:H])
 				mean += sc.alpha[i] * da[i]
 			}
 		}
@@ -364,27 +367,4 @@ func (n *net) headBackward(sc *scratch, dout float64, g, dsum []float64) {
 			dsum[c] += dz1[r] * w[row+c]
 		}
 	}
-}
-
-// dense computes out = act(W x + b) with W stored row-major (len(out) rows); b may be nil.
-func dense(wm, b, x, out []float64, act bool) {
-	nx := len(x)
-	for r := range out {
-		z := dot(wm[r*nx:(r+1)*nx], x)
-		if b != nil {
-			z += b[r]
-		}
-		if act {
-			z = math.Tanh(z)
-		}
-		out[r] = z
-	}
-}
-
-func dot(a, b []float64) float64 {
-	var s float64
-	for i, x := range a {
-		s += x * b[i]
-	}
-	return s
 }

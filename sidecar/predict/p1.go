@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 
+	"github.com/hetgpu/hetgpu/internal/nn"
 	"github.com/hetgpu/hetgpu/sidecar/throughput"
 )
 
@@ -248,9 +249,10 @@ func trainP1(exs []example, arch string, cfg trainConfig, seed uint64) (*p1Net, 
 		order[i] = i
 	}
 	g := make([]float64, len(nt.w))
-	m := make([]float64, len(nt.w))
-	v := make([]float64, len(nt.w))
-	const b1, b2, eps = 0.9, 0.999, 1e-8
+	// Decay1 and Decay2 are the decimal complements the bundled model was fitted with (see
+	// nn.Adam); Step adds the L2 term to the gradient as this loop always did.
+	opt := &nn.Adam{Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Decay1: 0.1, Decay2: 0.001, L2: cfg.L2,
+		M: make([]float64, len(nt.w)), V: make([]float64, len(nt.w))}
 	steps := cfg.Epochs * ((len(exs) + cfg.Batch - 1) / cfg.Batch)
 	step := 0
 	for ep := 0; ep < cfg.Epochs; ep++ {
@@ -267,15 +269,8 @@ func trainP1(exs []example, arch string, cfg trainConfig, seed uint64) (*p1Net, 
 			}
 			step++
 			// Cosine decay to 5 % of the base rate.
-			lr := cfg.LR * (0.05 + 0.95*0.5*(1+math.Cos(math.Pi*float64(step)/float64(steps))))
-			c1 := 1 - math.Pow(b1, float64(step))
-			c2 := 1 - math.Pow(b2, float64(step))
-			for i := range nt.w {
-				gi := g[i] + cfg.L2*nt.w[i]
-				m[i] = b1*m[i] + (1-b1)*gi
-				v[i] = b2*v[i] + (1-b2)*gi*gi
-				nt.w[i] -= lr * (m[i] / c1) / (math.Sqrt(v[i]/c2) + eps)
-			}
+			opt.LR = cfg.LR * (0.05 + 0.95*0.5*(1+math.Cos(math.Pi*float64(step)/float64(steps))))
+			opt.Step(nt.w, g)
 		}
 	}
 	return p, nil

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/model/cluster"
 	"github.com/hetgpu/hetgpu/sidecar/throughput"
 )
 
@@ -380,3 +380,5 @@ func TestRebuildReusesUnchangedTransfers(t *testing.T) {
 	}
 	t.Logf("%d transfers reused over %d runs", reused, len(runs))
 }
+
+func relErr(pred, truth float64) float64 { return math.Abs(pred-truth) / truth }

@@ -3,7 +3,7 @@ package preempt
 import (
 	"slices"
 
-	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/model/cluster"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
 )
 

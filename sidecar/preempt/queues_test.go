@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/model/cluster"
 )
 
 // TestGuaranteedJobsStopOnlyForTheirQueue: on one full node team-a's guaranteed job runs,

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/model/cluster"
 )
 
 func TestF1Formula(t *testing.T) {

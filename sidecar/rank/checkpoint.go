@@ -11,6 +11,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+
+	"github.com/hetgpu/hetgpu/internal/nn"
 )
 
 // CheckpointFormat and CheckpointVersion identify policy files. The version changes when the
@@ -36,18 +38,29 @@ type Checkpoint struct {
 	Meta map[string]string `json:"meta,omitempty"`
 }
 
+// Meta keys online fine-tuning writes into an adopted checkpoint: the evidence it was adopted on.
+const (
+	MetaTunedReward       = "tuned_reward"
+	MetaTunedRewardBefore = "tuned_reward_before"
+	MetaTunedEpisodes     = "tuned_episodes"
+	// MetaTunedBeatsBaseline is "true" when the step was also required to beat the
+	// environment's baseline (the fine-tuner's BeatBaseline) and did.
+	MetaTunedBeatsBaseline = "tuned_beats_baseline"
+)
+
 // NetFile is one network's layout and parameters.
 type NetFile struct {
 	Sizes  []int     `json:"sizes"`
 	Params []float64 `json:"params"`
 }
 
-// TrainState is what resuming needs besides the policy.
+// TrainState is what resuming training (sidecar/rank/ppo) needs besides the policy. The
+// runtime only carries it: the bundled checkpoint keeps it so online fine-tuning continues.
 type TrainState struct {
-	Config Config       `json:"config"`
+	Config TrainConfig  `json:"config"`
 	Epoch  int          `json:"epoch"`
-	AdamPi *Adam        `json:"adam_policy"`
-	AdamV  *Adam        `json:"adam_value"`
+	AdamPi *nn.Adam     `json:"adam_policy"`
+	AdamV  *nn.Adam     `json:"adam_value"`
 	Curve  []EpochStats `json:"curve"`
 }
 
@@ -61,58 +74,22 @@ func PolicyCheckpoint(p *Policy) *Checkpoint {
 	}
 }
 
-// Checkpoint captures the trainer's full state.
-func (t *Trainer) Checkpoint() *Checkpoint {
-	c := PolicyCheckpoint(t.Policy)
-	c.Training = &TrainState{Config: t.Config, Epoch: t.Epoch, AdamPi: t.AdamPi, AdamV: t.AdamV, Curve: t.Curve}
-	return c
-}
-
 // Policy rebuilds the policy of a validated checkpoint.
 func (c *Checkpoint) Policy() (*Policy, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	a, err := NewMLP(c.Actor.Sizes...)
+	a, err := nn.NewMLP(c.Actor.Sizes...)
 	if err != nil {
 		return nil, fmt.Errorf("actor: %w", err)
 	}
 	copy(a.Params, c.Actor.Params)
-	cr, err := NewMLP(c.Critic.Sizes...)
+	cr, err := nn.NewMLP(c.Critic.Sizes...)
 	if err != nil {
 		return nil, fmt.Errorf("critic: %w", err)
 	}
 	copy(cr.Params, c.Critic.Params)
 	return &Policy{Schema: c.Schema, Norm: c.Norm.Clone(), GNorm: c.GNorm.Clone(), Actor: a, Critic: cr}, nil
-}
-
-// Resume rebuilds a trainer that continues exactly where the checkpoint's training stopped.
-func (c *Checkpoint) Resume() (*Trainer, error) {
-	if c.Training == nil {
-		return nil, errors.New("checkpoint has no training state (a policy stripped for shipping cannot be resumed)")
-	}
-	p, err := c.Policy()
-	if err != nil {
-		return nil, err
-	}
-	ts := c.Training
-	cfg := ts.Config.withDefaults()
-	if ts.AdamPi == nil || ts.AdamV == nil {
-		return nil, errors.New("training: adam_policy and adam_value are required to resume")
-	}
-	if err := ts.AdamPi.validate(len(p.Actor.Params), "training.adam_policy"); err != nil {
-		return nil, err
-	}
-	if err := ts.AdamV.validate(len(p.Critic.Params), "training.adam_value"); err != nil {
-		return nil, err
-	}
-	if ts.Epoch < 0 {
-		return nil, fmt.Errorf("training.epoch: %d, expected >= 0", ts.Epoch)
-	}
-	pi, v := *ts.AdamPi, *ts.AdamV
-	pi.M, pi.V = append([]float64(nil), pi.M...), append([]float64(nil), pi.V...)
-	v.M, v.V = append([]float64(nil), v.M...), append([]float64(nil), v.V...)
-	return &Trainer{Config: cfg, Policy: p, Epoch: ts.Epoch, Curve: append([]EpochStats(nil), ts.Curve...), AdamPi: &pi, AdamV: &v}, nil
 }
 
 // Validate checks a checkpoint read from a file, naming the offending field.

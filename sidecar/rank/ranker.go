@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/model/cluster"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
 )
 
@@ -22,7 +22,7 @@ type Ranker struct {
 	policy    *Policy
 	heuristic Heuristic
 	ext       Extractor
-	agent     *Agent
+	decider   Decider
 	// explain adds the named raw features to every Ranked (for the queue and explain APIs).
 	explain bool
 	raw     []float64
@@ -46,9 +46,9 @@ func WithExtractor(e Extractor) Option {
 	return func(r *Ranker) { r.ext.Horizon, r.ext.RefGPU = e.Horizon, e.RefGPU }
 }
 
-// WithAgent makes the ranker act through an agent: a training rollout's (sampling and recording
-// its decisions) or a greedy evaluation's. The agent's policy replaces the ranker's.
-func WithAgent(a *Agent) Option { return func(r *Ranker) { r.agent = a; r.policy = a.pol } }
+// WithDecider makes the ranker act through d, for example a training rollout's agent that
+// samples and records its decisions. The decider's policy replaces the ranker's.
+func WithDecider(d Decider) Option { return func(r *Ranker) { r.decider = d; r.policy = d.Policy() } }
 
 // New returns a ranker for policy p; nil selects the fallback heuristic. The policy must use
 // the default feature schema.
@@ -64,8 +64,8 @@ func New(p *Policy, opts ...Option) (*Ranker, error) {
 	for _, o := range opts {
 		o(r)
 	}
-	if r.policy != nil && r.agent == nil {
-		r.agent = NewGreedyAgent(r.policy)
+	if r.policy != nil && r.decider == nil {
+		r.decider = NewGreedy(r.policy)
 	}
 	return r, nil
 }
@@ -180,8 +180,24 @@ func (r *Ranker) rank(snap *cluster.Snapshot, pred sched.Predictor) (int, error)
 	if canStart > 0 {
 		k = n
 	}
-	if err := r.agent.Act(r.raw, n, r.globals, nil, k, r.order, r.scores); err != nil {
+	if err := r.decider.Act(r.raw, n, r.globals, nil, k, r.order, r.scores); err != nil {
 		return 0, err
 	}
 	return n, nil
+}
+
+// SetPolicy swaps the ranker's policy (nil selects the heuristic); rounds in flight finish with
+// the old one.
+func (r *Ranker) SetPolicy(p *Policy) error {
+	if p != nil && !p.Schema.Equal(DefaultSchema()) {
+		return fmt.Errorf("rank: policy schema version %d does not match this build's %d", p.Schema.Version, SchemaVersion)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.policy = p
+	r.decider = nil
+	if p != nil {
+		r.decider = NewGreedy(p)
+	}
+	return nil
 }

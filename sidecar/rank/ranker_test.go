@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/model/cluster"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
 )
 
@@ -101,7 +101,7 @@ func bigSnapshot(n int, seed uint64) *cluster.Snapshot {
 }
 
 func randomPolicy(t testing.TB) *Policy {
-	p, err := NewPolicy(DefaultSchema(), DefaultConfig().Hidden, rand.New(rand.NewPCG(5, 5)))
+	p, err := NewPolicy(DefaultSchema(), []int{32, 32}, rand.New(rand.NewPCG(5, 5)))
 	if err != nil {
 		t.Fatal(err)
 	}

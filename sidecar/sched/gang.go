@@ -4,7 +4,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/model/cluster"
 )
 
 // Gangs. The waiting GPU groups of one job (a launcher and its workers, the parts of a

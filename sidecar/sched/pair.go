@@ -1,6 +1,6 @@
 package sched
 
-import "github.com/hetgpu/hetgpu/sidecar/cluster"
+import "github.com/hetgpu/hetgpu/model/cluster"
 
 // PairPredictor is a Predictor that also predicts two jobs sharing one GPU of a type: each
 // job's throughput as a fraction of its throughput alone (1 = no slowdown). ok is false when

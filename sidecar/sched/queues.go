@@ -1,6 +1,6 @@
 package sched
 
-import "github.com/hetgpu/hetgpu/sidecar/cluster"
+import "github.com/hetgpu/hetgpu/model/cluster"
 
 // Queues is the optional queue stage (sidecar/queue): queues of namespaces with guarantees,
 // maxima and usage-based fair share.

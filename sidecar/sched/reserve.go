@@ -5,8 +5,8 @@ import (
 	"sort"
 	"time"
 
-	"github.com/hetgpu/hetgpu/sidecar/cluster"
-	"github.com/hetgpu/hetgpu/sidecar/gpuspec"
+	"github.com/hetgpu/hetgpu/model/cluster"
+	"github.com/hetgpu/hetgpu/model/gpuspec"
 )
 
 // Reservation for a big gang, so that a stream of small jobs cannot starve it (EASY

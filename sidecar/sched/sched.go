@@ -11,7 +11,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/model/cluster"
 )
 
 // Estimate is a predicted figure for one job on one GPU type and count.

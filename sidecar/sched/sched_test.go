@@ -5,7 +5,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/model/cluster"
 )
 
 // fakeCluster records what the pipeline asks of it.

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/model/cluster"
 )
 
 // Stages is a scheduling policy: the stages a Pipeline runs. Every policy, the baselines

@@ -3,7 +3,7 @@ package sched
 import (
 	"errors"
 
-	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/model/cluster"
 )
 
 // Verifier checks a round's decisions against its snapshot independently of how they were

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/model/cluster"
 )
 
 // checkedPlacer places every job and rejects decisions for the jobs in bad.

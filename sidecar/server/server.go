@@ -39,7 +39,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/hetgpu/hetgpu/internal/httpjson"
-	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/model/cluster"
 	"github.com/hetgpu/hetgpu/sidecar/dashboard"
 	"github.com/hetgpu/hetgpu/sidecar/explainlink"
 	"github.com/hetgpu/hetgpu/sidecar/service"
@@ -207,7 +207,15 @@ func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (s *Server) queue(w http.ResponseWriter, _ *http.Request) {
-	httpjson.Write(w, http.StatusOK, s.svc.Queue())
+	q := s.svc.Queue()
+	if m := standbyRead(w, s.svc); m != nil {
+		httpjson.Write(w, http.StatusOK, struct {
+			service.QueueView
+			*staleMark
+		}{q, m})
+		return
+	}
+	httpjson.Write(w, http.StatusOK, q)
 }
 
 func (s *Server) decisions(w http.ResponseWriter, r *http.Request) {
@@ -229,7 +237,11 @@ func (s *Server) decisions(w http.ResponseWriter, r *http.Request) {
 		}
 		after = n
 	}
-	httpjson.Write(w, http.StatusOK, map[string]any{"decisions": s.svc.Decisions(limit, after)})
+	out := map[string]any{"decisions": s.svc.Decisions(limit, after)}
+	if m := standbyRead(w, s.svc); m != nil {
+		out["role"], out["leader"], out["stale_since"] = m.Role, m.Leader, m.StaleSince
+	}
+	httpjson.Write(w, http.StatusOK, out)
 }
 
 func wantsHTML(r *http.Request) bool {

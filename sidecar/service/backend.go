@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/model/cluster"
 )
 
 // Backend is a cluster the service drives: Nomad (sidecar/nomad) or the embedded simulated

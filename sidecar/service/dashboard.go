@@ -3,7 +3,7 @@ package service
 import (
 	"context"
 
-	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/model/cluster"
 )
 
 // LastSnapshot returns the snapshot the last round decided on; nil before the first round.

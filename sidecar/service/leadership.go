@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/model/cluster"
 )
 
 // Leadership is this replica's part in a group of sidecar replicas (sidecar/ha): only the
@@ -103,4 +103,12 @@ func (s *Service) role(h *Health) (standby bool, since time.Time) {
 		since = s.cfg.Now()
 	}
 	return h.Role != "leader", since
+}
+
+// LastRound is when this replica last ran a round (zero: never); on a standby it is when its
+// queue and decisions stopped being current.
+func (s *Service) LastRound() time.Time {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.lastRound
 }

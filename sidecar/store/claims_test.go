@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/model/cluster"
 )
 
 func openTemp(t testing.TB, opts Options) (*Store, string) {

@@ -38,7 +38,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/hetgpu/hetgpu/sidecar/gpuspec"
+	"github.com/hetgpu/hetgpu/model/gpuspec"
 )
 
 // Source says whether a figure was measured or derived.

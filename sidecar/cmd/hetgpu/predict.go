@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/hetgpu/hetgpu/sidecar/predict"
+	"github.com/hetgpu/hetgpu/sidecar/predict/predicteval"
 	"github.com/hetgpu/hetgpu/sidecar/throughput"
 )
 
@@ -70,7 +71,7 @@ func runPredictEval(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return err
 	}
-	rep, err := predict.Evaluate(ctx, t, predict.EvalOptions{Seed: *seed, Noise: *noise})
+	rep, err := predicteval.Evaluate(ctx, t, predicteval.EvalOptions{Seed: *seed, Noise: *noise})
 	if err != nil {
 		return err
 	}
@@ -83,7 +84,7 @@ func runPredictEval(ctx context.Context, args []string, stdout, stderr io.Writer
 	return nil
 }
 
-func writeEvalText(w io.Writer, file string, r *predict.EvalReport) {
+func writeEvalText(w io.Writer, file string, r *predicteval.EvalReport) {
 	fmt.Fprintf(w, "predictor evaluation on %s: %d job types, GPU types %s, %d entries (seed %d, run noise %.3g, %.1fs)\n\n",
 		file, r.JobTypes, strings.Join(r.GPUTypes, ","), r.Entries, r.Seed, r.Noise, r.Seconds)
 	fmt.Fprintln(w, "(a) new job, all entries of a job type held out (normalised MAE):")
@@ -127,7 +128,7 @@ func writeEvalText(w io.Writer, file string, r *predict.EvalReport) {
 	}
 }
 
-func writeLimits(w io.Writer, proto string, fams map[string]predict.LimitFamily, bestTuned, bestNested float64) {
+func writeLimits(w io.Writer, proto string, fams map[string]predicteval.LimitFamily, bestTuned, bestNested float64) {
 	if len(fams) == 0 {
 		return
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/hetgpu/hetgpu/sidecar/policies"
 	"github.com/hetgpu/hetgpu/sidecar/rank"
+	"github.com/hetgpu/hetgpu/sidecar/rank/ppo"
 	"github.com/hetgpu/hetgpu/sidecar/rank/rltrain"
 )
 
@@ -110,7 +111,7 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if res != nil && len(res.Trainer.Curve) > 0 {
 		title := fmt.Sprintf("hetgpu prioritiser: %s on %s (%s vs %s)", *traceRef, *cluster, kind, *baseline)
-		if perr := rank.PlotCurve(res.Trainer.Curve, title, *plot); perr != nil && err == nil {
+		if perr := ppo.PlotCurve(res.Trainer.Curve, title, *plot); perr != nil && err == nil {
 			err = perr
 		}
 	}

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/hetgpu/hetgpu/sidecar/annot"
+	"github.com/hetgpu/hetgpu/model/annot"
 )
 
 func runValidate(_ context.Context, args []string, stdout, stderr io.Writer) error {

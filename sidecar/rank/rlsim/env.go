@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/hetgpu/hetgpu/sidecar/rank"
+	"github.com/hetgpu/hetgpu/sidecar/rank/ppo"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
 	"github.com/hetgpu/hetgpu/sidecar/sim"
 	"github.com/hetgpu/hetgpu/sidecar/throughput"
@@ -32,7 +33,7 @@ type EnvConfig struct {
 	Baseline func() (sim.Policy, error)
 }
 
-// Env is a rank.Env: episode i replays the i-th window of the trace on the cluster under the
+// Env is a ppo.Env: episode i replays the i-th window of the trace on the cluster under the
 // training pipeline (the agent ranks every round) and under the baseline, and the reward is the
 // relative improvement of the chosen score. Baseline results are computed once per episode.
 type Env struct {
@@ -79,7 +80,7 @@ func NewEnv(cfg EnvConfig) (*Env, error) {
 	return e, nil
 }
 
-// Episodes implements rank.Env.
+// Episodes implements ppo.Env.
 func (e *Env) Episodes() int { return len(e.episodes) }
 
 // Episode returns the trace window of episode i.
@@ -143,8 +144,8 @@ func (e *Env) KeepContended(ctx context.Context, minBSLD float64, workers int) (
 	return len(kept), nil
 }
 
-// Play implements rank.Env.
-func (e *Env) Play(ctx context.Context, ep int, agent *rank.Agent) (float64, error) {
+// Play implements ppo.Env.
+func (e *Env) Play(ctx context.Context, ep int, agent *ppo.Agent) (float64, error) {
 	if ep < 0 || ep >= len(e.episodes) {
 		return 0, fmt.Errorf("episode %d outside 0..%d", ep, len(e.episodes)-1)
 	}
@@ -152,7 +153,7 @@ func (e *Env) Play(ctx context.Context, ep int, agent *rank.Agent) (float64, err
 	if err != nil {
 		return 0, err
 	}
-	r, err := rank.New(agent.Policy(), rank.WithAgent(agent), rank.WithExplain(false))
+	r, err := rank.New(agent.Policy(), rank.WithDecider(agent), rank.WithExplain(false))
 	if err != nil {
 		return 0, err
 	}

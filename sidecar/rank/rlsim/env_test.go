@@ -8,9 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/model/cluster"
 	"github.com/hetgpu/hetgpu/sidecar/place"
 	"github.com/hetgpu/hetgpu/sidecar/rank"
+	"github.com/hetgpu/hetgpu/sidecar/rank/ppo"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
 	"github.com/hetgpu/hetgpu/sidecar/sim"
 	"github.com/hetgpu/hetgpu/sidecar/throughput"
@@ -58,7 +59,7 @@ func TestEnvPlays(t *testing.T) {
 	if env.Episodes() != 3 {
 		t.Fatalf("%d episodes, want 3", env.Episodes())
 	}
-	tr, err := rank.NewTrainer(rank.Config{Seed: 1, RolloutsPerEpoch: 2, Workers: 2}, rank.DefaultSchema())
+	tr, err := ppo.NewTrainer(ppo.Config{Seed: 1, RolloutsPerEpoch: 2, Workers: 2}, rank.DefaultSchema())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,8 +110,8 @@ func TestOnlineTuningFromSimulatedRuns(t *testing.T) {
 	if len(tr.Jobs) != len(col.obs) || tr.Jobs[0].ArrivalS != 0 {
 		t.Fatalf("trace of %d jobs from %d single-run observations, first arrival %v", len(tr.Jobs), len(col.obs), tr.Jobs[0].ArrivalS)
 	}
-	trainer, _ := rank.NewTrainer(rank.Config{Seed: 2, RolloutsPerEpoch: 2, Workers: 2}, rank.DefaultSchema())
-	ft, err := rank.NewFineTuner(trainer.Checkpoint())
+	trainer, _ := ppo.NewTrainer(ppo.Config{Seed: 2, RolloutsPerEpoch: 2, Workers: 2}, rank.DefaultSchema())
+	ft, err := ppo.NewFineTuner(trainer.Checkpoint())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,8 +120,8 @@ func TestOnlineTuningFromSimulatedRuns(t *testing.T) {
 	cfg.EpisodeJobs = 15
 	ranker, _ := rank.New(nil)
 	adopts := 0
-	ot := &rank.OnlineTuner{Ranker: ranker, Tuner: ft, Build: LiveBuilder(cfg), Every: len(col.obs),
-		OnAdopt: func(c *rank.Checkpoint, _ rank.StepResult) {
+	ot := &ppo.OnlineTuner{Ranker: ranker, Tuner: ft, Build: LiveBuilder(cfg), Every: len(col.obs),
+		OnAdopt: func(c *rank.Checkpoint, _ ppo.StepResult) {
 			if c != ft.Good() {
 				t.Error("OnAdopt got another checkpoint than the adopted one")
 			}
@@ -214,12 +215,12 @@ func gpusByType(s *sim.Spec) map[string]int {
 
 // LiveTuner does nothing until enough runs arrived, and reports a layout it cannot replay.
 func TestLiveTuner(t *testing.T) {
-	trainer, _ := rank.NewTrainer(rank.Config{Seed: 2, RolloutsPerEpoch: 2, Workers: 1}, rank.DefaultSchema())
-	ft, err := rank.NewFineTuner(trainer.Checkpoint())
+	trainer, _ := ppo.NewTrainer(ppo.Config{Seed: 2, RolloutsPerEpoch: 2, Workers: 1}, rank.DefaultSchema())
+	ft, err := ppo.NewFineTuner(trainer.Checkpoint())
 	if err != nil {
 		t.Fatal(err)
 	}
-	lt := &LiveTuner{Online: &rank.OnlineTuner{Tuner: ft, Every: 5}, Env: testEnv(t, 10).cfg}
+	lt := &LiveTuner{Online: &ppo.OnlineTuner{Tuner: ft, Every: 5}, Env: testEnv(t, 10).cfg}
 	spec, _ := sim.LoadSpec("gavel-108")
 	tab, _ := throughput.Bundled()
 	e, _ := sim.New(sim.Config{Spec: spec, Throughput: tab})

@@ -9,8 +9,8 @@ import (
 	"github.com/hashicorp/hcl/v2/hclwrite"
 	"github.com/zclconf/go-cty/cty"
 
-	"github.com/hetgpu/hetgpu/sidecar/cluster"
-	"github.com/hetgpu/hetgpu/sidecar/rank"
+	"github.com/hetgpu/hetgpu/model/cluster"
+	"github.com/hetgpu/hetgpu/sidecar/rank/ppo"
 	"github.com/hetgpu/hetgpu/sidecar/sim"
 	"github.com/hetgpu/hetgpu/sidecar/throughput"
 	"github.com/hetgpu/hetgpu/sidecar/trace"
@@ -81,11 +81,11 @@ func TraceFromObservations(name string, obs []cluster.Observation, tab *throughp
 	return t, nil
 }
 
-// LiveBuilder returns the rank.EnvBuilder of online fine-tuning on the simulator: the recent
+// LiveBuilder returns the ppo.EnvBuilder of online fine-tuning on the simulator: the recent
 // runs become a trace replayed on the cluster's layout; the older three quarters of it are the
 // training episodes, the newest quarter the evaluation episodes that judge the tuned policy.
-func LiveBuilder(cfg EnvConfig) rank.EnvBuilder {
-	return func(recent []cluster.Observation) (rank.Env, rank.Env, []int, error) {
+func LiveBuilder(cfg EnvConfig) ppo.EnvBuilder {
+	return func(recent []cluster.Observation) (ppo.Env, ppo.Env, []int, error) {
 		t, err := TraceFromObservations("live", recent, cfg.Throughput)
 		if err != nil {
 			return nil, nil, nil, err
@@ -172,9 +172,9 @@ func SpecFromSnapshot(name string, snap *cluster.Snapshot) (*sim.Spec, error) {
 }
 
 // LiveTuner is online fine-tuning for the sidecar (service.Tuner): it keeps the recent runs
-// (rank.OnlineTuner) and, at each step, replays them on the cluster's current layout.
+// (ppo.OnlineTuner) and, at each step, replays them on the cluster's current layout.
 type LiveTuner struct {
-	Online *rank.OnlineTuner
+	Online *ppo.OnlineTuner
 	// Env is the template of the episodes: Throughput, Score, Policy, Baseline, EpisodeJobs
 	// (Spec and Trace are filled in each step).
 	Env EnvConfig

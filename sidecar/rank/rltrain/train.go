@@ -14,6 +14,7 @@ import (
 
 	"github.com/hetgpu/hetgpu/sidecar/policies"
 	"github.com/hetgpu/hetgpu/sidecar/rank"
+	"github.com/hetgpu/hetgpu/sidecar/rank/ppo"
 	"github.com/hetgpu/hetgpu/sidecar/rank/rlsim"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
 	"github.com/hetgpu/hetgpu/sidecar/sim"
@@ -68,14 +69,14 @@ type TrainOptions struct {
 	// Checkpoint, when set, is called after every epoch with the trainer's state (saving it
 	// makes an interrupted run resumable).
 	Checkpoint func(*rank.Checkpoint) error
-	Progress   rank.Progress
+	Progress   ppo.Progress
 	Logger     hclog.Logger
 }
 
 // Result is a finished (or interrupted) training run.
 type Result struct {
 	// Trainer is the state after the last epoch.
-	Trainer  *rank.Trainer
+	Trainer  *ppo.Trainer
 	Episodes int
 	Meta     map[string]string
 	// Best is the policy of the best greedy-evaluated epoch when that is not the last one
@@ -125,21 +126,21 @@ func Train(ctx context.Context, o TrainOptions) (*Result, error) {
 	if len(specs) == 0 {
 		return nil, fmt.Errorf("cluster %q: expected a cluster name or spec file", o.Cluster)
 	}
-	var tr *rank.Trainer
+	var tr *ppo.Trainer
 	if o.Resume != nil {
-		if tr, err = o.Resume.Resume(); err != nil {
+		if tr, err = ppo.Resume(o.Resume); err != nil {
 			return nil, fmt.Errorf("resume: %w", err)
 		}
 		o.Seed = tr.Config.Seed
 	} else {
-		cfg := rank.DefaultConfig()
+		cfg := ppo.DefaultConfig()
 		cfg.Seed = o.Seed
 		if o.Rollouts > 0 {
 			cfg.RolloutsPerEpoch = o.Rollouts
 		}
 		cfg.ImitationEpochs = DefaultImitationEpochs
 		cfg.PrefixLen = DefaultPrefixLen
-		if tr, err = rank.NewTrainer(cfg, rank.DefaultSchema()); err != nil {
+		if tr, err = ppo.NewTrainer(cfg, rank.DefaultSchema()); err != nil {
 			return nil, err
 		}
 	}
@@ -149,7 +150,7 @@ func Train(ctx context.Context, o TrainOptions) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	var env rank.MultiEnv
+	var env ppo.MultiEnv
 	for _, spec := range specs {
 		popts := policies.Options{Spec: spec, Throughput: tab, Seed: o.Seed, Logger: o.Logger}
 		baseline := func() (sim.Policy, error) {

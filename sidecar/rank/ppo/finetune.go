@@ -1,4 +1,4 @@
-package rank
+package ppo
 
 import (
 	"context"
@@ -11,7 +11,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/model/cluster"
+	"github.com/hetgpu/hetgpu/sidecar/rank"
 )
 
 // DefaultFineTuneLR is the policy learning rate of online fine-tuning: a tenth of training's,
@@ -38,25 +39,25 @@ type FineTuner struct {
 	// the heuristic.
 	BeatBaseline bool
 	// Save, when set, persists each newly adopted checkpoint.
-	Save func(*Checkpoint) error
+	Save func(*rank.Checkpoint) error
 
 	mu   sync.Mutex
-	good *Checkpoint
+	good *rank.Checkpoint
 }
 
 // NewFineTuner starts from a checkpoint with training state.
-func NewFineTuner(c *Checkpoint) (*FineTuner, error) {
+func NewFineTuner(c *rank.Checkpoint) (*FineTuner, error) {
 	if c.Training == nil {
 		return nil, errors.New("fine-tune: the checkpoint has no training state")
 	}
-	if _, err := c.Resume(); err != nil {
+	if _, err := Resume(c); err != nil {
 		return nil, fmt.Errorf("fine-tune: %w", err)
 	}
 	return &FineTuner{good: c}, nil
 }
 
 // Good returns the last good checkpoint.
-func (f *FineTuner) Good() *Checkpoint {
+func (f *FineTuner) Good() *rank.Checkpoint {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.good
@@ -70,16 +71,6 @@ type StepResult struct {
 	Episodes      int
 }
 
-// Meta keys online fine-tuning writes into an adopted checkpoint: the evidence it was adopted on.
-const (
-	MetaTunedReward       = "tuned_reward"
-	MetaTunedRewardBefore = "tuned_reward_before"
-	MetaTunedEpisodes     = "tuned_episodes"
-	// MetaTunedBeatsBaseline is "true" when the step was also required to beat the
-	// environment's baseline (FineTuner.BeatBaseline) and did.
-	MetaTunedBeatsBaseline = "tuned_beats_baseline"
-)
-
 // tunedMeta is an adopted checkpoint's meta: the last good one's provenance without its
 // held-out verdict (it judged other weights), plus the step's evidence.
 func tunedMeta(good map[string]string, res StepResult, beatBaseline bool) map[string]string {
@@ -87,11 +78,11 @@ func tunedMeta(good map[string]string, res StepResult, beatBaseline bool) map[st
 	if m == nil {
 		m = map[string]string{}
 	}
-	ClearVerdict(m)
-	m[MetaTunedReward] = strconv.FormatFloat(res.After, 'f', 4, 64)
-	m[MetaTunedRewardBefore] = strconv.FormatFloat(res.Before, 'f', 4, 64)
-	m[MetaTunedEpisodes] = strconv.Itoa(res.Episodes)
-	m[MetaTunedBeatsBaseline] = strconv.FormatBool(beatBaseline && res.After > 0)
+	rank.ClearVerdict(m)
+	m[rank.MetaTunedReward] = strconv.FormatFloat(res.After, 'f', 4, 64)
+	m[rank.MetaTunedRewardBefore] = strconv.FormatFloat(res.Before, 'f', 4, 64)
+	m[rank.MetaTunedEpisodes] = strconv.Itoa(res.Episodes)
+	m[rank.MetaTunedBeatsBaseline] = strconv.FormatBool(beatBaseline && res.After > 0)
 	return m
 }
 
@@ -106,7 +97,7 @@ func (f *FineTuner) Step(ctx context.Context, trainEnv, evalEnv Env, evalEps []i
 	if err != nil {
 		return StepResult{}, err
 	}
-	tr, err := good.Resume()
+	tr, err := Resume(good)
 	if err != nil {
 		return StepResult{}, err
 	}
@@ -121,14 +112,14 @@ func (f *FineTuner) Step(ctx context.Context, trainEnv, evalEnv Env, evalEps []i
 	if epochs <= 0 {
 		epochs = 2
 	}
-	before, err := Evaluate(ctx, evalEnv, gp, evalEps, tr.Config.workers())
+	before, err := Evaluate(ctx, evalEnv, gp, evalEps, workers(tr.Config))
 	if err != nil {
 		return StepResult{}, fmt.Errorf("fine-tune: evaluate the last good policy: %w", err)
 	}
 	if err := tr.Train(ctx, trainEnv, epochs, nil, nil); err != nil {
 		return StepResult{}, fmt.Errorf("fine-tune: %w", err)
 	}
-	after, err := Evaluate(ctx, evalEnv, tr.Policy, evalEps, tr.Config.workers())
+	after, err := Evaluate(ctx, evalEnv, tr.Policy, evalEps, workers(tr.Config))
 	if err != nil {
 		return StepResult{}, fmt.Errorf("fine-tune: evaluate the tuned policy: %w", err)
 	}
@@ -153,22 +144,6 @@ func (f *FineTuner) Step(ctx context.Context, trainEnv, evalEnv Env, evalEps []i
 	return res, nil
 }
 
-// SetPolicy swaps the ranker's policy (nil selects the heuristic); rounds in flight finish with
-// the old one.
-func (r *Ranker) SetPolicy(p *Policy) error {
-	if p != nil && !p.Schema.Equal(DefaultSchema()) {
-		return fmt.Errorf("rank: policy schema version %d does not match this build's %d", p.Schema.Version, SchemaVersion)
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.policy = p
-	r.agent = nil
-	if p != nil {
-		r.agent = NewGreedyAgent(p)
-	}
-	return nil
-}
-
 // EnvBuilder turns recent live outcomes into a training environment and evaluation episodes
 // (for the simulator: a trace of the recent jobs replayed on the cluster's layout).
 type EnvBuilder func(recent []cluster.Observation) (train, eval Env, evalEps []int, err error)
@@ -177,7 +152,7 @@ type EnvBuilder func(recent []cluster.Observation) (train, eval Env, evalEps []i
 // fine-tunes the ranker's policy on episodes rebuilt from them, adopting the result only if it
 // does not regress (FineTuner).
 type OnlineTuner struct {
-	Ranker *Ranker
+	Ranker *rank.Ranker
 	Tuner  *FineTuner
 	Build  EnvBuilder
 	// Every is the number of new observations between tuning steps (default 200); Keep how many
@@ -185,7 +160,7 @@ type OnlineTuner struct {
 	Every, Keep int
 	Logger      hclog.Logger
 	// OnAdopt, when set, is called after the ranker switched to an adopted checkpoint.
-	OnAdopt func(c *Checkpoint, res StepResult)
+	OnAdopt func(c *rank.Checkpoint, res StepResult)
 
 	mu     sync.Mutex
 	recent []cluster.Observation

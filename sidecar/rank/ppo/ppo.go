@@ -1,4 +1,8 @@
-package rank
+// Package ppo trains the prioritiser's policy (sidecar/rank): PPO with a Plackett-Luce
+// ranking head, imitation of a teacher, checkpoints and resume, guarded online fine-tuning
+// and learning-curve plots. The runtime ranker only loads a policy and scores; this package
+// is what `hetgpu train` and the sidecar's opt-in online tuner run.
+package ppo
 
 import (
 	"context"
@@ -9,7 +13,9 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/hetgpu/hetgpu/internal/nn"
 	"github.com/hetgpu/hetgpu/internal/parallel"
+	"github.com/hetgpu/hetgpu/sidecar/rank"
 )
 
 // Env is a training environment: a fixed, indexed set of episodes (for the simulator: trace
@@ -24,47 +30,11 @@ type Env interface {
 	Play(ctx context.Context, ep int, agent *Agent) (float64, error)
 }
 
-// Config are PPO's hyper-parameters. Zero fields take the defaults of DefaultConfig.
-type Config struct {
-	Seed uint64 `json:"seed"`
-	// Hidden are the hidden layer widths of actor and critic.
-	Hidden           []int `json:"hidden"`
-	RolloutsPerEpoch int   `json:"rollouts_per_epoch"`
-	// GroupSize rollouts play the same episode each epoch, and each one's reward is taken
-	// relative to the mean of the others (a leave-one-out baseline): episodes differ far more
-	// than the policy's choices within one, so this removes most of the reward's variance.
-	// RolloutsPerEpoch should be a multiple of it; 1 disables grouping.
-	GroupSize int `json:"group_size"`
-	// PolicyLR and ValueLR are the two Adam learning rates.
-	PolicyLR float64 `json:"policy_lr"`
-	ValueLR  float64 `json:"value_lr"`
-	// Clip is PPO's ratio clip epsilon.
-	Clip float64 `json:"clip"`
-	// Gamma discounts per decision; Lambda is GAE's lambda.
-	Gamma  float64 `json:"gamma"`
-	Lambda float64 `json:"lambda"`
-	// TargetKL stops an epoch's policy iterations once the approximate KL to the rollout policy
-	// exceeds 1.5 x TargetKL.
-	TargetKL    float64 `json:"target_kl"`
-	PolicyIters int     `json:"policy_iters"`
-	ValueIters  int     `json:"value_iters"`
-	Minibatch   int     `json:"minibatch"`
-	EntropyCoef float64 `json:"entropy_coef"`
-	// PrefixLen caps how many leading picks of one decision are sampled and credited.
-	PrefixLen int `json:"prefix_len"`
-	// ImitationEpochs are the first epochs of training, in which Trainer.Teacher decides and
-	// the actor learns to reproduce its orders (maximum likelihood of the Plackett-Luce
-	// prefix), so PPO starts from the fallback heuristic instead of a random ranking.
-	ImitationEpochs int `json:"imitation_epochs"`
-	// ImitationLR and ImitationIters drive the supervised imitation updates (larger than PPO's
-	// steps: there is no trust region to respect, and a sharp imitation keeps PPO's first
-	// explorations close to the teacher).
-	ImitationLR    float64 `json:"imitation_lr"`
-	ImitationIters int     `json:"imitation_iters"`
-	// Workers bounds parallel rollouts and gradient chunks; 0 = GOMAXPROCS. Results do not
-	// depend on it.
-	Workers int `json:"-"`
-}
+// Config are PPO's hyper-parameters; they are stored in a checkpoint's training state.
+type Config = rank.TrainConfig
+
+// EpochStats summarise one training epoch (one point of the learning curve).
+type EpochStats = rank.EpochStats
 
 // DefaultConfig are the hyper-parameters of the bundled policy.
 func DefaultConfig() Config {
@@ -76,7 +46,7 @@ func DefaultConfig() Config {
 	}
 }
 
-func (c Config) withDefaults() Config {
+func withDefaults(c Config) Config {
 	d := DefaultConfig()
 	if len(c.Hidden) == 0 {
 		c.Hidden = d.Hidden
@@ -130,7 +100,7 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-func (c Config) workers() int {
+func workers(c Config) int {
 	if c.Workers > 0 {
 		return c.Workers
 	}
@@ -141,178 +111,32 @@ func (c Config) workers() int {
 // summed in order, so the result does not depend on how many cores computed them.
 const gradChunks = 8
 
-// step is one recorded decision.
-type step struct {
-	featOff, n   int // rows in traj.feats
-	maskOff      int // n entries in traj.masks
-	actOff, k    int // k prefix picks in traj.acts
-	cinOff       int // critic input in traj.cins
-	logp, value  float64
-	adv, ret     float64
-	masked, full bool
-}
-
-// trajectory is what one rollout recorded.
-type trajectory struct {
-	feats  []float64
-	masks  []bool
-	acts   []int
-	cins   []float64
-	steps  []step
-	reward float64
-}
-
-// Agent makes the ordering decisions of one rollout (or of a greedy evaluation). It is not safe
-// for concurrent use; each rollout gets its own.
-type Agent struct {
-	pol       *Policy
-	rng       *rand.Rand
-	record    bool
-	prefixMax int
-	// teacher, when set, decides instead of the policy (imitation epochs); the policy learns
-	// to reproduce its orders.
-	teacher func(raw []float64) float64
-	s       *scratch
-	traj    trajectory
-	// raw statistics of what this rollout saw, merged into the policy's normalisers in order.
-	stats, gstats *Normalizer
-}
-
-// NewGreedyAgent returns an agent that orders by the policy's scores without exploring or
-// recording (evaluation and production).
-func NewGreedyAgent(p *Policy) *Agent {
-	return &Agent{pol: p, s: p.newScratch(), prefixMax: MaxWindow}
-}
-
-// Rand is the rollout's random source (nil for a greedy agent); environments that randomise an
-// episode draw from it so the rollout stays deterministic.
-func (a *Agent) Rand() *rand.Rand { return a.rng }
-
-// Policy is the policy the agent acts with.
-func (a *Agent) Policy() *Policy { return a.pol }
-
-// Act orders n jobs. raw holds their n x NumFeatures raw feature rows (not modified), globals
-// the raw cluster-level inputs, mask the jobs the agent chooses among (nil = all; the others
-// follow, by score), k how many leading picks influence the outcome (0: none does, so the
-// decision is neither explored nor recorded). order receives the job indices first to last,
-// scores a value per job that sorts the same way (higher first).
-func (a *Agent) Act(raw []float64, n int, globals []float64, mask []bool, k int, ord []int, scores []float64) error {
-	f := a.pol.NumFeatures()
-	if n > MaxWindow {
-		return fmt.Errorf("agent: %d jobs exceed the window of %d", n, MaxWindow)
-	}
-	if len(raw) < n*f || len(globals) < a.pol.NumGlobals() || len(ord) < n || len(scores) < n {
-		return fmt.Errorf("agent: buffers too short for %d jobs of %d features", n, f)
-	}
-	if n == 0 {
-		return nil
-	}
-	s := a.s
-	if a.stats != nil {
-		a.stats.Update(raw[:n*f])
-		a.gstats.Update(globals[:a.pol.NumGlobals()])
-	}
-	copy(s.x[:n*f], raw[:n*f])
-	a.pol.Norm.Apply(s.x[:n*f])
-	logits := a.pol.logitsOf(s, n)
-	m := n
-	if mask != nil {
-		m = 0
-		for _, ok := range mask[:n] {
-			if ok {
-				m++
-			}
-		}
-	}
-	if m == 0 {
-		mask = nil
-		m = n
-	}
-	// k <= 0: the order cannot change the outcome (nothing can start); act greedily and
-	// record nothing.
-	record := a.record && k > 0
-	k = max(1, min(k, m, a.prefixMax))
-	var rng *rand.Rand
-	if record {
-		rng = a.rng
-	}
-	var msk []bool
-	if mask != nil {
-		msk = mask[:n]
-	}
-	if a.teacher != nil {
-		for j := 0; j < n; j++ {
-			s.keys[j] = a.teacher(raw[j*f : (j+1)*f])
-		}
-		orderJobs(s.keys[:n], msk, k, nil, ord[:n], scores[:n])
-	} else {
-		orderJobs(logits, msk, k, rng, ord[:n], scores[:n])
-	}
-	if !record || m < 2 {
-		return nil
-	}
-	// Record the decision for the update.
-	t := &a.traj
-	st := step{featOff: len(t.feats), n: n, maskOff: len(t.masks), actOff: len(t.acts), k: k, cinOff: len(t.cins), masked: msk != nil}
-	t.feats = append(t.feats, s.x[:n*f]...)
-	if msk != nil {
-		t.masks = append(t.masks, msk...)
-	}
-	t.acts = append(t.acts, ord[:k]...)
-	st.logp = plLogProb(logits, msk, ord[:k], s.taken, s.probs, nil)
-	cin := s.cin
-	a.pol.criticInput(s.x, n, globals, cin)
-	st.value = a.pol.value(s.cws, cin)
-	t.cins = append(t.cins, cin...)
-	t.steps = append(t.steps, st)
-	return nil
-}
-
-// EpochStats summarise one training epoch (one point of the learning curve).
-type EpochStats struct {
-	Epoch int `json:"epoch"`
-	// Reward is the mean episode reward of the epoch's (exploring) rollouts.
-	Reward    float64 `json:"reward"`
-	RewardMin float64 `json:"reward_min"`
-	RewardMax float64 `json:"reward_max"`
-	// EvalReward is the greedy policy's mean reward on evaluation episodes, when Evaluated.
-	EvalReward  float64 `json:"eval_reward"`
-	Evaluated   bool    `json:"evaluated"`
-	Steps       int     `json:"steps"`
-	PolicyLoss  float64 `json:"policy_loss"`
-	ValueLoss   float64 `json:"value_loss"`
-	KL          float64 `json:"kl"`
-	Entropy     float64 `json:"entropy"`
-	PolicyIters int     `json:"policy_iters"`
-	Seconds     float64 `json:"seconds"`
-}
-
 // Trainer runs PPO on an Env.
 type Trainer struct {
 	Config Config
-	Policy *Policy
+	Policy *rank.Policy
 	// Epoch is the number of epochs completed (training resumes after it).
 	Epoch  int
 	Curve  []EpochStats
-	AdamPi *Adam
-	AdamV  *Adam
+	AdamPi *nn.Adam
+	AdamV  *nn.Adam
 	// Teacher scores a raw feature row for imitation epochs (higher first); without one they
 	// are skipped.
 	Teacher func(raw []float64) float64
 }
 
 // NewTrainer starts training a fresh policy for schema.
-func NewTrainer(cfg Config, schema Schema) (*Trainer, error) {
-	cfg = cfg.withDefaults()
+func NewTrainer(cfg Config, schema rank.Schema) (*Trainer, error) {
+	cfg = withDefaults(cfg)
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x9e3779b97f4a7c15))
-	p, err := NewPolicy(schema, cfg.Hidden, rng)
+	p, err := rank.NewPolicy(schema, cfg.Hidden, rng)
 	if err != nil {
 		return nil, err
 	}
 	return &Trainer{
 		Config: cfg, Policy: p,
-		AdamPi: NewAdam(len(p.Actor.Params), cfg.PolicyLR),
-		AdamV:  NewAdam(len(p.Critic.Params), cfg.ValueLR),
+		AdamPi: nn.NewAdam(len(p.Actor.Params), cfg.PolicyLR),
+		AdamV:  nn.NewAdam(len(p.Critic.Params), cfg.ValueLR),
 	}, nil
 }
 
@@ -340,7 +164,7 @@ func (t *Trainer) Train(ctx context.Context, env Env, epochs int, evalEps []int,
 			return fmt.Errorf("epoch %d: %w", t.Epoch+1, err)
 		}
 		if len(evalEps) > 0 {
-			rs, err := Evaluate(ctx, env, t.Policy, evalEps, t.Config.workers())
+			rs, err := Evaluate(ctx, env, t.Policy, evalEps, workers(t.Config))
 			if err != nil {
 				return fmt.Errorf("epoch %d: evaluate: %w", t.Epoch+1, err)
 			}
@@ -366,7 +190,7 @@ func (t *Trainer) epoch(ctx context.Context, env Env) (EpochStats, error) {
 	for r := range agents {
 		agents[r] = &Agent{
 			pol: t.Policy, rng: t.rolloutRand(t.Epoch, r), record: true, prefixMax: cfg.PrefixLen,
-			s: t.Policy.newScratch(), stats: NewNormalizer(t.Policy.NumFeatures()), gstats: NewNormalizer(t.Policy.NumGlobals()),
+			s: newScratch(t.Policy), stats: rank.NewNormalizer(t.Policy.NumFeatures()), gstats: rank.NewNormalizer(t.Policy.NumGlobals()),
 		}
 		if imitate {
 			agents[r].teacher = t.Teacher
@@ -375,7 +199,7 @@ func (t *Trainer) epoch(ctx context.Context, env Env) (EpochStats, error) {
 	errs := make([]error, R)
 	G := cfg.GroupSize
 	groups := max(1, R/G)
-	parallel.For(R, cfg.workers(), func(r int) {
+	parallel.For(R, workers(cfg), func(r int) {
 		ep := (t.Epoch*groups + min(r/G, groups-1)) % env.Episodes()
 		rew, err := env.Play(ctx, ep, agents[r])
 		if err != nil {
@@ -487,12 +311,12 @@ func (t *Trainer) update(trajs []*trajectory, st *EpochStats, imitate bool) {
 	for i := range perm {
 		perm[i] = i
 	}
-	w := cfg.workers()
+	w := workers(cfg)
 	chunkScratch := make([]*scratch, gradChunks)
 	chunkGrad := make([][]float64, gradChunks)
 	chunkOut := make([][4]float64, gradChunks)
 	for c := range chunkScratch {
-		chunkScratch[c] = t.Policy.newScratch()
+		chunkScratch[c] = newScratch(t.Policy)
 		chunkGrad[c] = make([]float64, max(len(t.Policy.Actor.Params), len(t.Policy.Critic.Params)))
 	}
 	grad := make([]float64, len(t.Policy.Actor.Params))
@@ -576,7 +400,7 @@ func (t *Trainer) actorGrad(s *scratch, refs []stepRef, advs []float64, idx []in
 		tr, st := refs[j].tr, &refs[j].tr.steps[refs[j].i]
 		n := st.n
 		copy(s.x[:n*f], tr.feats[st.featOff:st.featOff+n*f])
-		logits := p.logitsOf(s, n)
+		logits := logitsOf(p, s, n)
 		var msk []bool
 		if st.masked {
 			msk = tr.masks[st.maskOff : st.maskOff+n]
@@ -633,7 +457,7 @@ func (t *Trainer) criticGrad(s *scratch, refs []stepRef, idx []int, total float6
 }
 
 // Evaluate plays episodes with the greedy policy and returns each episode's reward, in order.
-func Evaluate(ctx context.Context, env Env, p *Policy, episodes []int, workers int) ([]float64, error) {
+func Evaluate(ctx context.Context, env Env, p *rank.Policy, episodes []int, workers int) ([]float64, error) {
 	out := make([]float64, len(episodes))
 	errs := make([]error, len(episodes))
 	if workers <= 0 {

@@ -1,6 +1,6 @@
 package annot
 
-import "github.com/hetgpu/hetgpu/sidecar/cluster"
+import "github.com/hetgpu/hetgpu/model/cluster"
 
 // The hold constraint keeps an annotated job pending until the sidecar pins it. It asks for a
 // node meta key no node carries, so Nomad filters every node and leaves a blocked evaluation

@@ -1,4 +1,4 @@
-package rank
+package ppo
 
 import (
 	"bytes"
@@ -8,6 +8,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/hetgpu/hetgpu/sidecar/rank"
 )
 
 // spptEnv is a one-machine scheduling problem whose optimum is known: all jobs are present at
@@ -19,7 +21,7 @@ type spptEnv struct {
 	jobs int
 }
 
-var spptSchema = Schema{Version: 1, Features: []string{"log_len", "noise"}, Globals: []string{"remaining"}}
+var spptSchema = rank.Schema{Version: 1, Features: []string{"log_len", "noise"}, Globals: []string{"remaining"}}
 
 func (e spptEnv) Episodes() int { return 1 << 20 }
 
@@ -86,7 +88,7 @@ func (e spptEnv) Play(ctx context.Context, ep int, a *Agent) (float64, error) {
 }
 
 // regret is the greedy policy's mean excess of mean completion time over the optimum.
-func regret(t *testing.T, env spptEnv, p *Policy, eps []int) float64 {
+func regret(t *testing.T, env spptEnv, p *rank.Policy, eps []int) float64 {
 	t.Helper()
 	rs, err := Evaluate(context.Background(), env, p, eps, 2)
 	if err != nil {
@@ -189,11 +191,11 @@ func TestResumeContinuesExactly(t *testing.T) {
 	if err := first.Checkpoint().Write(&buf); err != nil {
 		t.Fatal(err)
 	}
-	c, err := ReadCheckpoint(&buf)
+	c, err := rank.ReadCheckpoint(&buf)
 	if err != nil {
 		t.Fatal(err)
 	}
-	resumed, err := c.Resume()
+	resumed, err := Resume(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +232,7 @@ func TestFineTuneGuard(t *testing.T) {
 		}
 		ft.LR, ft.Epochs = 3e-3, 10
 		var saved int
-		ft.Save = func(*Checkpoint) error { saved++; return nil }
+		ft.Save = func(*rank.Checkpoint) error { saved++; return nil }
 		res, err := ft.Step(context.Background(), env, env, held)
 		if err != nil {
 			t.Fatal(err)
@@ -298,8 +300,8 @@ func TestFineTuneBeatBaseline(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			tr, _ := NewTrainer(smallConfig(), spptSchema)
 			good := tr.Checkpoint()
-			v, err := JudgeVerdict([]VerdictRatio{{Cluster: "a", Metric: "jct", Ratio: 1.2}, {Cluster: "a", Trace: "w", Metric: "jct", Ratio: 1.2}},
-				VerdictPooledMax, VerdictWindowMax)
+			v, err := rank.JudgeVerdict([]rank.VerdictRatio{{Cluster: "a", Metric: "jct", Ratio: 1.2}, {Cluster: "a", Trace: "w", Metric: "jct", Ratio: 1.2}},
+				rank.VerdictPooledMax, rank.VerdictWindowMax)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -324,10 +326,10 @@ func TestFineTuneBeatBaseline(t *testing.T) {
 				return
 			}
 			m := ft.Good().Meta
-			if m["cluster"] != "test" || m[MetaVerdict] != "" || m[MetaTunedBeatsBaseline] != fmt.Sprint(c.beatBaseline) || m[MetaTunedEpisodes] != "8" {
+			if m["cluster"] != "test" || m[rank.MetaVerdict] != "" || m[rank.MetaTunedBeatsBaseline] != fmt.Sprint(c.beatBaseline) || m[rank.MetaTunedEpisodes] != "8" {
 				t.Fatalf("adopted meta %v", m)
 			}
-			if good.Meta[MetaVerdict] == "" {
+			if good.Meta[rank.MetaVerdict] == "" {
 				t.Fatal("adoption changed the last good checkpoint's meta")
 			}
 		})

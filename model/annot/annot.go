@@ -41,7 +41,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hetgpu/hetgpu/sidecar/cluster"
+	"github.com/hetgpu/hetgpu/model/cluster"
 )
 
 // Prefix starts every annotation key.

@@ -1,4 +1,7 @@
-package predict
+// Package predicteval is the predictor's offline research evaluation: leave-one-job-out
+// protocols on a throughput table and reference estimators that bound what any predictor can
+// reach on it (limits.go). The sidecar never runs it; `hetgpu predict eval` does.
+package predicteval
 
 import (
 	"context"
@@ -10,7 +13,7 @@ import (
 	"time"
 
 	"github.com/hetgpu/hetgpu/internal/parallel"
-	"github.com/hetgpu/hetgpu/sidecar/gpuspec"
+	"github.com/hetgpu/hetgpu/sidecar/predict"
 	"github.com/hetgpu/hetgpu/sidecar/throughput"
 )
 
@@ -44,7 +47,7 @@ type EvalOptions struct {
 	// Workers bounds parallel folds (default GOMAXPROCS).
 	Workers int
 	// Train tunes the per-fold training (Seed and KeepAll are set by Evaluate).
-	Train TrainOptions
+	Train predict.TrainOptions
 }
 
 // EvalReport is Evaluate's result.
@@ -109,11 +112,8 @@ type JobEval struct {
 	Partly *float64 `json:"partly_observed,omitempty"`
 }
 
-type entry struct {
-	gpu string
-	n   int
-	v   float64
-}
+// entry is one measured cell of a job type.
+type entry = predict.Measurement
 
 // Evaluate runs both protocols on a table.
 func Evaluate(ctx context.Context, t *throughput.Table, opts EvalOptions) (*EvalReport, error) {
@@ -125,7 +125,7 @@ func Evaluate(ctx context.Context, t *throughput.Table, opts EvalOptions) (*Eval
 		return nil, fmt.Errorf("eval: noise = %v, expected >= 0", opts.Noise)
 	}
 	if opts.Noise == 0 {
-		opts.Noise = defaultRunNoise
+		opts.Noise = predict.DefaultRunNoise
 	}
 	if opts.MaxRuns <= 0 {
 		opts.MaxRuns = 10
@@ -133,13 +133,13 @@ func Evaluate(ctx context.Context, t *throughput.Table, opts EvalOptions) (*Eval
 	if opts.Workers <= 0 {
 		opts.Workers = runtime.GOMAXPROCS(0)
 	}
-	recs := SeedRecords(t)
+	recs := predict.SeedRecords(t)
 	byJob := map[string][]entry{}
 	names := map[string]string{}
-	feats := map[string]Features{}
+	feats := map[string]predict.Features{}
 	var jobs []string
 	for _, r := range recs {
-		k := workloadKey(r.ModelName, r.BatchSize)
+		k := predict.WorkloadKey(r.ModelName, r.BatchSize)
 		if _, ok := byJob[k]; !ok {
 			jobs = append(jobs, k)
 			byJob[k] = nil
@@ -147,7 +147,7 @@ func Evaluate(ctx context.Context, t *throughput.Table, opts EvalOptions) (*Eval
 			feats[k] = r.Features()
 		}
 		if r.Throughput > 0 {
-			byJob[k] = append(byJob[k], entry{r.GPUType, r.GPUs, r.Throughput})
+			byJob[k] = append(byJob[k], entry{GPU: r.GPUType, GPUs: r.GPUs, Throughput: r.Throughput})
 		}
 	}
 	sort.Strings(jobs)
@@ -173,23 +173,22 @@ func Evaluate(ctx context.Context, t *throughput.Table, opts EvalOptions) (*Eval
 		err           error
 	}
 	outs := make([]foldOut, len(jobs))
-	empty := &colocModel{byGPU: map[string][]int{}}
 	parallel.For(len(jobs), opts.Workers, func(fi int) {
 		if ctx.Err() != nil {
 			outs[fi].err = ctx.Err()
 			return
 		}
 		held := jobs[fi]
-		var train []Record
+		var train []predict.Record
 		for _, r := range recs {
-			if workloadKey(r.ModelName, r.BatchSize) != held {
+			if predict.WorkloadKey(r.ModelName, r.BatchSize) != held {
 				train = append(train, r)
 			}
 		}
 		to := opts.Train
 		to.Seed, to.KeepAll, to.Workers = opts.Seed, true, 1
-		to = to.withDefaults()
-		m, err := Train(train, to)
+		to = to.WithDefaults()
+		m, err := predict.Train(train, to)
 		if err != nil {
 			outs[fi].err = fmt.Errorf("fold %s: %w", held, err)
 			return
@@ -198,34 +197,30 @@ func Evaluate(ctx context.Context, t *throughput.Table, opts EvalOptions) (*Eval
 		o.arch = m.Arch
 		o.newJob = map[string][]float64{}
 		o.partly = make([][]float64, opts.MaxRuns+1)
-		var hf Features
+		var hf predict.Features
 		for _, r := range recs {
-			if workloadKey(r.ModelName, r.BatchSize) == held {
+			if predict.WorkloadKey(r.ModelName, r.BatchSize) == held {
 				hf = r.Features()
 				break
 			}
 		}
-		q := newWorkload(hf)
-		specs := gpuspec.Default()
-		ix := buildIndex(train, to.MinSamples, specs)
-		gf := gpuFeatureMap(specs)
-		var in rawInputs
-		sc := new(scratch)
+		h := predict.NewHeldOut(m, train, hf, to.MinSamples)
 		for _, e := range byJob[held] {
-			if !buildInputs(ix, &q, -1, e.gpu, e.n, gf[e.gpu], m.p1.net.shape.K, &in) {
+			perArch, p1, base, ok := h.NewJob(e.GPU, e.GPUs)
+			if !ok {
 				continue
 			}
-			for a, nt := range m.all {
-				o.newJob[a] = append(o.newJob[a], relErr(float64(e.n)*math.Exp(nt.predict(&in, sc)), e.v))
+			for a, v := range perArch {
+				o.newJob[a] = append(o.newJob[a], relErr(v, e.Throughput))
 			}
-			o.newJob["p1"] = append(o.newJob["p1"], relErr(float64(e.n)*math.Exp(m.p1.predict(&in, sc)), e.v))
-			o.newJob["knn"] = append(o.newJob["knn"], relErr(float64(e.n)*math.Exp(in.base), e.v))
+			o.newJob["p1"] = append(o.newJob["p1"], relErr(p1, e.Throughput))
+			o.newJob["knn"] = append(o.newJob["knn"], relErr(base, e.Throughput))
 		}
 
 		// Protocol (b): hold out each GPU type of the job in turn.
 		gpus := map[string]bool{}
 		for _, e := range byJob[held] {
-			gpus[e.gpu] = true
+			gpus[e.GPU] = true
 		}
 		gl := make([]string, 0, len(gpus))
 		for g := range gpus {
@@ -238,7 +233,7 @@ func Evaluate(ctx context.Context, t *throughput.Table, opts EvalOptions) (*Eval
 		for gi, g := range gl {
 			var heldOut, observed []entry
 			for _, e := range byJob[held] {
-				if e.gpu == g {
+				if e.GPU == g {
 					heldOut = append(heldOut, e)
 				} else {
 					observed = append(observed, e)
@@ -246,7 +241,7 @@ func Evaluate(ctx context.Context, t *throughput.Table, opts EvalOptions) (*Eval
 			}
 			rng := rand.New(rand.NewPCG(opts.Seed, uint64(fi)<<16|uint64(gi)))
 			rng.Shuffle(len(observed), func(i, j int) { observed[i], observed[j] = observed[j], observed[i] })
-			p, err := New(Options{Model: m, Seeds: train, coloc: empty, Catalog: CatalogOptions{MinSamples: to.MinSamples}})
+			p, err := h.NewPredictor()
 			if err != nil {
 				o.err = err
 				return
@@ -254,22 +249,22 @@ func Evaluate(ctx context.Context, t *throughput.Table, opts EvalOptions) (*Eval
 			for k := 0; k <= opts.MaxRuns; k++ {
 				if k > 0 {
 					e := observed[(k-1)%len(observed)]
-					v := e.v * math.Exp(opts.Noise*rng.NormFloat64())
-					rec := Record{Schema: RecordSchema, Source: SourceObserved, ModelName: hf.Name, BatchSize: hf.BatchSize,
-						GPUType: e.gpu, GPUs: e.n, Throughput: v}
+					v := e.Throughput * math.Exp(opts.Noise*rng.NormFloat64())
+					rec := predict.Record{Schema: predict.RecordSchema, Source: predict.SourceObserved, ModelName: hf.Name, BatchSize: hf.BatchSize,
+						GPUType: e.GPU, GPUs: e.GPUs, Throughput: v}
 					if err := p.AddRecord(rec); err != nil {
 						o.err = err
 						return
 					}
 				}
 				for _, e := range heldOut {
-					est := p.PredictFeatures(hf, e.gpu, e.n)
-					o.partly[k] = append(o.partly[k], relErr(est.Throughput, e.v))
+					est := p.PredictFeatures(hf, e.GPU, e.GPUs)
+					o.partly[k] = append(o.partly[k], relErr(est.Throughput, e.Throughput))
 				}
 			}
 			for _, e := range heldOut {
-				if y, ok := ratioTransfer(ix, &q, observed, e.gpu, e.n); ok {
-					o.ratio = append(o.ratio, relErr(float64(e.n)*math.Exp(y), e.v))
+				if v, ok := h.RatioTransfer(observed, e.GPU, e.GPUs); ok {
+					o.ratio = append(o.ratio, relErr(v, e.Throughput))
 				}
 			}
 		}
@@ -279,7 +274,7 @@ func Evaluate(ctx context.Context, t *throughput.Table, opts EvalOptions) (*Eval
 		if len(all) < 2 {
 			return
 		}
-		for ei, h := range all {
+		for ei, ho := range all {
 			observed := make([]entry, 0, len(all)-1)
 			for j, e := range all {
 				if j != ei {
@@ -288,23 +283,23 @@ func Evaluate(ctx context.Context, t *throughput.Table, opts EvalOptions) (*Eval
 			}
 			rng := rand.New(rand.NewPCG(opts.Seed, 1<<40|uint64(fi)<<16|uint64(ei)))
 			rng.Shuffle(len(observed), func(i, j int) { observed[i], observed[j] = observed[j], observed[i] })
-			p, err := New(Options{Model: m, Seeds: train, coloc: empty, Catalog: CatalogOptions{MinSamples: to.MinSamples}})
+			p, err := h.NewPredictor()
 			if err != nil {
 				o.err = err
 				return
 			}
-			o.entry0 = append(o.entry0, relErr(p.PredictFeatures(hf, h.gpu, h.n).Throughput, h.v))
-			runs := make([]Record, opts.MaxRuns)
+			o.entry0 = append(o.entry0, relErr(p.PredictFeatures(hf, ho.GPU, ho.GPUs).Throughput, ho.Throughput))
+			runs := make([]predict.Record, opts.MaxRuns)
 			for k := range runs {
 				e := observed[k%len(observed)]
-				runs[k] = Record{Schema: RecordSchema, Source: SourceObserved, ModelName: hf.Name, BatchSize: hf.BatchSize,
-					GPUType: e.gpu, GPUs: e.n, Throughput: e.v * math.Exp(opts.Noise*rng.NormFloat64())}
+				runs[k] = predict.Record{Schema: predict.RecordSchema, Source: predict.SourceObserved, ModelName: hf.Name, BatchSize: hf.BatchSize,
+					GPUType: e.GPU, GPUs: e.GPUs, Throughput: e.Throughput * math.Exp(opts.Noise*rng.NormFloat64())}
 			}
-			if err := p.addRecords(runs); err != nil {
+			if err := p.AddRecords(runs); err != nil {
 				o.err = err
 				return
 			}
-			o.entry = append(o.entry, relErr(p.PredictFeatures(hf, h.gpu, h.n).Throughput, h.v))
+			o.entry = append(o.entry, relErr(p.PredictFeatures(hf, ho.GPU, ho.GPUs).Throughput, ho.Throughput))
 		}
 	})
 	newJob := map[string][]float64{}
@@ -360,7 +355,7 @@ func Evaluate(ctx context.Context, t *throughput.Table, opts EvalOptions) (*Eval
 		rep.Within10EntryAfter0 = within(entry0, 0.1)
 		rep.Within10EntryAfter10 = within(entryK, 0.1)
 	}
-	rep.ColocMAE, rep.ColocMAEBaseline, rep.ColocPairs = evalColoc(newColocModel(t))
+	rep.ColocMAE, rep.ColocMAEBaseline, rep.ColocPairs = colocError(t)
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("eval: %w", err)
 	}
@@ -369,60 +364,24 @@ func Evaluate(ctx context.Context, t *throughput.Table, opts EvalOptions) (*Eval
 	return rep, nil
 }
 
-// ratioTransfer is the "ratio" reference of protocol (b).
-func ratioTransfer(ix *index, q *workload, observed []entry, g string, n int) (float64, bool) {
-	at := func(id int, gpu string) (float64, bool) {
-		for _, c := range ix.trusted[wgKey{id, gpu}] {
-			if c.n == n {
-				return c.y, true
-			}
-		}
-		return 0, false
-	}
-	var sw, sy float64
-	for _, o := range observed {
-		if o.n != n {
-			continue
-		}
-		yo := math.Log(o.v / float64(n))
-		for id := range ix.wls {
-			yg, ok1 := at(id, g)
-			yh, ok2 := at(id, o.gpu)
-			if !ok1 || !ok2 {
-				continue
-			}
-			w := math.Exp(-distance(q, &ix.wls[id]) / kernelTau)
-			sw += w
-			sy += w * (yo + yg - yh)
-		}
-	}
-	if sw == 0 {
-		return 0, false
-	}
-	return sy / sw, true
-}
-
-// evalColoc predicts every measured pair with itself (both orders) hidden.
-func evalColoc(m *colocModel) (mae, baseline float64, pairs int) {
-	var all []float64
-	for _, p := range m.pairs {
-		all = append(all, math.Log(p.ra), math.Log(p.rb))
-	}
-	if len(all) == 0 {
+// colocError is the normalised MAE of every co-located pair's ratios predicted with the pair
+// hidden, the error of always predicting the mean ratio, and the number of pairs.
+func colocError(t *throughput.Table) (mae, baseline float64, pairs int) {
+	pred, meas := predict.ColocLeaveOneOut(t)
+	if len(meas) == 0 {
 		return 0, 0, 0
 	}
-	avg := math.Exp(mean(all))
-	var errs, base []float64
-	for i := range m.pairs {
-		p := &m.pairs[i]
-		ra, rb, _ := m.predict(&p.a, &p.b, p.gpu, func(j int) bool {
-			q := &m.pairs[j]
-			return q.gpu == p.gpu && (q.a.key == p.a.key && q.b.key == p.b.key || q.a.key == p.b.key && q.b.key == p.a.key)
-		})
-		errs = append(errs, relErr(ra, p.ra), relErr(rb, p.rb))
-		base = append(base, relErr(avg, p.ra), relErr(avg, p.rb))
+	logs := make([]float64, len(meas))
+	for i, r := range meas {
+		logs[i] = math.Log(r)
 	}
-	return mean(errs), mean(base), len(m.pairs)
+	avg := math.Exp(mean(logs))
+	var errs, base []float64
+	for i := 0; i < len(meas); i += 2 {
+		errs = append(errs, relErr(pred[i], meas[i]), relErr(pred[i+1], meas[i+1]))
+		base = append(base, relErr(avg, meas[i]), relErr(avg, meas[i+1]))
+	}
+	return mean(errs), mean(base), len(meas) / 2
 }
 
 func relErr(pred, truth float64) float64 { return math.Abs(pred-truth) / truth }

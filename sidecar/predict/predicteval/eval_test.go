@@ -1,10 +1,12 @@
-package predict
+package predicteval
 
 import (
 	"context"
+	"os"
 	"strings"
 	"testing"
 
+	"github.com/hetgpu/hetgpu/sidecar/predict"
 	"github.com/hetgpu/hetgpu/sidecar/throughput"
 )
 
@@ -17,7 +19,7 @@ func TestEvaluateSmall(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("mae %v; within10 %v; %.1fs", rep.MAE, rep.Within10, rep.Seconds)
-	for _, k := range []string{ArchFFN, ArchRNN, ArchAttention, "p1", "knn", "p1p2", "ratio"} {
+	for _, k := range []string{predict.ArchFFN, predict.ArchRNN, predict.ArchAttention, "p1", "knn", "p1p2", "ratio"} {
 		if v, ok := rep.MAE[k]; !ok || !(v > 0 && v < 1) {
 			t.Errorf("mae[%s] = %v, %v; want a normalised error in (0, 1)", k, v, ok)
 		}
@@ -85,4 +87,18 @@ func TestEvaluateRejects(t *testing.T) {
 	if _, err := Evaluate(ctx, smallTable(t), EvalOptions{}); err == nil {
 		t.Error("Evaluate on a cancelled context succeeded")
 	}
+}
+
+// smallTable is the predictor's small test table (sidecar/predict/testdata).
+func smallTable(t testing.TB) *throughput.Table {
+	f, err := os.Open("../testdata/small_throughputs.json")
+	if err == nil {
+		defer f.Close()
+		var tab *throughput.Table
+		if tab, err = throughput.ParseGavelJSON(f); err == nil {
+			return tab
+		}
+	}
+	t.Fatal(err)
+	return nil
 }

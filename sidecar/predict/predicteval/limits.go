@@ -1,4 +1,4 @@
-package predict
+package predicteval
 
 import (
 	"fmt"
@@ -8,6 +8,7 @@ import (
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/hetgpu/hetgpu/internal/parallel"
+	"github.com/hetgpu/hetgpu/sidecar/predict"
 )
 
 // Reference limits of a throughput table (EvalReport.ReferenceLimits).
@@ -97,18 +98,25 @@ type lmat struct {
 	vals   []float64
 	// slotType and slotCount index a slot's GPU type and count (in ascending count order).
 	slotType, slotCount []int
-	wls                 []workload
+	wls                 []jobIdentity
 	// dist[i*nj+j] is the similarity distance between jobs i and j.
 	dist []float64
 }
 
+// jobIdentity is a job type as the predictor's similarity sees it.
+type jobIdentity struct {
+	name string // normalised model name
+	f    predict.Features
+	lb   float64 // log2 batch size, 0 when unknown
+}
+
 func (m *lmat) at(j, s int) float64 { return m.vals[j*m.ns+s] }
 
-func newLmat(jobs []string, feats map[string]Features, byJob map[string][]entry) *lmat {
+func newLmat(jobs []string, feats map[string]predict.Features, byJob map[string][]entry) *lmat {
 	typeSet, countSet := map[string]bool{}, map[int]bool{}
 	for _, j := range jobs {
 		for _, e := range byJob[j] {
-			typeSet[e.gpu], countSet[e.n] = true, true
+			typeSet[e.GPU], countSet[e.GPUs] = true, true
 		}
 	}
 	types := make([]string, 0, len(typeSet))
@@ -137,20 +145,18 @@ func newLmat(jobs []string, feats map[string]Features, byJob map[string][]entry)
 	for i := range m.vals {
 		m.vals[i] = math.NaN()
 	}
+	fs := make([]predict.Features, len(jobs))
 	for j, k := range jobs {
-		m.wls = append(m.wls, newWorkload(feats[k]))
+		fs[j] = feats[k]
+		name, lb := predict.Identity(feats[k])
+		m.wls = append(m.wls, jobIdentity{name: name, f: feats[k], lb: lb})
 		for _, e := range byJob[k] {
-			if e.v > 0 {
-				m.vals[j*m.ns+ti[e.gpu]*len(counts)+ci[e.n]] = math.Log(e.v / float64(e.n))
+			if e.Throughput > 0 {
+				m.vals[j*m.ns+ti[e.GPU]*len(counts)+ci[e.GPUs]] = math.Log(e.Throughput / float64(e.GPUs))
 			}
 		}
 	}
-	m.dist = make([]float64, m.nj*m.nj)
-	for i := range m.wls {
-		for j := range m.wls {
-			m.dist[i*m.nj+j] = distance(&m.wls[i], &m.wls[j])
-		}
-	}
+	m.dist = predict.Distances(fs)
 	return m
 }
 
@@ -597,7 +603,7 @@ type limitPred struct {
 }
 
 // referenceLimits runs every family over protocols (b) and (b') on the table.
-func referenceLimits(jobs []string, feats map[string]Features, byJob map[string][]entry, workers int) *LimitReport {
+func referenceLimits(jobs []string, feats map[string]predict.Features, byJob map[string][]entry, workers int) *LimitReport {
 	m := newLmat(jobs, feats, byJob)
 	rep := &LimitReport{Note: limitNote}
 	fams := limitFamilies(m)

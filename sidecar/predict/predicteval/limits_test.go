@@ -1,34 +1,36 @@
-package predict
+package predicteval
 
 import (
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/hetgpu/hetgpu/sidecar/predict"
 )
 
 // limitTable builds a synthetic table: 3 models x 3 batch sizes on k80/p100/v100 at 1, 2
 // and 4 GPUs, log per-GPU throughput a_job + b_type + c_count plus noise of the given
 // log-scale size.
-func limitTable(noise float64) ([]string, map[string]Features, map[string][]entry) {
+func limitTable(noise float64) ([]string, map[string]predict.Features, map[string][]entry) {
 	rng := rand.New(rand.NewPCG(7, 7))
 	types := []string{"k80", "p100", "v100"}
 	bType := []float64{0, 1.1, 1.6}
 	counts := []int{1, 2, 4}
 	var jobs []string
-	feats := map[string]Features{}
+	feats := map[string]predict.Features{}
 	byJob := map[string][]entry{}
 	for mi, model := range []string{"ResNet-50", "Transformer", "LM"} {
 		for bi, batch := range []int{16, 32, 64} {
-			f := Features{Name: model, BatchSize: batch}
-			k := workloadKey(f.Name, f.BatchSize)
+			f := predict.Features{Name: model, BatchSize: batch}
+			k := predict.WorkloadKey(f.Name, f.BatchSize)
 			jobs = append(jobs, k)
 			feats[k] = f
 			a := float64(mi) - 0.7*float64(bi)
 			for ti, g := range types {
 				for ci, n := range counts {
 					y := a + bType[ti] - 0.1*float64(ci) + noise*rng.NormFloat64()
-					byJob[k] = append(byJob[k], entry{g, n, float64(n) * math.Exp(y)})
+					byJob[k] = append(byJob[k], entry{GPU: g, GPUs: n, Throughput: float64(n) * math.Exp(y)})
 				}
 			}
 		}
@@ -105,6 +107,6 @@ func TestReferenceLimitsNoisy(t *testing.T) {
 	t.Logf("%s", fmt.Sprint(rep.BestTunedPartly, rep.BestTunedEntry, rep.BestNestedPartly, rep.BestNestedEntry))
 }
 
-func withWorkers(jobs []string, feats map[string]Features, byJob map[string][]entry) ([]string, map[string]Features, map[string][]entry, int) {
+func withWorkers(jobs []string, feats map[string]predict.Features, byJob map[string][]entry) ([]string, map[string]predict.Features, map[string][]entry, int) {
 	return jobs, feats, byJob, 2
 }

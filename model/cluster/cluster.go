@@ -179,7 +179,7 @@ type DeviceGroup struct {
 	Name       string
 	Attributes map[string]Attribute
 	Instances  []Instance
-	// GPUType is the canonical GPU type key (see sidecar/gpuspec), derived from Name.
+	// GPUType is the canonical GPU type key (see model/gpuspec), derived from Name.
 	GPUType string
 }
 

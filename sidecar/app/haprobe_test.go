@@ -1,0 +1,64 @@
+package app
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/hetgpu/hetgpu/internal/testcerts"
+)
+
+// The standby's probe follows the tls block: plain without it, the CA (probe_ca_file, else
+// client_ca_file) and, under mTLS, the replica's own certificate with it.
+func TestHAProbeClient(t *testing.T) {
+	certs, err := testcerts.Write(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name      string
+		tls       *TLSConfig
+		probeCA   string
+		wantErr   string
+		wantPlain bool
+		wantCA    bool
+		wantCert  bool
+	}{
+		{name: "no tls", wantPlain: true},
+		{name: "tls, system roots", tls: &TLSConfig{CertFile: certs.ServerCert, KeyFile: certs.ServerKey}},
+		{name: "tls, probe_ca_file", tls: &TLSConfig{CertFile: certs.ServerCert, KeyFile: certs.ServerKey}, probeCA: certs.CA, wantCA: true},
+		{name: "mtls", tls: &TLSConfig{CertFile: certs.ServerCert, KeyFile: certs.ServerKey, ClientCAFile: certs.CA}, wantCA: true, wantCert: true},
+		{name: "missing probe_ca_file", tls: &TLSConfig{CertFile: certs.ServerCert, KeyFile: certs.ServerKey}, probeCA: "/nonexistent/ca.pem",
+			wantErr: `ha.probe_ca_file = "/nonexistent/ca.pem"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &Config{TLS: tc.tls, HA: &HAConfig{ProbeCAFile: tc.probeCA}}
+			cl, err := probeClient(c)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.wantPlain {
+				if cl != nil {
+					t.Fatalf("probe client %+v without tls; want the default (nil)", cl)
+				}
+				return
+			}
+			tr, ok := cl.Transport.(*http.Transport)
+			if !ok || tr.TLSClientConfig == nil {
+				t.Fatalf("probe transport %T without a TLS config", cl.Transport)
+			}
+			if got := tr.TLSClientConfig.RootCAs != nil; got != tc.wantCA {
+				t.Fatalf("probe trusts a configured CA: %v, want %v", got, tc.wantCA)
+			}
+			if got := len(tr.TLSClientConfig.Certificates) == 1; got != tc.wantCert {
+				t.Fatalf("probe presents a client certificate: %v, want %v", got, tc.wantCert)
+			}
+		})
+	}
+}
