@@ -25,35 +25,17 @@ type FirstFit struct {
 // Place implements sched.Placer.
 func (f FirstFit) Place(_ context.Context, snap *cluster.Snapshot, ranked []sched.Ranked, pred sched.Predictor) ([]cluster.Decision, sched.PlaceStats, error) {
 	t0 := time.Now()
-	busy := map[string]bool{}
-	for _, a := range snap.Running {
-		for _, id := range a.DeviceIDs {
-			busy[id] = true
-		}
-	}
 	type node struct {
 		n    *cluster.Node
 		g    *cluster.DeviceGroup
 		free []string
 	}
-	nodes := make([]node, 0, len(snap.Nodes))
+	groups := sched.FreeGroups(snap)
+	nodes := make([]node, len(groups))
 	free := 0 // GPUs left: a job that needs more cannot fit anywhere
-	for i := range snap.Nodes {
-		n := &snap.Nodes[i]
-		if !n.Ready() {
-			continue
-		}
-		for k := range n.Devices {
-			g := &n.Devices[k]
-			nd := node{n: n, g: g}
-			for _, in := range g.Instances {
-				if in.Healthy && !busy[in.ID] {
-					nd.free = append(nd.free, in.ID)
-				}
-			}
-			nodes = append(nodes, nd)
-			free += len(nd.free)
-		}
+	for i, fg := range groups {
+		nodes[i] = node{n: fg.Node, g: fg.Group, free: fg.IDs}
+		free += len(fg.IDs)
 	}
 	var types []string
 	seen := map[string]bool{}

@@ -58,25 +58,12 @@ type Waker interface {
 // the jobs pinned wait no longer, and those that may be preempted are listed as preemptible.
 // Running allocations are not rebuilt (their nodes and GPUs are the backend's to report).
 func AfterPins(snap *cluster.Snapshot, pins []cluster.PinResult) *cluster.Snapshot {
-	started := map[string]bool{}
-	for _, p := range pins {
-		if p.Applied {
-			started[p.JobKey] = true
-		}
-	}
+	started := appliedKeys(pins)
 	if len(started) == 0 {
 		return snap
 	}
 	out := *snap
-	out.Pending = make([]cluster.Job, 0, len(snap.Pending))
-	out.Preemptible = append([]cluster.Job(nil), snap.Preemptible...)
-	for _, j := range snap.Pending {
-		switch {
-		case !started[j.Key()]:
-			out.Pending = append(out.Pending, j)
-		case j.Hetgpu.Preemptible:
-			out.Preemptible = append(out.Preemptible, j)
-		}
-	}
+	out.Pending, out.Preemptible = moveJobs(snap.Pending, snap.Preemptible, started,
+		func(j *cluster.Job) bool { return j.Hetgpu.Preemptible })
 	return &out
 }

@@ -2,6 +2,7 @@ package rank
 
 import (
 	"context"
+	"fmt"
 	"reflect"
 	"testing"
 	"time"
@@ -69,9 +70,14 @@ func TestLAS(t *testing.T) {
 			for i := 0; i < c.nodes; i++ {
 				snap.Nodes = append(snap.Nodes, gpuNode(string(rune('m'+i)), "Tesla V100-SXM2-16GB", "v100", 4, "ready"))
 			}
+			gpu := 0 // the runners hold node m's GPUs, m-0 up
 			for _, j := range c.running {
-				snap.Running = append(snap.Running, cluster.Alloc{ID: j.ID, Namespace: j.Namespace, JobID: j.ID, Group: j.Group,
-					NodeID: "m", DeviceIDs: make([]string, j.GPUs)})
+				a := cluster.Alloc{ID: j.ID, Namespace: j.Namespace, JobID: j.ID, Group: j.Group, NodeID: "m"}
+				for k := 0; k < j.GPUs; k++ {
+					a.DeviceIDs = append(a.DeviceIDs, fmt.Sprintf("m-%d", gpu))
+					gpu++
+				}
+				snap.Running = append(snap.Running, a)
 			}
 			// The pipeline ranks waiting and preemptible jobs together before it plans.
 			active := *snap
