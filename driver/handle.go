@@ -12,9 +12,13 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/hetgpu/hetgpu/driver/shim"
 	"github.com/hetgpu/hetgpu/driver/telemetry"
@@ -77,6 +81,37 @@ type taskHandle struct {
 	// the monitor stopped (after done, or at driver shutdown while the task keeps running).
 	done        chan struct{}
 	monitorDone chan struct{}
+}
+
+// newHandle builds the handle of a started or recovered task.
+func (d *Driver) newHandle(cfg *drivers.TaskConfig, st *driverState, sh *shim.Handle, gpus []telemetry.GPU, logger hclog.Logger) *taskHandle {
+	d.mu.Lock()
+	g := d.gpu
+	d.mu.Unlock()
+	sampler := telemetry.NewSampler(gpus)
+	if st.MPSGPU != "" && g != nil && g.slots != nil {
+		mgr, gpu, id := g.slots, st.MPSGPU, cfg.GetId()
+		sampler.SetShare(func(uuid string) (float64, bool) {
+			if uuid != gpu {
+				return 1, false
+			}
+			return energyShare(mgr.Clients(gpu), id)
+		})
+	}
+	return &taskHandle{
+		d: d, gpu: g, logger: logger, cfg: cfg, st: st, shim: sh, ann: parseAnnotations(cfg.GetEnv()),
+		gpus: gpus, sampler: sampler, tail: telemetry.NewTail(st.MetricsFile),
+		progress: telemetry.NewProgress(st.StartedAt), state: drivers.TaskState_RUNNING,
+		done: make(chan struct{}), monitorDone: make(chan struct{}),
+	}
+}
+
+// startMonitor starts watching the task until it exits or the driver shuts down.
+func (d *Driver) startMonitor(h *taskHandle, interval time.Duration) {
+	for _, p := range h.ann.Problems {
+		h.logger.Warn("hetgpu annotation ignored", "problem", p)
+	}
+	go h.monitor(d.ctx, interval)
 }
 
 func (h *taskHandle) dir() string { return h.st.Shim.Dir }
@@ -402,4 +437,134 @@ func (h *taskHandle) exited() bool {
 	default:
 		return false
 	}
+}
+
+// The task's lifecycle, as the Driver service asks for it: the handle owns its state and
+// its shim, so Wait, Stop, Destroy, Inspect and Signal go through these methods.
+
+// killGrace is how long a task may take to exit after SIGKILL before Stop or Destroy gives up.
+const killGrace = 10 * time.Second
+
+// wait blocks until the task exited and returns its result and the shim's wait error; err is
+// the gRPC error when ctx ends or the driver shuts down before the task ended.
+func (h *taskHandle) wait(ctx context.Context) (res *drivers.ExitResult, waitErr, err error) {
+	select {
+	case <-h.done:
+	case <-ctx.Done():
+		return nil, nil, status.FromContextError(ctx.Err()).Err()
+	case <-h.monitorDone:
+		// The driver is shutting down before the task ended.
+		select {
+		case <-h.done:
+		default:
+			return nil, nil, status.Error(codes.Unavailable, "driver shutting down; the task keeps running")
+		}
+	}
+	res, waitErr = h.result()
+	return res, waitErr, nil
+}
+
+// stop sends sig, waits up to timeout for the exit, then sends SIGKILL. The run is marked
+// stopped (reported partial) whatever its exit code.
+func (h *taskHandle) stop(ctx context.Context, sig syscall.Signal, timeout time.Duration) error {
+	h.stopRequested.Store(true)
+	if err := h.shim.Signal(sig); err != nil {
+		h.logger.Debug("stop signal not delivered", "signal", sig, "error", err)
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-h.done:
+		return nil
+	case <-ctx.Done():
+		return status.FromContextError(ctx.Err()).Err()
+	case <-t.C:
+	}
+	h.event(fmt.Sprintf("task did not exit %v after %v; sending SIGKILL", timeout, sig), nil)
+	if err := h.shim.Kill(); err != nil {
+		h.logger.Warn("SIGKILL failed", "error", err)
+	}
+	return h.awaitKilled(ctx)
+}
+
+// kill sends SIGKILL at once (a forced destroy) and waits for the exit.
+func (h *taskHandle) kill(ctx context.Context) error {
+	h.stopRequested.Store(true)
+	_ = h.shim.Kill()
+	return h.awaitKilled(ctx)
+}
+
+func (h *taskHandle) awaitKilled(ctx context.Context) error {
+	select {
+	case <-h.done:
+		return nil
+	case <-ctx.Done():
+		return status.FromContextError(ctx.Err()).Err()
+	case <-time.After(killGrace):
+		return status.Errorf(codes.DeadlineExceeded, "task %s still running 10s after SIGKILL", h.cfg.GetId())
+	}
+}
+
+// destroy removes what the exited task leaves behind (its cgroup and state directory) once
+// the monitor stopped.
+func (h *taskHandle) destroy() {
+	<-h.monitorDone
+	if cg := h.st.Shim.CgroupDir; cg != "" {
+		for range 20 {
+			if err := shim.RemoveCgroup(cg); err == nil || !errors.Is(err, syscall.EBUSY) {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if err := os.RemoveAll(h.dir()); err != nil {
+		h.logger.Warn("task state dir not removed", "dir", h.dir(), "error", err)
+	}
+}
+
+// signal delivers sig to a running task.
+func (h *taskHandle) signal(sig syscall.Signal) error {
+	if h.exited() {
+		return status.Errorf(codes.FailedPrecondition, "task %s has exited", h.cfg.GetId())
+	}
+	if err := h.shim.Signal(sig); err != nil {
+		return status.Errorf(codes.Internal, "signal %v: %v", sig, err)
+	}
+	return nil
+}
+
+// TaskStatus is the task's status and the driver attributes InspectTask reports: pids, GPUs,
+// the measured throughput and the energy so far (final once the task exited).
+func (h *taskHandle) TaskStatus() (*drivers.TaskStatus, map[string]string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ts := &drivers.TaskStatus{
+		Id:        h.cfg.GetId(),
+		Name:      h.cfg.GetName(),
+		State:     h.state,
+		StartedAt: timestamppb.New(h.st.StartedAt),
+	}
+	attrs := map[string]string{
+		"pid":          strconv.Itoa(h.st.Shim.TaskPID),
+		"shim_pid":     strconv.Itoa(h.st.Shim.ShimPID),
+		"gpus":         strings.Join(h.st.GPUs, ","),
+		"metrics_file": h.st.MetricsFile,
+	}
+	if tp, ok := h.progress.Throughput(); ok {
+		attrs["throughput"] = strconv.FormatFloat(tp, 'f', 3, 64)
+	}
+	if h.state == drivers.TaskState_EXITED {
+		ts.CompletedAt = timestamppb.New(h.completedAt)
+		ts.Result = h.exit
+		attrs["energy_j"] = strconv.FormatFloat(h.summary.EnergyJ, 'f', 1, 64)
+	} else {
+		sum := h.sampler.Summary()
+		attrs["energy_j"] = strconv.FormatFloat(sum.EnergyJ, 'f', 1, 64)
+	}
+	return ts, attrs
+}
+
+// stats samples the task's CPU and memory use.
+func (h *taskHandle) stats(ps *procStats, now time.Time) *drivers.TaskStats {
+	return ps.sample(h.cfg.GetId(), h.st.Shim.TaskPID, h.st.Shim.CgroupDir, now)
 }

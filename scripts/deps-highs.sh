@@ -20,7 +20,10 @@ die() { printf 'highs: step "%s" failed: %s\n' "$1" "$2" >&2; exit 1; }
 register() {
   local pc="$PREFIX/lib/pkgconfig/highs.pc" d
   [ -f "$pc" ] || return 0
-  env -u PKG_CONFIG_PATH pkg-config --exists highs && return 0
+  # A registration whose library folder still exists (this checkout's or another's) is kept.
+  local cur
+  cur=$(env -u PKG_CONFIG_PATH pkg-config --variable=libdir highs 2>/dev/null || true)
+  [ -n "$cur" ] && [ -d "$cur" ] && return 0
   for d in $(env -u PKG_CONFIG_PATH pkg-config --variable pc_path pkg-config | tr : ' '); do
     case $d in /usr/local/*) ;; *) continue ;; esac
     if mkdir -p "$d" 2>/dev/null && [ -w "$d" ]; then
@@ -32,8 +35,10 @@ register() {
   step "pkg-config's default path is not writable: plain go build and go test need PKG_CONFIG_PATH=$PREFIX/lib/pkgconfig (make sets it)"
 }
 
+# Only this checkout's own prefix counts as built: a HiGHS that pkg-config finds elsewhere (say,
+# another checkout registered above) would tie this one to files it does not own.
 export PKG_CONFIG_PATH="$PREFIX/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
-if pkg-config --exists highs; then
+if [ -f "$PREFIX/lib/pkgconfig/highs.pc" ]; then
   register
   exit 0
 fi

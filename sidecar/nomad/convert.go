@@ -2,7 +2,9 @@ package nomad
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -354,4 +356,60 @@ func deref[T any](p *T, def T) T {
 		return def
 	}
 	return *p
+}
+
+func allocFromFull(a *api.Allocation) *allocRec {
+	r := &allocRec{ID: a.ID, Namespace: a.Namespace, JobID: a.JobID, Group: a.TaskGroup, NodeID: a.NodeID,
+		ClientStatus: a.ClientStatus, DesiredStatus: a.DesiredStatus, CreateIndex: a.CreateIndex, ModifyIndex: a.ModifyIndex}
+	if a.Job != nil && a.Job.Version != nil {
+		r.JobVersion = *a.Job.Version
+	}
+	r.Devices = gpuAllocated(a.AllocatedResources)
+	r.Start, r.End, r.Failed = taskTimes(a.TaskStates)
+	return r
+}
+
+func allocFromStub(a *api.AllocationListStub) *allocRec {
+	r := &allocRec{ID: a.ID, Namespace: a.Namespace, JobID: a.JobID, Group: a.TaskGroup, NodeID: a.NodeID,
+		JobVersion: a.JobVersion, ClientStatus: a.ClientStatus, DesiredStatus: a.DesiredStatus,
+		CreateIndex: a.CreateIndex, ModifyIndex: a.ModifyIndex}
+	r.Devices = gpuAllocated(a.AllocatedResources)
+	r.Start, r.End, r.Failed = taskTimes(a.TaskStates)
+	return r
+}
+
+func gpuAllocated(ar *api.AllocatedResources) []*api.AllocatedDeviceResource {
+	if ar == nil {
+		return nil
+	}
+	var out []*api.AllocatedDeviceResource
+	names := slices.Sorted(maps.Keys(ar.Tasks))
+	for _, n := range names {
+		t := ar.Tasks[n]
+		if t == nil {
+			continue
+		}
+		for _, d := range t.Devices {
+			if d != nil && d.Type == "gpu" {
+				out = append(out, d)
+			}
+		}
+	}
+	return out
+}
+
+func taskTimes(ts map[string]*api.TaskState) (start, end time.Time, failed bool) {
+	for _, s := range ts {
+		if s == nil {
+			continue
+		}
+		failed = failed || s.Failed
+		if !s.StartedAt.IsZero() && (start.IsZero() || s.StartedAt.Before(start)) {
+			start = s.StartedAt
+		}
+		if s.FinishedAt.After(end) {
+			end = s.FinishedAt
+		}
+	}
+	return start, end, failed
 }

@@ -169,3 +169,24 @@ func (b *Backend) reholdGang(ctx context.Context, ps []cluster.Preemption, idx [
 	}
 	return true, errors.Join(errs...)
 }
+
+// stopGroup stops the group's live allocations.
+func (b *Backend) stopGroup(ctx context.Context, ns, id, group string) error {
+	b.mu.Lock()
+	var ids []string
+	for _, a := range b.allocs {
+		if a.Namespace == ns && a.JobID == id && a.Group == group && !terminal(a) {
+			ids = append(ids, a.ID)
+		}
+	}
+	b.mu.Unlock()
+	sort.Strings(ids)
+	q := (&api.QueryOptions{Namespace: ns}).WithContext(ctx)
+	var errs []error
+	for _, aid := range ids {
+		if _, err := b.c.Allocations().Stop(&api.Allocation{ID: aid, Namespace: ns}, q); err != nil && statusCode(err) != 404 {
+			errs = append(errs, fmt.Errorf("stop allocation %s: %w", aid, err))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -85,6 +85,10 @@ type Config struct {
 	SharedEfficiency float64
 	// MaxShare is the most jobs on one GPU when all of them allow sharing (k).
 	MaxShare int
+	// PairIdleGPUs lets a round pair a left-out sharing job with a new job it put alone on an
+	// idle GPU (newpairs.go). Only where co-location on a whole GPU can be applied (the
+	// simulator); Nomad gives a whole GPU to one allocation, so live pairs use GPU slots.
+	PairIdleGPUs bool
 
 	// MaxJobsPerNode caps new plus running jobs per node; 0 means no cap.
 	MaxJobsPerNode int

@@ -402,7 +402,7 @@ func (p *Placer) PlaceDetailed(ctx context.Context, snap *cluster.Snapshot, rank
 	if stats.GreedyKept {
 		label = "greedy (worth more than the " + solver + " round)"
 	}
-	decisions := m.admitPairs(m.assign(chosen, alts, st0, label, &stats))
+	decisions := m.pairOnIdle(m.admitPairs(m.assign(chosen, alts, st0, label, &stats)))
 	stats.Placed = len(decisions)
 	stats.SolveTime = time.Since(start)
 	stats.lap("assign", &last)

@@ -142,19 +142,26 @@ func TestWholeGPUJobNeverOnSlots(t *testing.T) {
 }
 
 func TestSameRoundPairs(t *testing.T) {
+	// One idle GPU with two slots: the round may put both new jobs on it (a new pair on an idle
+	// GPU), admitted only when both gain and both T_mins hold under the pair.
+	alone := NewPriorPredictor().Predict(&cluster.Job{}, "v100", 1).Throughput
 	tests := []struct {
 		name   string
 		pair   [2]float64
+		tminB  float64
 		placed []string
 	}{
-		{"pair that gains", [2]float64{0.7, 0.9}, []string{"a", "bb"}},
-		{"pair that loses: the later job waits", [2]float64{0.3, 0.4}, []string{"a"}},
+		{"pair that gains", [2]float64{0.7, 0.9}, 0, []string{"a", "bb"}},
+		{"pair that loses: the later job waits", [2]float64{0.3, 0.4}, 0, []string{"a"}},
+		{"pair that gains but misses the later job's T_min: it waits", [2]float64{0.7, 0.9}, 0.95 * alone, []string{"a"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			pred := pairTable{NewPriorPredictor(), map[[2]string][2]float64{{"A", "B"}: tc.pair}}
+			b := slotJob("bb", "B")
+			b.Hetgpu.MinThroughput = tc.tminB
 			snap := &cluster.Snapshot{Nodes: []cluster.Node{slotNode("n", 1, 2)},
-				Pending: []cluster.Job{slotJob("a", "A"), slotJob("bb", "B")}}
+				Pending: []cluster.Job{slotJob("a", "A"), b}}
 			dec := placeWith(t, Default(), snap, pred)
 			var got []string
 			for _, d := range dec {
@@ -164,7 +171,6 @@ func TestSameRoundPairs(t *testing.T) {
 				t.Fatalf("placed %v, want %v", got, tc.placed)
 			}
 			if len(dec) == 2 {
-				alone := NewPriorPredictor().Predict(&cluster.Job{}, "v100", 1).Throughput
 				a, b := decisionFor(dec, "a"), decisionFor(dec, "bb")
 				if math.Abs(a.PredThroughput-tc.pair[0]*alone) > 1e-9 || math.Abs(b.PredThroughput-tc.pair[1]*alone) > 1e-9 || !a.Shared || !b.Shared {
 					t.Errorf("pair throughputs %v, %v, want %v x %v", a.PredThroughput, b.PredThroughput, tc.pair, alone)

@@ -53,7 +53,9 @@ func hetgpuStages(o Options, r sched.Ranker) (Policy, error) {
 	if err != nil {
 		return Policy{}, fmt.Errorf("predictor: %w", err)
 	}
-	pl, err := place.New(deterministic(place.PresetHetgpu()), o.Logger)
+	pcfg := deterministic(place.PresetHetgpu())
+	pcfg.PairIdleGPUs = true // the simulator applies co-location on whole GPUs (its slots)
+	pl, err := place.New(pcfg, o.Logger)
 	if err != nil {
 		return Policy{}, fmt.Errorf("placer: %w", err)
 	}

@@ -102,9 +102,20 @@ type spot struct{ unit, gpus int }
 
 type state struct {
 	units []unit
-	// byNodeType finds a unit by node ID and GPU type.
-	byNodeType map[[2]string]int
-	types      []string
+	// byInst finds a unit by node ID and instance ID: a node may hold several groups of one GPU
+	// type (a slot group per shared GPU next to its whole GPUs), each counted on its own.
+	byInst map[[2]string]int
+	types  []string
+}
+
+// unitOf is the unit an allocation's GPUs belong to (its first instance's group).
+func (st *state) unitOf(a *cluster.Alloc) (int, bool) {
+	for _, id := range a.DeviceIDs {
+		if u, ok := st.byInst[[2]string{a.NodeID, id}]; ok {
+			return u, true
+		}
+	}
+	return 0, false
 }
 
 // Plan implements sched.Preemptor.
@@ -152,7 +163,7 @@ func (p *Planner) Plan(ctx context.Context, snap *cluster.Snapshot, ranked []sch
 	held := map[string][]spot{} // running preemptible job -> its GPUs
 	for _, a := range snap.Running {
 		k := a.Key()
-		u, ok := st.byNodeType[[2]string{a.NodeID, a.GPUType}]
+		u, ok := st.unitOf(&a)
 		if !ok {
 			// A node that takes no new work: nothing to plan there, and a job partly on it
 			// stays where it is.
@@ -299,7 +310,7 @@ func (p *Planner) rate(j *cluster.Job, gpuType string, nodes int, pred sched.Pre
 }
 
 func newState(snap *cluster.Snapshot) *state {
-	st := &state{byNodeType: map[[2]string]int{}}
+	st := &state{byInst: map[[2]string]int{}}
 	seen := map[string]bool{}
 	for ni := range snap.Nodes {
 		n := &snap.Nodes[ni]
@@ -312,11 +323,9 @@ func newState(snap *cluster.Snapshot) *state {
 			if healthy == 0 || g.GPUType == "" {
 				continue
 			}
-			key := [2]string{n.ID, g.GPUType}
-			if _, dup := st.byNodeType[key]; dup {
-				continue
+			for _, in := range g.Instances {
+				st.byInst[[2]string{n.ID, in.ID}] = len(st.units)
 			}
-			st.byNodeType[key] = len(st.units)
 			st.units = append(st.units, unit{node: n, nodeID: n.ID, group: g, gpuType: g.GPUType, virt: healthy, now: healthy})
 			if !seen[g.GPUType] {
 				seen[g.GPUType] = true

@@ -30,6 +30,22 @@ func node(id, gpuType string, n int) cluster.Node {
 		Devices: []cluster.DeviceGroup{g}}
 }
 
+// slotAndWholeNode has a slot group (two slots of one shared V100, listed first) and two whole
+// V100s (IDs n1-0, n1-1), as a client whose sharing block names one of its three GPUs.
+func slotAndWholeNode(id string) cluster.Node {
+	n := node(id, "v100", 2)
+	slots := cluster.DeviceGroup{Vendor: "nvidia", Type: "gpu-slot", Name: "V100 shared 2", GPUType: "v100",
+		Instances: []cluster.Instance{{ID: id + "-2-slot0", Healthy: true}, {ID: id + "-2-slot1", Healthy: true}}}
+	n.Devices = append([]cluster.DeviceGroup{slots}, n.Devices...)
+	return n
+}
+
+func slotJob(id string) cluster.Job {
+	j := job(id, 1, time.Hour)
+	j.DeviceName = "nvidia/gpu-slot"
+	return j
+}
+
 func job(id string, gpus int, est time.Duration) cluster.Job {
 	return cluster.Job{Namespace: "default", ID: id, Group: "train", GPUs: gpus, DeviceName: "nvidia/gpu",
 		Hetgpu: cluster.Annotations{Enabled: true, EstRuntime: est, Preemptible: true}}
@@ -258,6 +274,31 @@ func TestPlan(t *testing.T) {
 				s := &cluster.Snapshot{Now: now, Nodes: []cluster.Node{node("n1", "v100", 4), bad}}
 				running(s, job("old", 4, time.Hour), "n1", "v100", now.Add(-2*time.Hour))
 				s.Pending = []cluster.Job{job("new", 4, time.Hour)}
+				return s
+			},
+			rank:    []string{"new", "old"},
+			preempt: []string{"old"},
+			order:   []string{"new", "old"},
+		},
+		{
+			// A node with a slot group and whole GPUs of the same model: the slot job takes
+			// a free slot, the whole-GPU job keeps its GPUs (counted in their own group).
+			name: "slot group and whole GPUs of one type are counted apart: free slot",
+			build: func() *cluster.Snapshot {
+				s := &cluster.Snapshot{Now: now, Nodes: []cluster.Node{slotAndWholeNode("n1")}}
+				running(s, job("old", 2, time.Hour), "n1", "v100", now.Add(-2*time.Hour))
+				s.Pending = []cluster.Job{slotJob("slotjob")}
+				return s
+			},
+			rank:  []string{"slotjob", "old"},
+			order: []string{"slotjob"},
+		},
+		{
+			name: "slot group and whole GPUs of one type are counted apart: whole job preempts",
+			build: func() *cluster.Snapshot {
+				s := &cluster.Snapshot{Now: now, Nodes: []cluster.Node{slotAndWholeNode("n1")}}
+				running(s, job("old", 2, time.Hour), "n1", "v100", now.Add(-2*time.Hour))
+				s.Pending = []cluster.Job{job("new", 2, time.Hour)}
 				return s
 			},
 			rank:    []string{"new", "old"},

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/hetgpu/hetgpu/model/annot"
 	"github.com/hetgpu/hetgpu/model/cluster"
 	"github.com/hetgpu/hetgpu/model/gpuspec"
 	"github.com/hetgpu/hetgpu/sidecar/constraint"
@@ -55,6 +56,18 @@ type Extractor struct {
 	// groups are the distinct device groups (vendor, type, name) of each GPU type on ready
 	// nodes, what a job's device request is matched against.
 	groups [][]cluster.DeviceGroup
+	// instPool is each instance's pool (index into types): running allocations count where
+	// their instances are, so a slot's job counts in the slot pool of its GPU type.
+	instPool map[string]int
+}
+
+// poolKey names a pool: the GPU type, and for GPU slot groups the type marked as slots, so that
+// whole GPUs and slots of one model are counted apart (a job asks for one or the other).
+func poolKey(typ, devType string) string {
+	if devType == annot.SlotType {
+		return typ + "/" + annot.SlotType
+	}
+	return typ
 }
 
 type slot struct {
@@ -271,6 +284,10 @@ func (x *Extractor) prepare(snap *cluster.Snapshot, pred sched.Predictor, n int)
 	}
 	x.rounds++
 	clear(x.typeIdx)
+	if x.instPool == nil {
+		x.instPool = map[string]int{}
+	}
+	clear(x.instPool)
 	clear(x.used)
 	clear(x.ns)
 	clear(x.predMem)
@@ -289,20 +306,21 @@ func (x *Extractor) prepare(snap *cluster.Snapshot, pred sched.Predictor, n int)
 		}
 		for gi := range nd.Devices {
 			g := &nd.Devices[gi]
-			if g.Type != "gpu" && g.Type != "" {
+			if g.Type != "gpu" && g.Type != annot.SlotType && g.Type != "" {
 				continue
 			}
 			typ := g.GPUType
 			if typ == "" {
 				typ = gpuspec.Canonical(g.Name)
 			}
-			t, ok := x.typeIdx[typ]
+			key := poolKey(typ, g.Type)
+			t, ok := x.typeIdx[key]
 			if !ok {
 				if len(x.types) == maxTypes {
 					continue
 				}
 				t = len(x.types)
-				x.typeIdx[typ] = t
+				x.typeIdx[key] = t
 				x.types = append(x.types, typ)
 				if t < cap(x.groups) {
 					x.groups = x.groups[:t+1]
@@ -318,6 +336,7 @@ func (x *Extractor) prepare(snap *cluster.Snapshot, pred sched.Predictor, n int)
 			}
 			s := slot{typ: t, nvlinkNode: nd.Interconnect == "nvlink"}
 			for ii := range g.Instances {
+				x.instPool[g.Instances[ii].ID] = t
 				if !g.Instances[ii].Healthy {
 					continue
 				}
@@ -347,7 +366,12 @@ func (x *Extractor) prepare(snap *cluster.Snapshot, pred sched.Predictor, n int)
 		a := &snap.Running[i]
 		g := float64(len(a.DeviceIDs))
 		x.ns[a.Namespace] += g
-		t, ok := x.typeIdx[a.GPUType]
+		t, ok := -1, false
+		for _, id := range a.DeviceIDs {
+			if t, ok = x.instPool[id]; ok {
+				break
+			}
+		}
 		if !ok {
 			continue
 		}

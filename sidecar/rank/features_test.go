@@ -197,3 +197,49 @@ func TestNormalizerMergeEqualsSequential(t *testing.T) {
 		t.Fatalf("normalised outliers %v, want clipped to +-%v", rows, ClipZ)
 	}
 }
+
+// A job asking for GPU slots gets its features from the slot groups (their free slots) and a
+// job asking for whole GPUs from the whole groups, on a node that has both of one model.
+func TestExtractorSlotGroups(t *testing.T) {
+	n := gpuNode("a", "Tesla V100-SXM2-16GB", "v100", 2, "ready")
+	slots := cluster.DeviceGroup{Vendor: "nvidia", Type: "gpu-slot", Name: "Tesla V100-SXM2-16GB shared 2", GPUType: "v100"}
+	for k := range 4 {
+		slots.Instances = append(slots.Instances, cluster.Instance{ID: fmt.Sprintf("a-2-slot%d", k), Healthy: true})
+	}
+	n.Devices = append(n.Devices, slots)
+	snap := &cluster.Snapshot{Now: t0, Nodes: []cluster.Node{n},
+		// Both whole GPUs busy; one slot of four busy (its job started 10 min ago: Lindy says
+		// it frees within the 30-minute horizon).
+		Running: []cluster.Alloc{
+			{ID: "w", Namespace: "x", JobID: "w", Group: "g", NodeID: "a", DeviceIDs: []string{"a-0", "a-1"}, GPUType: "v100", StartTime: t0.Add(-10 * time.Hour)},
+			{ID: "s", Namespace: "x", JobID: "s", Group: "g", NodeID: "a", DeviceIDs: []string{"a-2-slot0"}, GPUType: "v100", StartTime: t0.Add(-10 * time.Minute)},
+		},
+		Pending: []cluster.Job{
+			{Namespace: "x", ID: "whole", Group: "g", SubmitTime: t0, GPUs: 1, DeviceName: "nvidia/gpu"},
+			{Namespace: "x", ID: "slot", Group: "g", SubmitTime: t0, GPUs: 1, DeviceName: "nvidia/gpu-slot"},
+		}}
+	var x Extractor
+	rows := make([]float64, 2*NumFeatures)
+	x.Extract(snap, fakePred{}, 2, rows, make([]float64, NumGlobals))
+	f := func(j, i int) float64 { return rows[j*NumFeatures+i] }
+	cases := []struct {
+		name      string
+		job, feat int
+		want      float64
+	}{
+		{"whole job: no whole GPU free", 0, FCanStart, 0},
+		{"whole job: no node with a free whole GPU", 0, FWays, 0},
+		{"whole job: demand 1 on supply 2", 0, FDemandSupply, math.Log1p(1.0 / 2)},
+		{"slot job: 3 slots free", 1, FCanStart, 1},
+		{"slot job: one group with free slots", 1, FWays, math.Log1p(1)},
+		{"slot job: demand 1 on supply 4", 1, FDemandSupply, math.Log1p(1.0 / 4)},
+		{"slot job: 3 free + 1 soon, capped at 4x", 1, FNearAvail, 1},
+		{"whole job: the slot job freeing soon is not a whole GPU", 0, FNearAvail, 0},
+	}
+	names := DefaultSchema().Features
+	for _, c := range cases {
+		if got := f(c.job, c.feat); !near(got, c.want) {
+			t.Errorf("%s: job %d feature %s = %v, want %v", c.name, c.job, names[c.feat], got, c.want)
+		}
+	}
+}

@@ -254,7 +254,7 @@ func New(cfg Config) (*Engine, error) {
 		classMaxPerNod: map[string]int{}, typeTotal: map[string]int{}, byKey: map[string]*JobState{},
 		rates: map[rateKey]float64{}, firstArrival: math.NaN(), wake: math.Inf(1)}
 	for _, c := range cfg.Spec.Classes {
-		sp, ok := cfg.GPUSpecs.Lookup(c.GPUType)
+		sp, ok := gpuSpecOf(cfg.GPUSpecs, c.GPUType)
 		if !ok {
 			return nil, fmt.Errorf("sim: node class %s: no datasheet for GPU type %q", c.Name, c.GPUType)
 		}
@@ -303,6 +303,9 @@ func (e *Engine) rate(jobType, gpuType string, n int, spread bool) float64 {
 		return v
 	}
 	v, _, ok := e.cfg.Throughput.Throughput(jobType, gpuType, n)
+	if mv, mig := e.migRate(jobType, gpuType, n); mig {
+		v, ok = mv, true
+	}
 	if !ok || !(v > 0) {
 		v = 0
 	}
@@ -543,7 +546,7 @@ func (e *Engine) validate(j *JobState, p Placement) (string, int, error) {
 		s := &n.gpus[r.Index]
 		switch {
 		case s.n == 0:
-		case s.n == 1 && p.Shared && s.holders[0].Placement.Shared:
+		case s.n == 1 && p.Shared && s.holders[0].Placement.Shared && !n.isMIG():
 			if e.pairOOM(j, s.holders[0], n.gpuType) {
 				return "", 0, fmt.Errorf("job %s cannot share GPU %s with %s: the pair runs out of memory", j.Key, instanceID(n.id, r.Index), s.holders[0].Key)
 			}

@@ -399,6 +399,9 @@ func (e *Engine) pin(ds []cluster.Decision) []cluster.PinResult {
 			// A job that allows sharing holds its GPU as shareable however it was placed,
 			// as a Nomad allocation of a sharing job does.
 			p.Shared = p.Shared || e.allowsSharing(j)
+			if err == nil && len(p.GPUs) > 0 && e.nodes[p.GPUs[0].Node].isMIG() {
+				p.Shared = false // MIG slices are never shared
+			}
 			if err == nil {
 				var typ string
 				var nodes int

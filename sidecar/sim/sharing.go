@@ -14,7 +14,7 @@ import (
 // pair prediction). Each job of a pair runs at Gavel's measured pair throughput (else half
 // speed, time-slicing); the GPU draws the power of the sum of their utilisations, and each job
 // is charged half of it. More than two slots are not modelled (Gavel measured pairs only).
-// MIG slices are not modelled.
+// MIG slices: mig.go.
 
 // ShareableGain is the mean pair throughput (sum of both jobs' shares of their speed alone)
 // from which a job type counts as leaving a GPU partly idle.

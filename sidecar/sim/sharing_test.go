@@ -10,11 +10,14 @@ import (
 	"github.com/hetgpu/hetgpu/sidecar/trace"
 )
 
-func TestLoadSpecSlots(t *testing.T) {
+// The cluster options (:scale, :slots, :mig) parse in any order; the MIG split makes each
+// profile a GPU type (sim/mig.go).
+func TestLoadSpecOptions(t *testing.T) {
 	tests := []struct {
 		ref, name string
 		slots     int
 		gpus      int
+		types     string // checked when set
 		err       string
 	}{
 		{ref: "gavel-108", name: "gavel-108", gpus: 108},
@@ -23,6 +26,18 @@ func TestLoadSpecSlots(t *testing.T) {
 		{ref: "gavel-108:slots=2:scale=0.25", name: "gavel-108:scale=0.25:slots=2", slots: 2, gpus: 24},
 		{ref: "gavel-108:slots=3", err: `slots = "3", expected 0, 1 or 2`},
 		{ref: "gavel-108:slots=x", err: `slots = "x"`},
+		{ref: "modern-mix:mig=a100/3g.20gb+3g.20gb", name: "modern-mix:mig=a100/3g.20gb+3g.20gb", gpus: 80,
+			types: "a10,a100-mig-3g.20gb,h100,t4"},
+		{ref: "modern-mix:mig=a100/4g.20gb+2g.10gb", err: "holds less than 12 GiB"},
+		{ref: "modern-mix:mig=A100/3g.20gb+2g.20gb+2g.20gb:slots=2", name: "modern-mix:mig=a100/3g.20gb+2g.20gb+2g.20gb:slots=2", slots: 2,
+			gpus: 96, types: "a10,a100-mig-2g.20gb,a100-mig-3g.20gb,h100,t4"},
+		{ref: "modern-mix:scale=0.5:mig=h100/7g.80gb", name: "modern-mix:scale=0.5:mig=h100/7g.80gb", gpus: 32,
+			types: "a10,a100,h100-mig-7g.80gb,t4"},
+		{ref: "modern-mix:mig=a100/4g.20gb+4g.20gb", err: "more than one GPU's 7 compute or 8 memory slices"},
+		{ref: "modern-mix:mig=a100/1g.5gb", err: "holds less than 12 GiB"},
+		{ref: "modern-mix:mig=t4/3g.20gb", err: `profile "3g.20gb" of parent "t4" is not a MIG profile`},
+		{ref: "modern-mix:mig=a100", err: "no parent type or profiles"},
+		{ref: "gavel-108:mig=a100/3g.20gb", err: `the cluster has no GPUs of type "a100"`},
 	}
 	for _, tc := range tests {
 		s, err := sim.LoadSpec(tc.ref)
@@ -37,6 +52,9 @@ func TestLoadSpecSlots(t *testing.T) {
 		}
 		if s.Name != tc.name || s.Slots != tc.slots || s.TotalGPUs() != tc.gpus {
 			t.Errorf("%s: name %q slots %d GPUs %d, want %q %d %d", tc.ref, s.Name, s.Slots, s.TotalGPUs(), tc.name, tc.slots, tc.gpus)
+		}
+		if got := strings.Join(s.GPUTypes(), ","); tc.types != "" && got != tc.types {
+			t.Errorf("%s: types %s, want %s", tc.ref, got, tc.types)
 		}
 	}
 }

@@ -61,6 +61,8 @@ type Spec struct {
 	// Slots is how many single-GPU jobs may share one GPU (sharing.go): 0 or 1 none, 2 two
 	// (":slots=2" after the cluster name).
 	Slots int
+	// MIG, when set, splits every GPU of one type into MIG slices (mig.go, ":mig=a100/3g.20gb+3g.20gb").
+	MIG *MIGSplit
 }
 
 // Network describes the links between nodes.
@@ -247,12 +249,19 @@ func (s *Spec) Scale(f float64) (*Spec, error) {
 // LoadSpec resolves --cluster: a bundled name ("modern-mix"), a file path, either optionally
 // followed by ":scale=F" to scale node counts (e.g. "pai-2020:scale=0.05").
 func LoadSpec(ref string) (*Spec, error) {
+	ref, mig, err := cutMIG(ref)
+	if err != nil {
+		return nil, err
+	}
 	ref, slots, err := cutSlots(ref)
 	if err != nil {
 		return nil, err
 	}
 	s, err := loadSpec(ref)
 	if err != nil {
+		return nil, err
+	}
+	if s, err = s.withMIG(mig); err != nil {
 		return nil, err
 	}
 	return s.withSlots(slots)

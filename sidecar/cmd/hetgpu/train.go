@@ -252,12 +252,22 @@ func runTrainVerdict(ctx context.Context, args []string, stdout, stderr io.Write
 	return nil
 }
 
+// splitList splits a comma-separated list of cluster or trace specs. A spec's own options are
+// comma-separated too ("synthetic:jobs=300,rate=12"), so a part that is a bare key=value (no
+// ':' before its '=') continues the spec before it.
 func splitList(s string) []string {
 	var out []string
 	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
+		p = strings.TrimSpace(p)
+		if p == "" {
+			continue
 		}
+		eq, colon := strings.IndexByte(p, '='), strings.IndexByte(p, ':')
+		if len(out) > 0 && eq > 0 && (colon < 0 || colon > eq) {
+			out[len(out)-1] += "," + p
+			continue
+		}
+		out = append(out, p)
 	}
 	return out
 }

@@ -162,3 +162,21 @@ func TestSubcommandUsage(t *testing.T) {
 		}
 	}
 }
+
+func TestSplitList(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want []string
+	}{
+		{"gavel-108,modern-mix", []string{"gavel-108", "modern-mix"}},
+		{" bundled:train , ", []string{"bundled:train"}},
+		{"bundled:train,synthetic:jobs=300,rate=12,seed=2", []string{"bundled:train", "synthetic:jobs=300,rate=12,seed=2"}},
+		{"synthetic:jobs=10,rate=1,synthetic:jobs=20,rate=2", []string{"synthetic:jobs=10,rate=1", "synthetic:jobs=20,rate=2"}},
+		{"gavel-108:scale=0.25,modern-mix:slots=2", []string{"gavel-108:scale=0.25", "modern-mix:slots=2"}},
+		{"", nil},
+	} {
+		if got := splitList(c.in); strings.Join(got, "|") != strings.Join(c.want, "|") || len(got) != len(c.want) {
+			t.Errorf("splitList(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
