@@ -118,6 +118,13 @@ func StagesWithRanker(c *Config, stateDir string, log hclog.Logger) (service.Sta
 	if err != nil {
 		return st, nil, fmt.Errorf("predictor: %w", err)
 	}
+	if c.Policy != "" && c.Policy != DefaultPolicy {
+		bst, status, err := policyStages(c, pred, log)
+		if err != nil {
+			return st, nil, err
+		}
+		return bst, &RankerState{status: status}, nil
+	}
 	tunedPath := filepath.Join(stateDir, TunedPolicyFile)
 	ch, err := chooseRanker(c, tunedPath, rank.DefaultCheckpoint)
 	if err != nil {

@@ -41,6 +41,9 @@ import (
 //	backend    = "auto"              # auto | nomad | simulated; auto = nomad when an address
 //	                                 # is configured (here or NOMAD_ADDR), else simulated
 //	shadow     = false               # decide and record, never pin
+//	policy     = "hetgpu"            # registered scheduling policy (hetgpu sim --help lists them);
+//	                                 # a baseline ("tiresias", "fifo", ...) with shadow = true shows
+//	                                 # what it would have done on this cluster
 //	reconcile  = "5s"                # rounds without events
 //	debounce   = "250ms"             # batch event bursts into one round
 //	log_level  = "info"
@@ -99,6 +102,9 @@ type Config struct {
 	Token     string `hcl:"token,optional"`
 	StateDir  string `hcl:"state_dir,optional"`
 	Backend   string `hcl:"backend,optional"`
+	// Policy is the registered scheduling policy that decides (DefaultPolicy when empty):
+	// a baseline such as "tiresias" shows, in shadow mode, what it would have done.
+	Policy    string `hcl:"policy,optional"`
 	Shadow    bool   `hcl:"shadow,optional"`
 	Reconcile string `hcl:"reconcile,optional"`
 	Debounce  string `hcl:"debounce,optional"`
@@ -279,6 +285,12 @@ func (c *Config) finish() error {
 	case "auto", "nomad", "simulated":
 	default:
 		return bad("backend", c.Backend, "auto, nomad or simulated")
+	}
+	if c.Policy == "" {
+		c.Policy = DefaultPolicy
+	}
+	if err := checkPolicy(c.Policy); err != nil {
+		return bad("policy", c.Policy, strings.TrimPrefix(err.Error(), "expected "))
 	}
 	switch strings.ToLower(c.LogLevel) {
 	case "":

@@ -92,6 +92,8 @@ func TestConfigErrors(t *testing.T) {
 		{`debounce = "1m"`, `config debounce = "1m": expected a duration between 0 and the reconcile period`},
 		{`backend = "k8s"`, `config backend = "k8s": expected auto, nomad or simulated`},
 		{`log_level = "loud"`, `log_level = "loud"`},
+		{`policy = "lottery"`, `config policy = "lottery": expected a registered policy that runs on the live sidecar: fifo, sjf, tiresias, rltune, gogh, slurm, f1, hetgpu, hetgpu-heuristic`},
+		{`policy = "gavel"`, `config policy = "gavel": expected a registered policy that runs on the live sidecar: fifo, sjf, tiresias, rltune, gogh, slurm, f1, hetgpu, hetgpu-heuristic (gavel drives only the simulator)`},
 		{`public_url = "sidecar:4656"`, "public_url"},
 		{"placement {\n preset = \"best\"\n}", `config placement.preset = "best"`},
 		{"simulator {\n speed = -1\n}", "simulator.speed"},

@@ -1,71 +1,53 @@
 package policies
 
 import (
-	"context"
-	"sort"
-
+	"github.com/hetgpu/hetgpu/model/gpuspec"
+	"github.com/hetgpu/hetgpu/sidecar/place"
+	"github.com/hetgpu/hetgpu/sidecar/rank"
+	"github.com/hetgpu/hetgpu/sidecar/sched"
 	"github.com/hetgpu/hetgpu/sidecar/sim"
 )
 
-// fifo is first-in first-out with head-of-line blocking and first-fit bin-packing: the oldest
-// waiting job starts as soon as some node (any GPU type) fits it, on the fullest node that does,
-// as Nomad's default bin-packing scheduler would place it; nothing overtakes a blocked job. It is
-// the FIFO baseline of Gavel (OSDI 2020) and Tiresias (NSDI 2019): heterogeneity-unaware and
-// non-preemptive.
-type fifo struct{}
+// The queue-order baselines: a ranker and Nomad's bin-packing (place.FirstFit), the predictor
+// only telling the GPU types a job can run on. None preempts but tiresias.
 
-func newFIFO(Options) (sim.Policy, error) { return fifo{}, nil }
-
-func (fifo) Name() string { return "fifo" }
-
-func (fifo) Schedule(_ context.Context, s *sim.State) error {
-	for _, j := range s.Pending() {
-		p, ok := s.BestFit(j, "")
-		if !ok {
-			return nil
-		}
-		if err := s.Start(j, p); err != nil {
-			return err
-		}
+// typesPredictor is the predictor of the first-fit baselines: the live sidecar's, else the
+// simulator's oracle table.
+func typesPredictor(o Options) sched.Predictor {
+	if o.Predictor != nil {
+		return o.Predictor
 	}
-	return nil
+	return sim.TablePredictor{Table: o.Throughput, Specs: gpuspec.Default()}
 }
 
-// sjf is shortest-job-first with oracle runtimes (the remaining runtime on the reference GPU,
+// newFIFO is first-in first-out with head-of-line blocking and first-fit bin-packing: the
+// oldest waiting job starts as soon as some node (any GPU type) fits it, on the fullest node
+// that does, as Nomad's default bin-packing scheduler would place it; nothing overtakes a
+// blocked job. It is the FIFO baseline of Gavel (OSDI 2020) and Tiresias (NSDI 2019):
+// heterogeneity-unaware and non-preemptive.
+func newFIFO(o Options) (Policy, error) {
+	return Policy{Stages: sched.Stages{Ranker: place.FIFO{}, Predictor: typesPredictor(o), Placer: place.FirstFit{}},
+		Estimates: sim.Estimates{Off: true}}, nil
+}
+
+// newSJF is shortest-job-first with oracle runtimes (the remaining runtime on the reference GPU,
 // known exactly), non-preemptive, with backfilling: jobs are tried shortest first and every one
-// that fits starts. It is the classic SJF baseline (e.g. Tiresias, NSDI 2019; Gavel's
-// "min total duration" family), given information no real scheduler has.
-type sjf struct{}
+// that fits starts. It is the classic SJF baseline (e.g. Tiresias, NSDI 2019; Gavel's "min total
+// duration" family), given information no real scheduler has; on the live sidecar it ranks by
+// the jobs' hetgpu.est_runtime annotations.
+func newSJF(o Options) (Policy, error) {
+	return Policy{Stages: sched.Stages{Ranker: rank.SJF{}, Predictor: typesPredictor(o), Placer: place.FirstFit{Backfill: true}},
+		Estimates: sim.Estimates{Sigma: -1}}, nil
+}
 
-func newSJF(Options) (sim.Policy, error) { return sjf{}, nil }
-
-func (sjf) Name() string      { return "sjf" }
-func (sjf) NeedsOracle() bool { return true }
-
-func (sjf) Schedule(_ context.Context, s *sim.State) error {
-	pend := append([]*sim.JobState(nil), s.Pending()...)
-	now := s.Now()
-	left := func(j *sim.JobState) float64 { return j.RefS * j.Remaining(now) / j.TotalSteps }
-	sort.SliceStable(pend, func(a, b int) bool { return left(pend[a]) < left(pend[b]) })
-	free := 0
-	for _, f := range s.FreeGPUs() {
-		free += f
-	}
-	for _, j := range pend {
-		if free == 0 {
-			break
-		}
-		if j.GPUs > free {
-			continue
-		}
-		p, ok := s.BestFit(j, "")
-		if !ok {
-			continue
-		}
-		if err := s.Start(j, p); err != nil {
-			return err
-		}
-		free -= j.GPUs
-	}
-	return nil
+// newTiresias is Tiresias' discretised two-dimensional least-attained-service scheduler (Gu et
+// al., NSDI 2019; rank.LAS): jobs in priority queues by attained GPU service (thresholds 1 and
+// 10 GPU-hours), FIFO within a queue, a job that waited 8x its run time promoted; every round
+// the highest-priority jobs that fit in the cluster's GPUs run and the preemptible rest are
+// preempted (progress kept). Placement is first-fit with backfilling (consolidated, bin-packed),
+// heterogeneity-unaware as Tiresias is.
+func newTiresias(o Options) (Policy, error) {
+	las := rank.NewLAS()
+	return Policy{Stages: sched.Stages{Ranker: las, Preemptor: las, Predictor: typesPredictor(o), Placer: place.FirstFit{Backfill: true}},
+		Estimates: sim.Estimates{Off: true}}, nil
 }

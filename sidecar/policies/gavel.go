@@ -39,9 +39,17 @@ type gavel struct {
 	perNode   map[string]int // largest node per GPU type
 }
 
-func newGavel(Options) (sim.Policy, error) {
-	return &gavel{round: 360, alloc: map[*sim.JobState]map[string]float64{},
-		received: map[*sim.JobState]map[string]float64{}, lastSeen: map[*sim.JobState]float64{}}, nil
+// It is the one registered policy that is not a composition of pipeline stages (Policy.Native):
+// Gavel time-shares GPU types. Its allocation is a fraction of each 6-minute round per job and
+// GPU type, realised by granting (job, type) leases by the ratio of that fraction to the time
+// the job has received on each type so far; the grants pick the GPU type for the job and
+// preempt at round boundaries on Gavel's own clock. As stages that would be a stateful ranker
+// that returns (job, type) grants, a placer bound to each grant's type and a round clock; the
+// sched interfaces carry a ranked job, not a job bound to a type, so it stays native until they
+// do.
+func newGavel(Options) (Policy, error) {
+	return Policy{Native: &gavel{round: 360, alloc: map[*sim.JobState]map[string]float64{},
+		received: map[*sim.JobState]map[string]float64{}, lastSeen: map[*sim.JobState]float64{}}}, nil
 }
 
 func (g *gavel) Name() string { return "gavel" }

@@ -6,11 +6,12 @@ import (
 	"github.com/hetgpu/hetgpu/sidecar/place"
 	"github.com/hetgpu/hetgpu/sidecar/predict"
 	"github.com/hetgpu/hetgpu/sidecar/rank"
+	"github.com/hetgpu/hetgpu/sidecar/sched"
 	"github.com/hetgpu/hetgpu/sidecar/sim"
 )
 
 // The production-pipeline baselines run sched.Pipeline unchanged against the simulator's
-// Snapshot and Pin (sim.PipelinePolicy): the same stage implementations the sidecar runs
+// Snapshot and Pin: the same stage implementations the sidecar runs
 // against Nomad, configured the way each paper describes its system.
 
 // newRLTune is RLTune-style scheduling (arXiv 2512.10271): a PPO-trained prioritiser orders the
@@ -19,16 +20,17 @@ import (
 // maximising priority x speed with fragmentation, load-balance and look-ahead terms
 // (place.PresetRLTune: no energy term, no T_min). RLTune has no learned throughput model: the
 // MILP's speeds are datasheet ratios (place.PriorPredictor).
-func newRLTune(o Options) (sim.Policy, error) {
+func newRLTune(o Options) (Policy, error) {
 	r, err := rank.NewDefault(rank.WithExplain(false))
 	if err != nil {
-		return nil, fmt.Errorf("rltune ranker: %w", err)
+		return Policy{}, fmt.Errorf("rltune ranker: %w", err)
 	}
 	pl, err := place.New(deterministic(place.PresetRLTune()), o.Logger)
 	if err != nil {
-		return nil, fmt.Errorf("rltune placer: %w", err)
+		return Policy{}, fmt.Errorf("rltune placer: %w", err)
 	}
-	return &sim.PipelinePolicy{PolicyName: "rltune", Ranker: r, Placer: pl, Predictor: place.NewPriorPredictor()}, nil
+	return Policy{Stages: sched.Stages{Ranker: r, Placer: pl, Predictor: place.NewPriorPredictor()},
+		Estimates: sim.Estimates{Off: true}}, nil
 }
 
 // newGOGH is GOGH-style scheduling (arXiv 2510.15652): jobs in arrival order; P1 predicts each
@@ -36,16 +38,32 @@ func newRLTune(o Options) (sim.Policy, error) {
 // the runs the cluster finishes (predict.Predictor, fed the simulator's observations); an ILP
 // minimises energy subject to each job's minimum throughput, capacity and distribution degree
 // with a load-adaptive energy weight (place.PresetGOGH).
-func newGOGH(o Options) (sim.Policy, error) {
-	pr, err := predict.New(predict.Options{Logger: o.Logger})
+func newGOGH(o Options) (Policy, error) {
+	pr, err := productionPredictor(o)
 	if err != nil {
-		return nil, fmt.Errorf("gogh predictor: %w", err)
+		return Policy{}, fmt.Errorf("gogh predictor: %w", err)
 	}
 	pl, err := place.New(deterministic(place.PresetGOGH()), o.Logger)
 	if err != nil {
-		return nil, fmt.Errorf("gogh placer: %w", err)
+		return Policy{}, fmt.Errorf("gogh placer: %w", err)
 	}
-	return &sim.PipelinePolicy{PolicyName: "gogh", Ranker: place.FIFO{}, Placer: pl, Predictor: pr, Learner: pr}, nil
+	return Policy{Stages: sched.Stages{Ranker: place.FIFO{}, Placer: pl, Predictor: pr, Learner: learnerOf(pr)},
+		Estimates: sim.Estimates{Off: true}}, nil
+}
+
+// productionPredictor is GOGH's predictor: the live sidecar's (Options.Predictor), else a
+// fresh one that learns from the simulation's runs.
+func productionPredictor(o Options) (sched.Predictor, error) {
+	if o.Predictor != nil {
+		return o.Predictor, nil
+	}
+	return predict.New(predict.Options{Logger: o.Logger})
+}
+
+// learnerOf is the predictor as a learner, when it learns.
+func learnerOf(p sched.Predictor) sched.Learner {
+	l, _ := p.(sched.Learner)
+	return l
 }
 
 // deterministic makes a placer configuration reproducible run to run: one decomposition cell at

@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/hetgpu/hetgpu/sidecar/rank"
-	"github.com/hetgpu/hetgpu/sidecar/rank/rlsim"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
 	"github.com/hetgpu/hetgpu/sidecar/sim"
 	"github.com/hetgpu/hetgpu/sidecar/throughput"
@@ -337,7 +336,7 @@ func TestHetgpuPreempts(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Exact estimates: the test is about the mechanism, not the estimate noise.
-	p.(*rlsim.Pipeline).Estimates = rlsim.Estimates{Sigma: -1}
+	p.(*sim.PipelinePolicy).Estimates = sim.Estimates{Sigma: -1}
 	jobs := []trace.Job{job("old", jt, 1, 0, 8*3600, tb), job("new", jt, 1, 2*3600, 600, tb)}
 	r := simulate(t, v100s(t, 1, 1), jobs, p)
 	fin := map[string]float64{}
@@ -350,8 +349,8 @@ func TestHetgpuPreempts(t *testing.T) {
 
 	// Without the preemption stage the newcomer waits for the old job.
 	p2, _ := HetgpuPipeline(Options{}, heuristic)
-	p2.(*rlsim.Pipeline).Preemptor = nil
-	p2.(*rlsim.Pipeline).Estimates = rlsim.Estimates{Sigma: -1}
+	p2.(*sim.PipelinePolicy).Preemptor = nil
+	p2.(*sim.PipelinePolicy).Estimates = sim.Estimates{Sigma: -1}
 	r2 := simulate(t, v100s(t, 1, 1), jobs, p2)
 	if r2.Preemptions != 0 {
 		t.Fatalf("pipeline without a preemptor preempted %d times", r2.Preemptions)
@@ -361,7 +360,7 @@ func TestHetgpuPreempts(t *testing.T) {
 	// (about 6x faster for this model) when "first" completes.
 	vk := vkSpec(t)
 	p3, _ := HetgpuPipeline(Options{}, heuristic)
-	p3.(*rlsim.Pipeline).Estimates = rlsim.Estimates{Sigma: -1}
+	p3.(*sim.PipelinePolicy).Estimates = sim.Estimates{Sigma: -1}
 	r3 := simulate(t, vk, []trace.Job{job("first", jt, 1, 0, 3600, tb), job("late", jt, 1, 10, 10*3600, tb)}, p3)
 	late := false
 	for _, j := range r3.JobResults {

@@ -4,71 +4,75 @@ import (
 	"fmt"
 
 	"github.com/hetgpu/hetgpu/sidecar/place"
-	"github.com/hetgpu/hetgpu/sidecar/predict"
 	"github.com/hetgpu/hetgpu/sidecar/preempt"
 	"github.com/hetgpu/hetgpu/sidecar/queue"
 	"github.com/hetgpu/hetgpu/sidecar/rank"
-	"github.com/hetgpu/hetgpu/sidecar/rank/rlsim"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
 	"github.com/hetgpu/hetgpu/sidecar/sim"
 )
 
 // Queue-priority baselines of the prioritiser issue (sidecar/rank documents each formula and
 // its source). Both start jobs in priority order wherever Nomad's bin-packing would put them,
-// every job that fits (rlsim.RankedFirstFit), like sjf.
+// every job that fits (place.FirstFit with backfilling), like sjf.
 
 // newSlurm is Slurm's multifactor priority (age, job size, fair-share; rank.Slurm). It needs
 // no runtime estimates.
-func newSlurm(Options) (sim.Policy, error) {
-	return &rlsim.RankedFirstFit{PolicyName: "slurm", Ranker: &rank.Slurm{}, Estimates: rlsim.Estimates{Off: true}}, nil
+func newSlurm(o Options) (Policy, error) {
+	return Policy{Stages: sched.Stages{Ranker: &rank.Slurm{}, Predictor: typesPredictor(o), Placer: place.FirstFit{Backfill: true}},
+		Estimates: sim.Estimates{Off: true}}, nil
 }
 
 // newF1 is Carastan-Santos & de Camargo's learned priority function F1 (rank.F1). It ranks by
 // requested runtime, so it sees the simulated user estimates hetgpu also sees (true runtime x
-// log-normal error, rlsim.DefaultEstimateSigma), not sjf's exact ones.
-func newF1(o Options) (sim.Policy, error) {
-	return &rlsim.RankedFirstFit{PolicyName: "f1", Ranker: &rank.F1{}, Estimates: rlsim.Estimates{Seed: o.Seed}}, nil
+// log-normal error, sim.DefaultEstimateSigma), not sjf's exact ones.
+func newF1(o Options) (Policy, error) {
+	return Policy{Stages: sched.Stages{Ranker: &rank.F1{}, Predictor: typesPredictor(o), Placer: place.FirstFit{Backfill: true}},
+		Estimates: sim.Estimates{Seed: o.Seed}}, nil
 }
 
 // HetgpuPipeline is the full hetgpu policy around a ranker: the ranker, the predictor (GOGH's
 // P1/P2, refined online from the runs the simulation measures) and the placement MILP with the
 // hetgpu preset, run as the production pipeline. Like F1 it sees the simulated user runtime
-// estimates (rlsim.Estimates), never exact runtimes. Training builds it around the policy
+// estimates (sim.Estimates), never exact runtimes. Training builds it around the policy
 // being trained; the registered "hetgpu" policy around the bundled one.
 func HetgpuPipeline(o Options, r sched.Ranker) (sim.Policy, error) {
-	pred, err := predict.New(predict.Options{Logger: o.Logger})
+	p, err := hetgpuStages(o, r)
 	if err != nil {
-		return nil, fmt.Errorf("predictor: %w", err)
+		return nil, err
+	}
+	p.Name = "hetgpu"
+	if qs, ok := p.Stages.Queues.(*queue.Set); ok {
+		return sim.MeterQueues(p.Sim(), qs), nil
+	}
+	return p.Sim(), nil
+}
+
+// hetgpuStages are the stages of HetgpuPipeline.
+func hetgpuStages(o Options, r sched.Ranker) (Policy, error) {
+	pred, err := productionPredictor(o)
+	if err != nil {
+		return Policy{}, fmt.Errorf("predictor: %w", err)
 	}
 	pcfg := deterministic(place.PresetHetgpu())
 	pcfg.PairIdleGPUs = true // the simulator applies co-location on whole GPUs (its slots)
 	pl, err := place.New(pcfg, o.Logger)
 	if err != nil {
-		return nil, fmt.Errorf("placer: %w", err)
+		return Policy{}, fmt.Errorf("placer: %w", err)
 	}
 	pre, err := preempt.New(preempt.Default())
 	if err != nil {
-		return nil, fmt.Errorf("preemption planner: %w", err)
+		return Policy{}, fmt.Errorf("preemption planner: %w", err)
 	}
-	p := &rlsim.Pipeline{PolicyName: "hetgpu", Ranker: r, Predictor: pred, Placer: pl, Learner: pred,
-		Estimates: rlsim.Estimates{Seed: o.Seed}, Preemptor: pre}
-	if !o.Queues.Enabled() {
-		return p, nil
+	p := Policy{Stages: sched.Stages{Ranker: r, Predictor: pred, Placer: pl, Learner: learnerOf(pred), Preemptor: pre},
+		Estimates: sim.Estimates{Seed: o.Seed}}
+	if o.Queues.Enabled() {
+		set, err := queue.New(o.Queues)
+		if err != nil {
+			return Policy{}, fmt.Errorf("queues: %w", err)
+		}
+		p.Stages.Queues = set
 	}
-	set, err := queue.New(o.Queues)
-	if err != nil {
-		return nil, fmt.Errorf("queues: %w", err)
-	}
-	p.Queues = set
-	return sim.MeterQueues(p, set), nil
-}
-
-// pipelineOf is the hetgpu pipeline inside a policy HetgpuPipeline built.
-func pipelineOf(p sim.Policy) *rlsim.Pipeline {
-	if m, ok := p.(*sim.QueueMeter); ok {
-		p = m.Policy
-	}
-	return p.(*rlsim.Pipeline)
+	return p, nil
 }
 
 // HetgpuHeuristic is the hetgpu pipeline with the ranker's fallback heuristic order
@@ -76,25 +80,21 @@ func pipelineOf(p sim.Policy) *rlsim.Pipeline {
 // between the two on the same trace and cluster.
 const HetgpuHeuristic = "hetgpu-heuristic"
 
-func newHetgpuHeuristic(o Options) (sim.Policy, error) {
+func newHetgpuHeuristic(o Options) (Policy, error) {
 	r, err := rank.New(nil, rank.WithExplain(false))
 	if err != nil {
-		return nil, err
+		return Policy{}, err
 	}
-	p, err := HetgpuPipeline(o, r)
-	if err != nil {
-		return nil, err
-	}
-	pipelineOf(p).PolicyName = HetgpuHeuristic
-	return p, nil
+	return hetgpuStages(o, r)
 }
 
 // newHetgpu is the policy the sidecar runs by default: the bundled pretrained prioritiser
-// (or its fallback heuristic when a build has none) in HetgpuPipeline.
-func newHetgpu(o Options) (sim.Policy, error) {
+// (or its fallback heuristic when a build has none) in HetgpuPipeline. (The live sidecar builds
+// its own hetgpu stages from its configuration: app.StagesWithRanker.)
+func newHetgpu(o Options) (Policy, error) {
 	r, err := rank.NewDefault(rank.WithExplain(false))
 	if err != nil {
-		return nil, err
+		return Policy{}, err
 	}
-	return HetgpuPipeline(o, r)
+	return hetgpuStages(o, r)
 }

@@ -1,7 +1,8 @@
-// Package policies is the name -> constructor registry of scheduling policies that `hetgpu sim`
-// compares. Each policy documents its source. Native baselines drive the simulator's State
-// directly; production-pipeline policies (rltune, gogh, hetgpu) are sim.PipelinePolicy values that
-// run sched.Pipeline unchanged against the engine's Snapshot and Pin.
+// Package policies is the one registry of scheduling policies: every policy, the baselines
+// included, is a composition of pipeline stages (sched.Stages) built by name. `hetgpu sim`
+// compares them on the simulator (each run through sim.PipelinePolicy, the one adapter), and the
+// live sidecar runs any of them (config `policy = "tiresias"`), so an operator can see in shadow
+// mode what a baseline would have done on their own cluster. Each policy documents its source.
 //
 // Adding a policy is one line in registry():
 //
@@ -18,29 +19,58 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/hetgpu/hetgpu/sidecar/queue"
+	"github.com/hetgpu/hetgpu/sidecar/sched"
 	"github.com/hetgpu/hetgpu/sidecar/sim"
 	"github.com/hetgpu/hetgpu/sidecar/throughput"
 )
 
 // Options is what a constructor may use. Each run gets a fresh policy value.
 type Options struct {
-	Spec       *sim.Spec
+	Spec *sim.Spec
+	// Throughput is the measured table (throughput.Bundled when nil).
 	Throughput *throughput.Table
 	Seed       uint64
 	Logger     hclog.Logger
 	// Queues, when enabled, gives the hetgpu pipelines a queue stage and measures the queues
 	// (sim.QueueMeter); other policies ignore it.
 	Queues queue.Config
+	// Predictor, when set, is the predictor of the policies that only use one to tell the GPU
+	// types a job can run on (the first-fit baselines): the live sidecar's. When nil they use
+	// the simulator's oracle (sim.TablePredictor on Throughput).
+	Predictor sched.Predictor
 }
 
-// Constructor builds a policy for one simulation run.
-type Constructor func(o Options) (sim.Policy, error)
+// Policy is what a constructor builds: the stages, and what the simulator shows them.
+type Policy struct {
+	Name   string
+	Stages sched.Stages
+	// Estimates are the runtime estimates the policy sees in simulation (user estimates with
+	// their error, exact ones, or none).
+	Estimates sim.Estimates
+	// Native, set only for gavel, is a policy that drives the simulator itself (see newGavel):
+	// it has no stages and cannot run on the live sidecar.
+	Native sim.Policy
+}
+
+// Sim is the policy as the simulator runs it.
+func (p Policy) Sim() sim.Policy {
+	if p.Native != nil {
+		return p.Native
+	}
+	return &sim.PipelinePolicy{PolicyName: p.Name, Stages: p.Stages, Estimates: p.Estimates}
+}
+
+// Constructor builds a policy for one run.
+type Constructor func(o Options) (Policy, error)
 
 // Entry is one registered policy.
 type Entry struct {
 	Name    string
 	Summary string
 	New     Constructor
+	// SimOnly policies drive the simulator themselves (Policy.Native) and cannot run on the
+	// live sidecar.
+	SimOnly bool
 	// Explicit policies run only when named: "all" leaves them out (a comparison variant that
 	// would double the slowest run of every `hetgpu sim --policies all`).
 	Explicit bool
@@ -52,7 +82,7 @@ func registry() []Entry {
 		{Name: "fifo", Summary: "arrival order, head-of-line blocking, bin-packing placement (plain Nomad)", New: newFIFO},
 		{Name: "sjf", Summary: "shortest job first with oracle runtimes, backfilling, non-preemptive", New: newSJF},
 		{Name: "tiresias", Summary: "2D least-attained-service, discretised queues, preemptive (Tiresias, NSDI 2019)", New: newTiresias},
-		{Name: "gavel", Summary: "heterogeneity-aware max-min fairness LP + 6-minute rounds (Gavel, OSDI 2020)", New: newGavel},
+		{Name: "gavel", Summary: "heterogeneity-aware max-min fairness LP + 6-minute rounds (Gavel, OSDI 2020)", New: newGavel, SimOnly: true},
 		{Name: "rltune", Summary: "PPO-ranked queue + MILP placement, production pipeline (RLTune, arXiv 2512.10271)", New: newRLTune},
 		{Name: "gogh", Summary: "P1/P2 predicted throughput + energy-minimising ILP with T_min, production pipeline (GOGH, arXiv 2510.15652)", New: newGOGH},
 		{Name: "slurm", Summary: "Slurm multifactor priority (age, job size, fair-share), backfilling, bin-packing placement", New: newSlurm},
@@ -74,21 +104,66 @@ func Names() []string {
 	return out
 }
 
-// New builds a registered policy.
-func New(name string, o Options) (sim.Policy, error) {
+// Build builds a registered policy.
+func Build(name string, o Options) (Policy, error) {
 	if o.Logger == nil {
 		o.Logger = hclog.NewNullLogger()
+	}
+	if o.Throughput == nil {
+		tab, err := throughput.Bundled()
+		if err != nil {
+			return Policy{}, fmt.Errorf("policy %s: throughput table: %w", name, err)
+		}
+		o.Throughput = tab
 	}
 	for _, e := range registry() {
 		if e.Name == name {
 			p, err := e.New(o)
 			if err != nil {
-				return nil, fmt.Errorf("policy %s: %w", name, err)
+				return Policy{}, fmt.Errorf("policy %s: %w", name, err)
 			}
+			p.Name = name
 			return p, nil
 		}
 	}
-	return nil, fmt.Errorf("unknown policy %q; known: %s, all", name, strings.Join(Names(), ", "))
+	return Policy{}, fmt.Errorf("unknown policy %q; known: %s, all", name, strings.Join(Names(), ", "))
+}
+
+// New builds a registered policy for the simulator. The hetgpu pipelines with queues enabled
+// are measured per queue (sim.QueueMeter).
+func New(name string, o Options) (sim.Policy, error) {
+	p, err := Build(name, o)
+	if err != nil {
+		return nil, err
+	}
+	if qs, ok := p.Stages.Queues.(*queue.Set); ok {
+		return sim.MeterQueues(p.Sim(), qs), nil
+	}
+	return p.Sim(), nil
+}
+
+// Live builds a registered policy for the live sidecar, around its predictor (and learner).
+// Policies without stages (gavel) are refused with the reason.
+func Live(name string, o Options) (sched.Stages, error) {
+	p, err := Build(name, o)
+	if err != nil {
+		return sched.Stages{}, err
+	}
+	if p.Native != nil {
+		return sched.Stages{}, fmt.Errorf("policy %s drives the simulator itself and cannot run on the live sidecar", name)
+	}
+	return p.Stages, nil
+}
+
+// LiveNames lists the policies the live sidecar can run, in registry order.
+func LiveNames() []string {
+	var out []string
+	for _, e := range registry() {
+		if !e.SimOnly {
+			out = append(out, e.Name)
+		}
+	}
+	return out
 }
 
 // ParseList expands "a,b,c" or "all" into registered names, rejecting unknown and duplicate

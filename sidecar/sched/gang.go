@@ -33,9 +33,17 @@ type Gangs map[string]map[string]bool
 
 // GangsOf finds the gangs among the waiting jobs; gangs of one member are left out.
 func GangsOf(jobs []cluster.Job) Gangs {
-	gs := Gangs{}
+	// Count first: most jobs are one group, and a map per job would be most of a round's
+	// allocations on a long queue.
+	n := make(map[string]int, len(jobs))
 	for i := range jobs {
 		if g := GangKey(&jobs[i]); g != "" {
+			n[g]++
+		}
+	}
+	gs := Gangs{}
+	for i := range jobs {
+		if g := GangKey(&jobs[i]); n[g] >= 2 {
 			if gs[g] == nil {
 				gs[g] = map[string]bool{}
 			}
@@ -44,7 +52,7 @@ func GangsOf(jobs []cluster.Job) Gangs {
 	}
 	for g, m := range gs {
 		if len(m) < 2 {
-			delete(gs, g)
+			delete(gs, g) // one group counted twice (the same key listed twice)
 		}
 	}
 	return gs

@@ -93,26 +93,7 @@ func toFront(ranked []Ranked, gs Gangs, g string) []Ranked {
 // then running allocations' GPUs as they are expected to end. It also returns the GPUs
 // expected free then beyond need. ok is false when the cluster never frees enough.
 func shadowTime(snap *cluster.Snapshot, need int) (at time.Time, extra int, ok bool) {
-	busy := map[string]bool{}
-	for _, a := range snap.Running {
-		for _, id := range a.DeviceIDs {
-			busy[id] = true
-		}
-	}
-	free := 0
-	for i := range snap.Nodes {
-		n := &snap.Nodes[i]
-		if !n.Ready() {
-			continue
-		}
-		for _, g := range n.Devices {
-			for _, in := range g.Instances {
-				if in.Healthy && !busy[in.ID] {
-					free++
-				}
-			}
-		}
-	}
+	free := FreeGPUs(snap)
 	if free >= need {
 		return snap.Now, free - need, true
 	}

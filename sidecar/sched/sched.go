@@ -229,12 +229,7 @@ func (p *Pipeline) plan(ctx context.Context, snap *cluster.Snapshot) (Plan, erro
 // AfterPreemption is the snapshot once the applied preemptions took effect: their jobs wait
 // again (with their attained service) and their allocations are gone.
 func AfterPreemption(snap *cluster.Snapshot, res []cluster.PinResult) *cluster.Snapshot {
-	gone := map[string]bool{}
-	for _, r := range res {
-		if r.Applied {
-			gone[r.JobKey] = true
-		}
-	}
+	gone := appliedKeys(res)
 	if len(gone) == 0 {
 		return snap
 	}
@@ -245,16 +240,35 @@ func AfterPreemption(snap *cluster.Snapshot, res []cluster.PinResult) *cluster.S
 			out.Running = append(out.Running, a)
 		}
 	}
-	out.Pending = append([]cluster.Job(nil), snap.Pending...)
-	out.Preemptible = make([]cluster.Job, 0, len(snap.Preemptible))
-	for _, j := range snap.Preemptible {
-		if gone[j.Key()] {
-			out.Pending = append(out.Pending, j)
-		} else {
-			out.Preemptible = append(out.Preemptible, j)
+	out.Preemptible, out.Pending = moveJobs(snap.Preemptible, snap.Pending, gone, nil)
+	return &out
+}
+
+// moveJobs returns from without the jobs keys names, and a copy of to with those of them
+// appended that keep accepts (all when keep is nil).
+func moveJobs(from, to []cluster.Job, keys map[string]bool, keep func(*cluster.Job) bool) (rest, moved []cluster.Job) {
+	rest = make([]cluster.Job, 0, len(from))
+	moved = append(make([]cluster.Job, 0, len(to)+len(keys)), to...)
+	for _, j := range from {
+		switch {
+		case !keys[j.Key()]:
+			rest = append(rest, j)
+		case keep == nil || keep(&j):
+			moved = append(moved, j)
 		}
 	}
-	return &out
+	return rest, moved
+}
+
+// appliedKeys are the jobs whose backend answer says applied.
+func appliedKeys(res []cluster.PinResult) map[string]bool {
+	out := map[string]bool{}
+	for _, r := range res {
+		if r.Applied {
+			out[r.JobKey] = true
+		}
+	}
+	return out
 }
 
 // keepPending keeps the ranked jobs that are waiting in snap, pointing at snap's copies.

@@ -28,7 +28,9 @@ func (s *Service) Queues() QueuesView {
 	if s.stages.Queues == nil || snap == nil {
 		return v
 	}
-	v.Queues = s.stages.Queues.Status(snap)
+	if qs, ok := s.stages.Queues.(*queue.Set); ok {
+		v.Queues = qs.Status(snap)
+	}
 	return v
 }
 

@@ -63,30 +63,11 @@ type RankerStatus struct {
 	Verdict *rank.Verdict `json:"verdict,omitempty"`
 }
 
-// Stages are the pipeline's parts; Learner may be nil.
-type Stages struct {
-	Ranker    sched.Ranker
-	Predictor sched.Predictor
-	Placer    sched.Placer
-	Learner   sched.Learner
-	// Preemptor, when set, lets rounds stop preemptible running jobs on backends that can
-	// (cluster.Preempter); nil never preempts.
-	Preemptor sched.Preemptor
-	// Tuner, when set, gets every measured run and is asked to learn from them every
-	// TuneEvery, off the decision path (online fine-tuning of the ranking policy).
-	Tuner Tuner
-	// Queues, when set, is the queue stage (caps, reclaim, fair share; GET /v1/queues).
-	Queues *queue.Set
-}
+// Stages are the pipeline's parts (one policy of sidecar/policies); Learner may be nil.
+type Stages = sched.Stages
 
-// Tuner learns from finished runs in the background: Tune may train for a while and replaces
-// what the stages use only when it judges the result better.
-type Tuner interface {
-	sched.Learner
-	// Tune runs one step if enough new runs arrived; snap is the cluster's current layout.
-	// It reports whether a step ran and whether its result was adopted.
-	Tune(ctx context.Context, snap *cluster.Snapshot) (ran, adopted bool, err error)
-}
+// Tuner learns from finished runs in the background (sched.Tuner).
+type Tuner = sched.Tuner
 
 // Service runs rounds and answers the API.
 type Service struct {
@@ -135,6 +116,9 @@ type Service struct {
 func New(cfg Config, backend Backend, stages Stages, st *store.Store) (*Service, error) {
 	if backend == nil || st == nil || stages.Ranker == nil || stages.Predictor == nil || stages.Placer == nil {
 		return nil, errors.New("service: backend, store, ranker, predictor and placer are required")
+	}
+	if qs, ok := stages.Queues.(*queue.Set); ok && qs == nil {
+		stages.Queues = nil // a nil set is no queue stage
 	}
 	if cfg.Reconcile <= 0 {
 		cfg.Reconcile = 5 * time.Second

@@ -230,9 +230,26 @@ func TestPreemptionKeepsProgress(t *testing.T) {
 	}
 }
 
-// The engine as cluster.Cluster: a pipeline FIFO (ranker in snapshot order, first-fit placer
-// on free instances) run through sched.Pipeline gives the same schedule as native FIFO. This is
-// the path production policies take.
+// nativeFIFO is FIFO on the engine's own first fit (State.BestFit), without the pipeline.
+type nativeFIFO struct{}
+
+func (nativeFIFO) Name() string { return "native-fifo" }
+func (nativeFIFO) Schedule(_ context.Context, s *sim.State) error {
+	for _, j := range s.Pending() {
+		p, ok := s.BestFit(j, "")
+		if !ok {
+			return nil
+		}
+		if err := s.Start(j, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// The engine as cluster.Cluster: the registered fifo (place.FIFO, place.FirstFit on the
+// snapshot's free instances) run through sched.Pipeline gives the same schedule as FIFO on the
+// engine's own first fit. This is the path every policy takes.
 func TestPipelineMatchesNativeFIFO(t *testing.T) {
 	s := spec(t, `name = "two"
 node_class "v" {
@@ -247,8 +264,8 @@ node_class "p" {
 }
 `)
 	tr := synthetic(t, 80, 5, 13, true)
-	native := run(t, s, tr, newPolicy(t, "fifo", s))
-	pipe := run(t, s, tr, policies.PipelineFIFO())
+	native := run(t, s, tr, nativeFIFO{})
+	pipe := run(t, s, tr, newPolicy(t, "fifo", s))
 	if len(native.JobResults) != len(pipe.JobResults) {
 		t.Fatalf("native finished %d, pipeline %d", len(native.JobResults), len(pipe.JobResults))
 	}

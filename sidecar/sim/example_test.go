@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/hetgpu/hetgpu/sidecar/policies"
-	"github.com/hetgpu/hetgpu/sidecar/sched"
 	"github.com/hetgpu/hetgpu/sidecar/sim"
 	"github.com/hetgpu/hetgpu/sidecar/throughput"
 	"github.com/hetgpu/hetgpu/sidecar/trace"
@@ -22,8 +21,8 @@ func ExampleEngine_AdvanceTo() {
 	_ = e.Submit(trace.Job{ID: "resnet", JobType: "ResNet-50 (batch size 32)", Model: "ResNet-50", BatchSize: 32,
 		GPUs: 2, TotalSteps: 600 * v100, ArrivalS: 30})
 
-	stages := policies.PipelineFIFO() // any sched.Ranker, Placer and Predictor
-	pipe := sched.Pipeline{Cluster: e, Ranker: stages.Ranker, Placer: stages.Placer, Predictor: stages.Predictor}
+	fifo, _ := policies.Build("fifo", policies.Options{Throughput: tab}) // any registered policy
+	pipe := fifo.Stages.Pipeline(e)
 	ctx := context.Background()
 	for t := 0.0; !e.Done(); t += 60 {
 		e.AdvanceTo(t)

@@ -27,7 +27,7 @@ func deterministic(rs []*sim.Result) []*sim.Result {
 }
 
 // Same seed, same results: a fixed synthetic trace on gavel-108 scaled to a third gives the
-// results in testdata/golden.json for every native policy, run concurrently.
+// results in testdata/golden.json for the baselines, run concurrently.
 func TestGolden(t *testing.T) {
 	s, err := sim.LoadSpec("gavel-108:scale=0.34")
 	if err != nil {

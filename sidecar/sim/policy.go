@@ -14,39 +14,73 @@ import (
 // Policy is a scheduler the engine consults after every batch of events. Schedule starts jobs
 // (State.Start, or State.Pin with cluster decisions) and, for preemptive policies, stops them
 // (State.Preempt). A policy that also implements sched.Learner receives one observation per
-// finished allocation.
+// finished allocation. Registered policies are pipelines (PipelinePolicy); only gavel and tests
+// drive State directly.
 type Policy interface {
 	Name() string
 	Schedule(ctx context.Context, s *State) error
 }
 
-// PipelinePolicy runs the production scheduling pipeline unchanged: each round is
-// sched.Pipeline.RunRound against the engine (Snapshot -> Ranker -> Placer -> Pin).
+// PipelinePolicy is the one adapter from a policy (sched.Stages, as sidecar/policies registers
+// them) to the simulator: each round is sched.Pipeline.RunRound against the engine (Snapshot ->
+// Ranker -> Preemptor -> Placer -> Pin), the code the live sidecar runs against Nomad. The
+// snapshots carry the runtime estimates Estimates configures.
 type PipelinePolicy struct {
 	PolicyName string
-	Ranker     sched.Ranker
-	Predictor  sched.Predictor
-	Placer     sched.Placer
-	// Learner, when set, receives the engine's observations (GOGH's online refinement).
-	Learner sched.Learner
+	sched.Stages
+	Estimates Estimates
 	// OnRound, when set, sees every round (tests, explain logs).
 	OnRound func(*sched.Round)
+
+	partialGangPins int
 }
 
 // Name implements Policy.
 func (p *PipelinePolicy) Name() string { return p.PolicyName }
 
+// NeedsOracle asks the engine for true runtimes, which the policy only ever sees through
+// Estimates.
+func (p *PipelinePolicy) NeedsOracle() bool { return !p.Estimates.Off }
+
+// PartialGangPins counts the gangs the rounds pinned in part (GangCounter; must stay 0).
+func (p *PipelinePolicy) PartialGangPins() int { return p.partialGangPins }
+
 // Schedule implements Policy.
 func (p *PipelinePolicy) Schedule(ctx context.Context, s *State) error {
-	pl := sched.Pipeline{Cluster: s, Ranker: p.Ranker, Predictor: p.Predictor, Placer: p.Placer}
-	r, err := pl.RunRound(ctx)
+	c := estimating{s: s, est: p.Estimates}
+	r, err := p.Stages.Pipeline(c).RunRound(ctx)
+	if r != nil {
+		p.partialGangPins += r.PartialGangPins
+		if p.OnRound != nil {
+			p.OnRound(r)
+		}
+	}
 	if err != nil {
 		return err
 	}
-	if p.OnRound != nil {
-		p.OnRound(r)
-	}
+	p.wake(c.s, r)
 	return nil
+}
+
+// wake asks for the round the time-driven stages (sched.Waker) want, after this one.
+func (p *PipelinePolicy) wake(s *State, r *sched.Round) {
+	var ws []sched.Waker
+	for _, st := range []any{p.Ranker, p.Preemptor, p.Placer} {
+		if w, ok := st.(sched.Waker); ok {
+			ws = append(ws, w)
+		}
+	}
+	if len(ws) == 0 || r.Snapshot == nil {
+		return
+	}
+	snap := sched.AfterPins(r.Snapshot, r.Pins)
+	next := math.Inf(1)
+	for _, w := range ws {
+		if t := w.NextRound(snap); !t.IsZero() {
+			next = math.Min(next, t.Sub(s.e.cfg.Epoch).Seconds())
+		}
+	}
+	s.WakeAt(next)
 }
 
 // Observe implements sched.Learner by forwarding to Learner.

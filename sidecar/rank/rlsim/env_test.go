@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hetgpu/hetgpu/model/cluster"
+	"github.com/hetgpu/hetgpu/sidecar/place"
 	"github.com/hetgpu/hetgpu/sidecar/rank"
 	"github.com/hetgpu/hetgpu/sidecar/rank/ppo"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
@@ -16,6 +17,13 @@ import (
 	"github.com/hetgpu/hetgpu/sidecar/throughput"
 	"github.com/hetgpu/hetgpu/sidecar/trace"
 )
+
+// rankedFirstFit starts jobs in the ranker's order where Nomad's bin-packing would, every job
+// that fits, on noisy runtime estimates (the slurm and f1 baselines' shape).
+func rankedFirstFit(name string, r sched.Ranker, tab *throughput.Table) *sim.PipelinePolicy {
+	return &sim.PipelinePolicy{PolicyName: name, Estimates: sim.Estimates{Seed: 1}, Stages: sched.Stages{Ranker: r,
+		Predictor: sim.TablePredictor{Table: tab}, Placer: place.FirstFit{Backfill: true}}}
+}
 
 func testEnv(t testing.TB, jobs int) *Env {
 	t.Helper()
@@ -34,11 +42,11 @@ func testEnv(t testing.TB, jobs int) *Env {
 	tr.Jobs = tr.Jobs[:min(len(tr.Jobs), 3*jobs)]
 	env, err := NewEnv(EnvConfig{Spec: spec, Throughput: tab, Trace: tr, EpisodeJobs: jobs,
 		Policy: func(r sched.Ranker) (sim.Policy, error) {
-			return &RankedFirstFit{PolicyName: "learned", Ranker: r, Estimates: Estimates{Seed: 1}}, nil
+			return rankedFirstFit("learned", r, tab), nil
 		},
 		Baseline: func() (sim.Policy, error) {
 			h, err := rank.New(nil)
-			return &RankedFirstFit{PolicyName: "heuristic", Ranker: h, Estimates: Estimates{Seed: 1}}, err
+			return rankedFirstFit("heuristic", h, tab), err
 		}})
 	if err != nil {
 		t.Fatal(err)
@@ -87,10 +95,8 @@ func TestOnlineTuningFromSimulatedRuns(t *testing.T) {
 	env := testEnv(t, 40)
 	col := &collector{}
 	h, _ := rank.New(nil)
-	p := struct {
-		*RankedFirstFit
-		*collector
-	}{&RankedFirstFit{PolicyName: "live", Ranker: h, Estimates: Estimates{Seed: 1}}, col}
+	p := rankedFirstFit("live", h, env.cfg.Throughput)
+	p.Learner = col
 	if _, err := sim.Simulate(context.Background(), env.setup(0), p, nil); err != nil {
 		t.Fatal(err)
 	}

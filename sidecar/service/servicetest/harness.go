@@ -34,6 +34,9 @@ type Harness struct {
 	Placer sched.Placer
 	// Queues, when set before Start, becomes the service's queue stage.
 	Queues *queue.Set
+	// Stages, when set before Start, are the service's stages instead of all the above (a
+	// registered policy).
+	Stages *service.Stages
 }
 
 // NewHarness builds the harness; mod may change the service and backend configuration.
@@ -68,8 +71,11 @@ func (h *Harness) Start() {
 	if h.Placer != nil {
 		placer = h.Placer
 	}
-	svc, err := service.New(h.cfg, b, service.Stages{Ranker: FIFO{}, Predictor: h.Pred, Placer: placer, Learner: h.Pred,
-		Tuner: h.Tuner, Queues: h.Queues}, st)
+	stages := service.Stages{Ranker: FIFO{}, Predictor: h.Pred, Placer: placer, Learner: h.Pred, Tuner: h.Tuner, Queues: h.Queues}
+	if h.Stages != nil {
+		stages = *h.Stages
+	}
+	svc, err := service.New(h.cfg, b, stages, st)
 	if err != nil {
 		h.T.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-// Package servicetest has small, predictable pipeline stages for tests of the sidecar: a FIFO
+// Package servicetest has small, predictable pipeline stages for tests of the sidecar: the FIFO
 // ranker, a fixed-table predictor and a first-fit placer that prefers the fastest GPU type.
 // They stand in for sidecar/rank, sidecar/predict and sidecar/place so the service can be
 // tested on its own.
@@ -12,22 +12,12 @@ import (
 	"time"
 
 	"github.com/hetgpu/hetgpu/model/cluster"
+	"github.com/hetgpu/hetgpu/sidecar/place"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
 )
 
-// FIFO ranks oldest first; score = jobs behind it.
-type FIFO struct{}
-
-// Rank implements sched.Ranker.
-func (FIFO) Rank(_ context.Context, snap *cluster.Snapshot, _ sched.Predictor) ([]sched.Ranked, error) {
-	out := make([]sched.Ranked, len(snap.Pending))
-	for i := range snap.Pending {
-		j := &snap.Pending[i]
-		out[i] = sched.Ranked{Job: j, Score: float64(len(snap.Pending) - i),
-			Features: map[string]float64{"wait_s": snap.Now.Sub(j.SubmitTime).Seconds(), "gpus": float64(j.GPUs)}}
-	}
-	return out, nil
-}
+// FIFO ranks oldest first (place.FIFO, the baselines' ranker); score = jobs behind it.
+type FIFO = place.FIFO
 
 // Speeds is a per-GPU throughput (steps/s) and power (W) per type.
 var Speeds = map[string][2]float64{

@@ -1,0 +1,58 @@
+package app
+
+import (
+	"testing"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/hetgpu/hetgpu/sidecar/place"
+	"github.com/hetgpu/hetgpu/sidecar/predict"
+	"github.com/hetgpu/hetgpu/sidecar/rank"
+)
+
+// policy = "NAME" builds that registered policy's stages around the sidecar's predictor; the
+// default is hetgpu's (learned or heuristic ranker, the MILP placer, online tuning).
+func TestPolicySetting(t *testing.T) {
+	dir := t.TempDir()
+	for _, tt := range []struct {
+		src    string
+		policy string
+	}{
+		{src: ``, policy: DefaultPolicy},
+		{src: `policy = "tiresias"`, policy: "tiresias"},
+		{src: `policy = "fifo"`, policy: "fifo"},
+	} {
+		c, err := ParseConfig("t.hcl", []byte(tt.src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.StateDir = dir
+		if err := c.Finish(); err != nil {
+			t.Fatal(err)
+		}
+		if c.Policy != tt.policy {
+			t.Fatalf("%q: policy %q, want %q", tt.src, c.Policy, tt.policy)
+		}
+		st, _, err := Stages(c, dir, hclog.NewNullLogger())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := st.Predictor.(*predict.Predictor); !ok || st.Learner == nil {
+			t.Fatalf("%s: predictor %T, learner %v; want the sidecar's predictor, learning", tt.policy, st.Predictor, st.Learner)
+		}
+		switch tt.policy {
+		case DefaultPolicy:
+			if _, ok := st.Ranker.(*rank.Ranker); !ok || st.Tuner == nil {
+				t.Fatalf("hetgpu: ranker %T, tuner %v", st.Ranker, st.Tuner)
+			}
+		case "tiresias":
+			if _, ok := st.Ranker.(*rank.LAS); !ok || any(st.Preemptor) != any(st.Ranker) || st.Tuner != nil {
+				t.Fatalf("tiresias: ranker %T, preemptor %T, tuner %v", st.Ranker, st.Preemptor, st.Tuner)
+			}
+		case "fifo":
+			if _, ok := st.Placer.(place.FirstFit); !ok || st.Preemptor != nil {
+				t.Fatalf("fifo: placer %T, preemptor %T", st.Placer, st.Preemptor)
+			}
+		}
+	}
+}

@@ -1,0 +1,181 @@
+package place
+
+import (
+	"context"
+	"sort"
+	"time"
+
+	"github.com/hetgpu/hetgpu/model/cluster"
+	"github.com/hetgpu/hetgpu/sidecar/constraint"
+	"github.com/hetgpu/hetgpu/sidecar/sched"
+)
+
+// FirstFit is Nomad-style bin-packing, heterogeneity-unaware: each ranked job in turn goes to
+// the node with the fewest free GPUs that fits it (lowest free instance IDs) on a GPU type the
+// predictor says it can run on, or, if it may span nodes, to the fewest nodes of one type,
+// fullest-free first. Nodes and GPUs are those the job's constraints and device request allow
+// (sidecar/constraint, Nomad's semantics). It is the placer of the queue-order baselines (fifo, sjf, tiresias, slurm,
+// f1): what plain Nomad would do with their order.
+type FirstFit struct {
+	// Backfill lets later jobs start when a job does not fit; without it the first job that
+	// does not fit stops the round (head-of-line blocking, FIFO).
+	Backfill bool
+}
+
+// Place implements sched.Placer.
+func (f FirstFit) Place(_ context.Context, snap *cluster.Snapshot, ranked []sched.Ranked, pred sched.Predictor) ([]cluster.Decision, sched.PlaceStats, error) {
+	t0 := time.Now()
+	type node struct {
+		n    *cluster.Node
+		g    *cluster.DeviceGroup
+		free []string
+	}
+	groups := sched.FreeGroups(snap)
+	nodes := make([]node, len(groups))
+	free := 0 // GPUs left: a job that needs more cannot fit anywhere
+	for i, fg := range groups {
+		nodes[i] = node{n: fg.Node, g: fg.Group, free: fg.IDs}
+		free += len(fg.IDs)
+	}
+	var types []string
+	seen := map[string]bool{}
+	for _, nd := range nodes {
+		if !seen[nd.g.GPUType] {
+			seen[nd.g.GPUType] = true
+			types = append(types, nd.g.GPUType)
+		}
+	}
+	sort.Strings(types)
+	var out []cluster.Decision
+	for _, r := range ranked {
+		j := r.Job
+		if j.GPUs > free {
+			if f.Backfill && free > 0 {
+				continue
+			}
+			break
+		}
+		runs := map[string]bool{} // GPU type -> the predictor says the job runs there
+		canRun := func(t string) bool {
+			ok, seen := runs[t]
+			if !seen {
+				ok = pred.Predict(j, t, j.GPUs).Throughput > 0
+				runs[t] = ok
+			}
+			return ok
+		}
+		cj, err := constraint.CompileJob(j)
+		if err != nil {
+			continue // it can never be placed (the service reports it); it blocks nobody
+		}
+		// avail are the free GPUs of a node the job may use: none where its constraints or
+		// device request rule the node out, only the instances it names when it pins some.
+		avail := func(nd *node) []string {
+			if !cj.NodeFeasible(nd.n) || !cj.GroupFeasible(nd.g) {
+				return nil
+			}
+			if !cj.PinsInstances() {
+				return nd.free
+			}
+			var ids []string
+			for _, id := range nd.free {
+				if cj.InstanceAllowed(nd.g, id) {
+					ids = append(ids, id)
+				}
+			}
+			return ids
+		}
+		take := func(nd *node, k int) cluster.Assignment {
+			ids := append([]string(nil), avail(nd)[:k]...)
+			nd.free = without(nd.free, ids)
+			free -= k
+			return cluster.Assignment{NodeID: nd.n.ID, DeviceGroup: nd.g.ID(), InstanceIDs: ids}
+		}
+		best, bestFree := -1, 0
+		for i := range nodes {
+			nd := &nodes[i]
+			n := len(avail(nd))
+			if n < j.GPUs || (best >= 0 && n >= bestFree) {
+				continue
+			}
+			if !canRun(nd.g.GPUType) {
+				continue
+			}
+			best, bestFree = i, n
+			if n == j.GPUs {
+				break
+			}
+		}
+		d := cluster.Decision{Namespace: j.Namespace, JobID: j.ID, Group: j.Group}
+		if best >= 0 {
+			d.GPUType = nodes[best].g.GPUType
+			d.Assign = []cluster.Assignment{take(&nodes[best], j.GPUs)}
+			out = append(out, d)
+			continue
+		}
+		placed := false
+		for _, t := range types {
+			if j.MaxNodes() <= 1 || cj.Distinct || !canRun(t) {
+				continue
+			}
+			var idx []int
+			total := 0
+			for i := range nodes {
+				if n := len(avail(&nodes[i])); nodes[i].g.GPUType == t && n > 0 {
+					idx = append(idx, i)
+					total += n
+				}
+			}
+			if total < j.GPUs {
+				continue
+			}
+			sort.SliceStable(idx, func(a, b int) bool { return len(avail(&nodes[idx[a]])) > len(avail(&nodes[idx[b]])) })
+			need, used := j.GPUs, 0
+			for _, i := range idx {
+				if used == j.MaxNodes() || need == 0 {
+					break
+				}
+				need -= min(need, len(avail(&nodes[i])))
+				used++
+			}
+			if need > 0 {
+				continue
+			}
+			need = j.GPUs
+			for _, i := range idx {
+				if need == 0 {
+					break
+				}
+				k := min(need, len(avail(&nodes[i])))
+				d.Assign = append(d.Assign, take(&nodes[i], k))
+				need -= k
+			}
+			d.GPUType = t
+			out = append(out, d)
+			placed = true
+			break
+		}
+		if !placed && !f.Backfill {
+			break
+		}
+	}
+	return out, sched.PlaceStats{Candidates: len(ranked), Solver: "greedy", SolveTime: time.Since(t0)}, nil
+}
+
+// without is ids less drop (drop's IDs are in ids, in order).
+func without(ids, drop []string) []string {
+	if len(drop) > 0 && len(ids) >= len(drop) && ids[0] == drop[0] && ids[len(drop)-1] == drop[len(drop)-1] {
+		return ids[len(drop):] // the usual case: the lowest free IDs were taken
+	}
+	gone := make(map[string]bool, len(drop))
+	for _, id := range drop {
+		gone[id] = true
+	}
+	out := make([]string, 0, len(ids)-len(drop))
+	for _, id := range ids {
+		if !gone[id] {
+			out = append(out, id)
+		}
+	}
+	return out
+}

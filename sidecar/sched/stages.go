@@ -1,0 +1,69 @@
+package sched
+
+import (
+	"context"
+	"time"
+
+	"github.com/hetgpu/hetgpu/model/cluster"
+)
+
+// Stages is a scheduling policy: the stages a Pipeline runs. Every policy, the baselines
+// included, is one of these (sidecar/policies registers them), so any of them can decide for
+// either backend: the live sidecar (sidecar/service) and the simulator (sim.PipelinePolicy).
+// Ranker, Predictor and Placer are required; the rest may be nil.
+type Stages struct {
+	Ranker    Ranker
+	Predictor Predictor
+	Placer    Placer
+	// Learner receives measured runs (the predictor's catalog and P2).
+	Learner Learner
+	// Preemptor, when set, lets rounds stop preemptible running jobs on backends that can
+	// (cluster.Preempter); nil never preempts.
+	Preemptor Preemptor
+	// Tuner, when set, gets every measured run and is asked to learn from them in the
+	// background (online fine-tuning of the ranking policy; the live sidecar only).
+	Tuner Tuner
+	// Queues, when set, is the queue stage (caps, reclaim, fair share).
+	Queues Queues
+}
+
+// Pipeline is the pipeline that runs these stages against a backend (no reservations).
+func (s Stages) Pipeline(c cluster.Cluster) *Pipeline {
+	p := &Pipeline{Cluster: c, Ranker: s.Ranker, Predictor: s.Predictor, Placer: s.Placer, Preemptor: s.Preemptor}
+	if s.Queues != nil {
+		p.Queues = s.Queues
+	}
+	return p
+}
+
+// Tuner learns from finished runs in the background: Tune may train for a while and replaces
+// what the stages use only when it judges the result better.
+type Tuner interface {
+	Learner
+	// Tune runs one step if enough new runs arrived; snap is the cluster's current layout.
+	// It reports whether a step ran and whether its result was adopted.
+	Tune(ctx context.Context, snap *cluster.Snapshot) (ran, adopted bool, err error)
+}
+
+// Waker is implemented by a stage whose decisions change with time alone (least attained
+// service demotes running jobs as they run; a starving job is promoted): NextRound is when it
+// wants the next round, given the round's snapshot as the round left it (AfterPins); the zero
+// time means no such need. The simulator schedules a round then; the live sidecar's periodic
+// reconcile covers it.
+type Waker interface {
+	NextRound(snap *cluster.Snapshot) time.Time
+}
+
+// AfterPins is the snapshot once a round's applied pins took effect, as far as the queue goes:
+// the jobs pinned wait no longer, and those that may be preempted are listed as preemptible.
+// Running allocations are not rebuilt (their nodes and GPUs are the backend's to report).
+func AfterPins(snap *cluster.Snapshot, pins []cluster.PinResult) *cluster.Snapshot {
+	started := appliedKeys(pins)
+	if len(started) == 0 {
+		return snap
+	}
+	out := *snap
+	out.Pending, out.Preemptible = moveJobs(snap.Pending, snap.Preemptible, started,
+		func(j *cluster.Job) bool { return j.Hetgpu.Preemptible })
+	return &out
+}
