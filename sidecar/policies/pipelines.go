@@ -25,7 +25,7 @@ func newRLTune(o Options) (Policy, error) {
 	if err != nil {
 		return Policy{}, fmt.Errorf("rltune ranker: %w", err)
 	}
-	pl, err := place.New(deterministic(place.PresetRLTune()), o.Logger)
+	pl, err := place.New(o.placement(place.PresetRLTune()), o.Logger)
 	if err != nil {
 		return Policy{}, fmt.Errorf("rltune placer: %w", err)
 	}
@@ -43,7 +43,7 @@ func newGOGH(o Options) (Policy, error) {
 	if err != nil {
 		return Policy{}, fmt.Errorf("gogh predictor: %w", err)
 	}
-	pl, err := place.New(deterministic(place.PresetGOGH()), o.Logger)
+	pl, err := place.New(o.placement(place.PresetGOGH()), o.Logger)
 	if err != nil {
 		return Policy{}, fmt.Errorf("gogh placer: %w", err)
 	}
@@ -66,10 +66,14 @@ func learnerOf(p sched.Predictor) sched.Learner {
 	return l
 }
 
-// deterministic makes a placer configuration reproducible run to run: one decomposition cell at
-// a time, no round deadline. (A solve that hits its wall-clock time or polish limit can still
-// differ between machines and with the machine's load.)
-func deterministic(c place.Config) place.Config {
+// placement is a preset as the policy runs it. In the simulator it is made reproducible run to
+// run: one decomposition cell at a time, no round deadline (a solve that hits its wall-clock time
+// limit can still differ between machines and with the machine's load). On the live sidecar the
+// preset's production limits stay, since a round must end in time.
+func (o Options) placement(c place.Config) place.Config {
+	if o.Live {
+		return c
+	}
 	c.Parallelism = 1
 	c.RoundDeadline = 0
 	c.PolishLimit = 0

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/hetgpu/hetgpu/sidecar/place"
 	"github.com/hetgpu/hetgpu/sidecar/rank"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
 	"github.com/hetgpu/hetgpu/sidecar/sim"
@@ -374,5 +375,44 @@ func TestHetgpuPreempts(t *testing.T) {
 	}
 	if !late {
 		t.Fatalf("job late did not finish: %+v", r3.JobResults)
+	}
+}
+
+// The live sidecar keeps the presets' production limits and never co-locates on whole GPUs
+// (Nomad gives a whole GPU to one allocation); the simulator's copies are made reproducible
+// and co-locate on its slots.
+func TestLivePlacementConfig(t *testing.T) {
+	tab, err := throughput.Bundled()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := Options{Throughput: tab, Seed: 1}
+	for _, name := range []string{"hetgpu-heuristic", "rltune", "gogh"} {
+		live, err := Live(name, o)
+		if err != nil {
+			t.Fatalf("Live(%s): %v", name, err)
+		}
+		simp, err := Build(name, o)
+		if err != nil {
+			t.Fatalf("Build(%s): %v", name, err)
+		}
+		type configured interface{ Config() place.Config }
+		lc, ok1 := live.Placer.(configured)
+		sc, ok2 := simp.Stages.Placer.(configured)
+		if !ok1 || !ok2 {
+			t.Fatalf("%s: placer %T has no Config", name, live.Placer)
+		}
+		if lc.Config().PairIdleGPUs {
+			t.Errorf("%s live: PairIdleGPUs on; Nomad cannot place two allocations on one whole GPU", name)
+		}
+		if lc.Config().RoundDeadline == 0 && lc.Config().PolishLimit == 0 {
+			t.Errorf("%s live: no round deadline and no polish limit; a live round must end in time", name)
+		}
+		if got := sc.Config(); got.RoundDeadline != 0 || got.PolishLimit != 0 || got.Parallelism != 1 {
+			t.Errorf("%s sim: deadline %v, polish %v, parallelism %d; want a reproducible solve", name, got.RoundDeadline, got.PolishLimit, got.Parallelism)
+		}
+	}
+	if st, _ := Build("hetgpu-heuristic", o); !st.Stages.Placer.(interface{ Config() place.Config }).Config().PairIdleGPUs {
+		t.Error("hetgpu-heuristic sim: PairIdleGPUs off; the simulator co-locates on its slots")
 	}
 }

@@ -53,8 +53,10 @@ func hetgpuStages(o Options, r sched.Ranker) (Policy, error) {
 	if err != nil {
 		return Policy{}, fmt.Errorf("predictor: %w", err)
 	}
-	pcfg := deterministic(place.PresetHetgpu())
-	pcfg.PairIdleGPUs = true // the simulator applies co-location on whole GPUs (its slots)
+	pcfg := o.placement(place.PresetHetgpu())
+	// The simulator co-locates on whole GPUs (its slots); Nomad gives a whole GPU to one
+	// allocation, so the live sidecar shares only through the device plugin's slot groups.
+	pcfg.PairIdleGPUs = !o.Live
 	pl, err := place.New(pcfg, o.Logger)
 	if err != nil {
 		return Policy{}, fmt.Errorf("placer: %w", err)

@@ -38,6 +38,9 @@ type Options struct {
 	// types a job can run on (the first-fit baselines): the live sidecar's. When nil they use
 	// the simulator's oracle (sim.TablePredictor on Throughput).
 	Predictor sched.Predictor
+	// Live says the stages drive the live sidecar (Live sets it): production placement limits,
+	// no co-location on whole GPUs.
+	Live bool
 }
 
 // Policy is what a constructor builds: the stages, and what the simulator shows them.
@@ -145,6 +148,7 @@ func New(name string, o Options) (sim.Policy, error) {
 // Live builds a registered policy for the live sidecar, around its predictor (and learner).
 // Policies without stages (gavel) are refused with the reason.
 func Live(name string, o Options) (sched.Stages, error) {
+	o.Live = true
 	p, err := Build(name, o)
 	if err != nil {
 		return sched.Stages{}, err
