@@ -90,13 +90,13 @@ func (d *Driver) newHandle(cfg *drivers.TaskConfig, st *driverState, sh *shim.Ha
 	d.mu.Unlock()
 	sampler := telemetry.NewSampler(gpus)
 	if st.MPSGPU != "" && g != nil && g.slots != nil {
-		mgr, gpu, id := g.slots, st.MPSGPU, cfg.GetId()
-		sampler.SetShare(func(uuid string) (float64, bool) {
-			if uuid != gpu {
-				return 1, false
-			}
-			return energyShare(mgr.Clients(gpu), id)
-		})
+		u := &utilShare{lib: g.lib, mgr: g.slots, gpu: st.MPSGPU, taskID: cfg.GetId(), tree: procTree(d.opts.ProcRoot)}
+		c, err := g.slots.SetPID(st.MPSGPU, cfg.GetId(), sh.TaskPID)
+		if err != nil {
+			logger.Warn("MPS client PID not recorded: its energy falls back to the thread-cap split", "error", err)
+		}
+		g.setProcessLoad(st.MPSGPU, sh.TaskPID, mpsshare.FakeClientLoad(fakeTaskUtil, c.ThreadPct))
+		sampler.SetShare(u.share)
 	}
 	return &taskHandle{
 		d: d, gpu: g, logger: logger, cfg: cfg, st: st, shim: sh, ann: parseAnnotations(cfg.GetEnv()),
@@ -299,6 +299,9 @@ func (h *taskHandle) finish(st *shim.State, waitErr error) {
 	}
 	h.restorePowerLimits()
 	coRunners := h.coRunners()
+	if h.st.MPSGPU != "" {
+		h.gpu.setProcessLoad(h.st.MPSGPU, h.st.Shim.TaskPID, 0)
+	}
 	if h.st.MPSGPU == "" || len(coRunners) == 0 {
 		h.gpu.setLoad(h.gpus, 0) // a shared GPU stays busy while co-runners remain
 	}

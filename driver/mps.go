@@ -305,12 +305,11 @@ func attachSlots(g *gpuBackend, cfg interface {
 	return ids[0], ev, nil
 }
 
-// energyShare is the fraction of a shared GPU's energy attributed to a task: its weight over
-// the weights of all the GPU's MPS clients, the weight being the client's active-thread
-// percentage (its SM share; 100 when uncapped). NVML reports one process per GPU under MPS
-// (the MPS server), so a per-client utilisation is not measurable there; the thread cap is
-// the share each client may use. ok is false for a GPU without other clients (all energy is
-// the task's).
+// energyShare is the thread-cap split of a shared GPU's energy, the fallback of the measured
+// split (see mpsutil.go) for intervals without per-process samples of the clients: a task's
+// weight over the weights of all the GPU's MPS clients, the weight being the client's
+// active-thread percentage (its SM share; 100 when uncapped). ok is false for a GPU without
+// other clients (all energy is the task's).
 func energyShare(clients []mpsshare.Client, taskID string) (float64, bool) {
 	if len(clients) < 2 {
 		return 1, false

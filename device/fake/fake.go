@@ -348,6 +348,19 @@ func (f *Fleet) SetLoad(i int, gpuUtil, memUtil float64, memUsedMiB uint64) {
 	g.memUsedMiB = min(memUsedMiB, g.memTotalMiB)
 }
 
+// SetProcessLoad sets the SM utilisation (0..1) that process pid shows on GPU i in
+// GetProcessUtilization, as one MPS client among others; 0 removes the process.
+func (f *Fleet) SetProcessLoad(i int, pid uint32, smUtil float64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	g := f.gpus[i]
+	if smUtil <= 0 {
+		delete(g.procUtil, pid)
+		return
+	}
+	g.procUtil[pid] = clamp01(smUtil)
+}
+
 // InjectXID delivers an XID critical-error event for GPU i to every registered event set.
 func (f *Fleet) InjectXID(i int, xid uint64) {
 	f.mu.Lock()

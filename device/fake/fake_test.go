@@ -2,6 +2,7 @@ package fake
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -295,17 +296,58 @@ func TestPolledQueriesDoNotAccumulate(t *testing.T) {
 		d.GetTemperature(nvml.TEMPERATURE_GPU)
 		d.GetTotalEccErrors(nvml.MEMORY_ERROR_TYPE_CORRECTED, nvml.VOLATILE_ECC)
 		d.GetNvLinkState(0)
+		d.GetProcessUtilization(0)
 		if lvl, r := d.GetTopologyCommonAncestor(other); r != nvml.SUCCESS || lvl != nvml.TOPOLOGY_SINGLE {
 			t.Fatalf("topology = %v %v", lvl, r)
 		}
 	}
 	g := f.GPU(0).dev
 	if n := len(g.GetClockInfoCalls()) + len(g.GetTemperatureCalls()) + len(g.GetTotalEccErrorsCalls()) +
-		len(g.GetNvLinkStateCalls()) + len(g.GetTopologyCommonAncestorCalls()) + len(f.Server.DeviceGetHandleByIndexCalls()); n != 0 {
+		len(g.GetNvLinkStateCalls()) + len(g.GetTopologyCommonAncestorCalls()) + len(f.Server.DeviceGetHandleByIndexCalls()) +
+		len(g.GetProcessUtilizationCalls()); n != 0 {
 		t.Errorf("mock recorded %d calls", n)
 	}
 	byUUID, r := f.DeviceGetHandleByUUID(f.UUIDs()[1])
 	if r != nvml.SUCCESS || byUUID != other {
 		t.Errorf("DeviceGetHandleByUUID = %v, %v", byUUID, r)
+	}
+	if n := len(f.Server.DeviceGetHandleByUUIDCalls()); n != 0 {
+		t.Errorf("mock recorded %d DeviceGetHandleByUUID calls", n)
+	}
+}
+
+// GetProcessUtilization answers per-process samples of the MPS clients SetProcessLoad put on
+// a GPU, with NVML's NOT_FOUND when nothing is newer than lastSeen.
+func TestProcessUtilization(t *testing.T) {
+	now := time.Unix(2000, 0)
+	f, err := New(Spec{GPUs: []string{"2x V100"}, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, _ := f.DeviceGetHandleByIndex(0)
+	if _, r := d.GetProcessUtilization(0); r != nvml.ERROR_NOT_FOUND {
+		t.Errorf("no processes: %v, want NOT_FOUND", r)
+	}
+	f.SetProcessLoad(0, 42, 0.8)
+	f.SetProcessLoad(0, 7, 0.2)
+	f.SetProcessLoad(1, 9, 0.5) // another GPU's process
+	got, r := d.GetProcessUtilization(0)
+	want := []nvml.ProcessUtilizationSample{
+		{Pid: 7, TimeStamp: 2000_000_000, SmUtil: 20, MemUtil: 12},
+		{Pid: 42, TimeStamp: 2000_000_000, SmUtil: 80, MemUtil: 48},
+	}
+	if r != nvml.SUCCESS || !slices.Equal(got, want) {
+		t.Errorf("samples = %+v %v, want %+v", got, r, want)
+	}
+	if _, r := d.GetProcessUtilization(2000_000_000); r != nvml.ERROR_NOT_FOUND {
+		t.Errorf("nothing newer than lastSeen: %v, want NOT_FOUND", r)
+	}
+	f.SetProcessLoad(0, 42, 0)
+	if got, _ := d.GetProcessUtilization(0); len(got) != 1 || got[0].Pid != 7 {
+		t.Errorf("after removing pid 42: %+v", got)
+	}
+	f.SetError(0, "utilization", nvml.ERROR_NOT_SUPPORTED)
+	if _, r := d.GetProcessUtilization(0); r != nvml.ERROR_NOT_SUPPORTED {
+		t.Errorf("injected error: %v, want NOT_SUPPORTED", r)
 	}
 }

@@ -1,7 +1,9 @@
 package fake
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -30,6 +32,8 @@ type GPU struct {
 	eventSets                  []*eventSet
 	peers                      []*GPU // direct NVLink peers (no NVSwitch)
 	migs                       []*migDevice
+	// procUtil is the SM utilisation (0..1) of each process on the GPU (MPS clients), by PID.
+	procUtil map[uint32]float64
 }
 
 // UUID is the GPU's NVML UUID.
@@ -49,7 +53,8 @@ func (g *GPU) MIGUUIDs() []string {
 
 func newGPU(f *Fleet, dev *server.Device, m Model, ds gpuspec.Spec, idx, box, inBox, boxSize int, seed string) *GPU {
 	g := &GPU{fleet: f, dev: dev, model: m, ds: ds, index: idx, box: box, inBox: inBox, boxSize: boxSize,
-		memTotalMiB: m.memoryMiB(ds.MemoryGiB), powerLimitW: uint32(ds.TDPW), errs: map[string]nvml.Return{}, lastT: f.now()}
+		memTotalMiB: m.memoryMiB(ds.MemoryGiB), powerLimitW: uint32(ds.TDPW), errs: map[string]nvml.Return{}, lastT: f.now(),
+		procUtil: map[uint32]float64{}}
 	g.h = &handle{Device: dev}
 	dev.UUID = deterministicUUID("GPU", seed, idx, m.Key)
 	// Boxes sit on their own PCI bus ranges: bus = 0x10 * (box+1) + index in box, like sysfs names.
@@ -285,6 +290,26 @@ func (g *GPU) setFuncs() {
 		unlock, r := lock("utilization")
 		defer unlock()
 		return nvml.Utilization{Gpu: uint32(g.util*100 + 0.5), Memory: uint32(g.memUtil*100 + 0.5)}, r
+	}
+	d.GetProcessUtilizationFunc = func(lastSeen uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
+		unlock, r := lock("utilization")
+		defer unlock()
+		if r != nvml.SUCCESS {
+			return nil, r
+		}
+		// One sample per busy process at the time of the query, like NVML's newest sample;
+		// nothing newer than lastSeen (or no busy process) is NOT_FOUND, as in NVML.
+		ts := uint64(f.now().UnixMicro())
+		if ts <= lastSeen || len(g.procUtil) == 0 {
+			return nil, nvml.ERROR_NOT_FOUND
+		}
+		out := make([]nvml.ProcessUtilizationSample, 0, len(g.procUtil))
+		for pid, u := range g.procUtil {
+			out = append(out, nvml.ProcessUtilizationSample{Pid: pid, TimeStamp: ts,
+				SmUtil: uint32(u*100 + 0.5), MemUtil: uint32(u*60 + 0.5)})
+		}
+		slices.SortFunc(out, func(a, b nvml.ProcessUtilizationSample) int { return cmp.Compare(a.Pid, b.Pid) })
+		return out, nvml.SUCCESS
 	}
 	reasons := func() (uint64, nvml.Return) {
 		unlock, r := lock("clocks")

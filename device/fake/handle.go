@@ -40,6 +40,9 @@ func (h *handle) GetTopologyCommonAncestor(o nvml.Device) (nvml.GpuTopologyLevel
 func (h *handle) RegisterEvents(t uint64, s nvml.EventSet) nvml.Return {
 	return h.RegisterEventsFunc(t, s)
 }
+func (h *handle) GetProcessUtilization(lastSeen uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
+	return h.GetProcessUtilizationFunc(lastSeen)
+}
 func (h *handle) GetMigDeviceHandleByIndex(i int) (nvml.Device, nvml.Return) {
 	return h.GetMigDeviceHandleByIndexFunc(i)
 }
@@ -47,6 +50,12 @@ func (h *handle) GetMigDeviceHandleByIndex(i int) (nvml.Device, nvml.Return) {
 // DeviceGetHandleByIndex shadows the mock's recording version for the same reason.
 func (f *Fleet) DeviceGetHandleByIndex(i int) (nvml.Device, nvml.Return) {
 	return f.DeviceGetHandleByIndexFunc(i)
+}
+
+// DeviceGetHandleByUUID shadows the mock's recording version: the driver looks up a shared
+// GPU by UUID every sampling interval.
+func (f *Fleet) DeviceGetHandleByUUID(uuid string) (nvml.Device, nvml.Return) {
+	return f.DeviceGetHandleByUUIDFunc(uuid)
 }
 
 // Wait shadows the mock's recording version: the plugin waits twice a second forever.

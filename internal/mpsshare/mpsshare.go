@@ -25,6 +25,9 @@ type Client struct {
 	ModelName string `json:"model_name,omitempty"`
 	BatchSize int    `json:"batch_size,omitempty"`
 	Job       string `json:"job,omitempty"`
+	// PID is the task's root process (0 until the task started): NVML's per-process
+	// utilisation samples of its process tree are its measured share of the GPU.
+	PID int `json:"pid,omitempty"`
 }
 
 // FakeInterference is the fake GPUs' co-location model: each of n MPS clients on one GPU runs
@@ -39,6 +42,16 @@ func FakeSpeed(n int) float64 {
 		return 1
 	}
 	return 1 / (1 + FakeInterference*float64(n-1))
+}
+
+// FakeClientLoad is the SM utilisation (0..1) one MPS client shows on a fake GPU: a busy task
+// (busy, 0..1) keeps at most its active-thread percentage of the SMs busy (0 or over 100:
+// uncapped).
+func FakeClientLoad(busy float64, threadPct int) float64 {
+	if threadPct <= 0 || threadPct > 100 {
+		threadPct = 100
+	}
+	return busy * float64(threadPct) / 100
 }
 
 // fileName keeps a task ID usable as a file name.

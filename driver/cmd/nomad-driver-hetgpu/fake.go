@@ -39,3 +39,10 @@ func (b *fakeBackend) SetTaskLoad(uuid string, util float64) {
 		b.SetLoad(i, util, util*0.6, 0)
 	}
 }
+
+// SetProcessLoad implements driver.ProcessLoadSimulator.
+func (b *fakeBackend) SetProcessLoad(uuid string, pid int, smUtil float64) {
+	if i, ok := b.index[uuid]; ok && pid > 0 {
+		b.Fleet.SetProcessLoad(i, uint32(pid), smUtil)
+	}
+}
