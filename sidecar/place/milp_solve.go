@@ -400,11 +400,8 @@ func (m *model) realizeColumns(sc *scope, jobs []int, st *state, x []float64) []
 		if done[ji] {
 			continue
 		}
-		for _, oi := range sc.byJob[ji] {
-			if r, ok := m.realize(sc.cs, &sc.opts[oi], cur, base, sc.budget); ok {
-				out = append(out, r)
-				break
-			}
+		if r, ok := m.realizeBest(sc, ji, cur, base); ok {
+			out = append(out, r)
 		}
 	}
 	return out

@@ -142,14 +142,22 @@ func (m *model) greedyRealize(sc *scope, order []int, st *state) []option {
 		if !m.anyCapacity(st) {
 			break
 		}
-		for _, oi := range sc.byJob[ji] {
-			if r, ok := m.realize(sc.cs, &sc.opts[oi], st, base, sc.budget); ok {
-				out = append(out, r)
-				break
-			}
+		if r, ok := m.realizeBest(sc, ji, st, base); ok {
+			out = append(out, r)
 		}
 	}
 	return out
+}
+
+// realizeBest realizes job ji's best column that fits cur (mutated; base is the state before
+// the round's choices). Columns of a job are sorted best first.
+func (m *model) realizeBest(sc *scope, ji int, cur, base *state) (option, bool) {
+	for _, oi := range sc.byJob[ji] {
+		if r, ok := m.realize(sc.cs, &sc.opts[oi], cur, base, sc.budget); ok {
+			return r, true
+		}
+	}
+	return option{}, false
 }
 
 // withinBudget checks a namespace's new GPUs against nsBudget (chk already holds the earlier
