@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/hetgpu/hetgpu/model/cluster"
 	"github.com/hetgpu/hetgpu/sidecar/nomad"
 	"github.com/hetgpu/hetgpu/sidecar/place"
 	"github.com/hetgpu/hetgpu/sidecar/policies"
@@ -37,7 +38,7 @@ import (
 type Sidecar struct {
 	Config  *Config
 	Log     hclog.Logger
-	Backend service.Backend
+	Backend cluster.Backend
 	Service *service.Service
 	Server  *server.Server
 	Store   *store.Store
@@ -462,7 +463,7 @@ func New(c *Config, logOut io.Writer) (*Sidecar, error) {
 	if err != nil {
 		return fail(err)
 	}
-	var backend service.Backend
+	var backend cluster.Backend
 	var nomadURL string
 	if useNomad {
 		client, ns, err := NomadClient(c.Nomad)

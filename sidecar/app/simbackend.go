@@ -9,13 +9,12 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/hetgpu/hetgpu/model/cluster"
-	"github.com/hetgpu/hetgpu/sidecar/service"
 	"github.com/hetgpu/hetgpu/sidecar/sim"
 	"github.com/hetgpu/hetgpu/sidecar/throughput"
 	"github.com/hetgpu/hetgpu/sidecar/trace"
 )
 
-// SimBackend runs the simulator's engine in accelerated wall-clock time as a service.Backend:
+// SimBackend runs the simulator's engine in accelerated wall-clock time as a cluster.Backend:
 // the same service, pipeline and API as with Nomad, on a simulated cluster whose jobs arrive
 // from a trace. Speed simulated seconds pass per wall-clock second.
 type SimBackend struct {
@@ -26,7 +25,7 @@ type SimBackend struct {
 
 	mu       sync.Mutex
 	start    time.Time
-	finished []service.FinishedRun
+	finished []cluster.FinishedRun
 	done     bool
 }
 
@@ -100,7 +99,7 @@ func (b *SimBackend) Observe(_ context.Context, o cluster.Observation) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	start := o.Time.Add(-time.Duration(o.RuntimeS * float64(time.Second)))
-	b.finished = append(b.finished, service.FinishedRun{
+	b.finished = append(b.finished, cluster.FinishedRun{
 		Key: fmt.Sprintf("%s/%s/%s@%d", o.Namespace, o.JobID, o.Group, o.Time.UnixNano()), Obs: o, Start: start, Samples: 1})
 	return nil
 }
@@ -150,15 +149,15 @@ func (b *SimBackend) Watch(ctx context.Context, changed func()) error {
 }
 
 // Maintain hands over the runs that finished since the last call.
-func (b *SimBackend) Maintain(context.Context) (*service.Maintenance, error) {
+func (b *SimBackend) Maintain(context.Context) (*cluster.Maintenance, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	m := &service.Maintenance{Finished: b.finished}
+	m := &cluster.Maintenance{Finished: b.finished}
 	b.finished = nil
 	return m, nil
 }
 
-var _ service.Backend = (*SimBackend)(nil)
+var _ cluster.Backend = (*SimBackend)(nil)
 
 // DeviceStats reports every simulated GPU's utilisation and power under the cluster's power
 // model (cluster.DeviceStatsReader). The simulator models neither memory use nor temperature,

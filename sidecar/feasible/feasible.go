@@ -25,13 +25,13 @@ type Kind string
 
 const (
 	// Infeasible: the group can never run on the current cluster.
-	Infeasible Kind = "infeasible"
+	Infeasible Kind = cluster.WaitInfeasible
 	// Capacity: it fits the cluster but not the GPUs free now.
-	Capacity Kind = "capacity"
+	Capacity Kind = cluster.WaitCapacity
 	// Behind: it fits the GPUs free now; jobs ranked ahead were placed first.
-	Behind Kind = "behind"
+	Behind Kind = cluster.WaitBehind
 	// Invalid: its request is malformed or cannot be evaluated.
-	Invalid Kind = "invalid"
+	Invalid Kind = cluster.WaitInvalid
 )
 
 // View selects the capacity a check counts.

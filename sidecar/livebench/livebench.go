@@ -533,7 +533,7 @@ func (b *timedBackend) Pin(ctx context.Context, ds []cluster.Decision) ([]cluste
 	return b.Backend.Pin(ctx, ds)
 }
 
-func (b *timedBackend) Maintain(ctx context.Context) (*service.Maintenance, error) {
+func (b *timedBackend) Maintain(ctx context.Context) (*cluster.Maintenance, error) {
 	t0 := time.Now()
 	c0 := b.calls.Total()
 	defer func() {

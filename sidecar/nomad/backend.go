@@ -16,7 +16,6 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/hetgpu/hetgpu/model/cluster"
-	"github.com/hetgpu/hetgpu/sidecar/service"
 )
 
 // Config configures the backend.
@@ -64,7 +63,7 @@ type Config struct {
 	Fence cluster.Fence
 }
 
-// Backend implements cluster.Cluster and service.Backend on Nomad.
+// Backend implements cluster.Cluster and cluster.Backend on Nomad.
 type Backend struct {
 	cfg Config
 	c   *api.Client
@@ -135,4 +134,4 @@ func New(cfg Config) (*Backend, error) {
 func (b *Backend) now() time.Time { return b.cfg.Now() }
 
 var _ cluster.Preempter = (*Backend)(nil)
-var _ service.Backend = (*Backend)(nil)
+var _ cluster.Backend = (*Backend)(nil)

@@ -252,7 +252,7 @@ func TestPinDeregisteredJobDropped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res[0].Applied || res[0].Conflict || !errors.Is(res[0].Err, ErrJobGone) {
+	if res[0].Applied || res[0].Conflict || !errors.Is(res[0].Err, cluster.ErrJobGone) {
 		t.Fatalf("pin of a deregistered job = %+v", res)
 	}
 	m, _ := f.b.Maintain(context.Background())

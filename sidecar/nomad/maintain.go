@@ -15,15 +15,14 @@ import (
 	"github.com/hetgpu/hetgpu/model/annot"
 	"github.com/hetgpu/hetgpu/model/cluster"
 	"github.com/hetgpu/hetgpu/model/gpuspec"
-	"github.com/hetgpu/hetgpu/sidecar/service"
 )
 
 // faultRetry spaces re-hold attempts of one group, so a failing register cannot spin.
 const faultRetry = 10 * time.Second
 
-// Maintain does the housekeeping between rounds (see service.Backend).
-func (b *Backend) Maintain(ctx context.Context) (*service.Maintenance, error) {
-	m := &service.Maintenance{}
+// Maintain does the housekeeping between rounds (see cluster.Backend).
+func (b *Backend) Maintain(ctx context.Context) (*cluster.Maintenance, error) {
+	m := &cluster.Maintenance{}
 	b.checkOrphans(ctx)
 	if b.cfg.SampleDeviceStats {
 		b.sampleEnergy(ctx)
@@ -39,7 +38,7 @@ func (b *Backend) Maintain(ctx context.Context) (*service.Maintenance, error) {
 		m.Reheld = append(m.Reheld, b.rehold(ctx, f))
 	}
 	for _, inv := range invalid {
-		m.Invalid = append(m.Invalid, service.Invalid{JobKey: inv.key, Err: inv.err})
+		m.Invalid = append(m.Invalid, cluster.InvalidJob{JobKey: inv.key, Err: inv.err})
 		b.showInvalid(ctx, inv)
 	}
 	m.Placed = placed
@@ -80,13 +79,13 @@ func gangCompanion(job *api.Job, tg *api.TaskGroup) bool {
 	return false
 }
 
-func (b *Backend) scan() ([]fault, []invalidJob, []service.Placement) {
+func (b *Backend) scan() ([]fault, []invalidJob, []cluster.Placement) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	now := b.now()
 	var faults []fault
 	var invalid []invalidJob
-	var placed []service.Placement
+	var placed []cluster.Placement
 	keys := make([]string, 0, len(b.jobs))
 	for k := range b.jobs {
 		keys = append(keys, k)
@@ -214,8 +213,8 @@ func metricSummary(m *api.AllocationMetric) string {
 }
 
 // nomadPlacement is where Nomad put a group's live allocations. Callers hold b.mu.
-func (b *Backend) nomadPlacement(ns, id, group string) (service.Placement, bool) {
-	var p service.Placement
+func (b *Backend) nomadPlacement(ns, id, group string) (cluster.Placement, bool) {
+	var p cluster.Placement
 	nodes := map[string]bool{}
 	for _, a := range b.allocs {
 		if a.Namespace != ns || a.JobID != id || a.Group != group || terminal(a) || len(a.Devices) == 0 {
@@ -236,9 +235,9 @@ func (b *Backend) nomadPlacement(ns, id, group string) (service.Placement, bool)
 	return p, true
 }
 
-func (b *Backend) rehold(ctx context.Context, f fault) service.Rehold {
+func (b *Backend) rehold(ctx context.Context, f fault) cluster.Rehold {
 	key := groupKey(f.ns, f.id, f.group)
-	r := service.Rehold{JobKey: key, Reason: f.reason}
+	r := cluster.Rehold{JobKey: key, Reason: f.reason}
 	q := (&api.QueryOptions{Namespace: f.ns}).WithContext(ctx)
 	job, _, err := b.c.Jobs().Info(f.id, q)
 	if err != nil {
@@ -386,7 +385,7 @@ func (b *Backend) sampleEnergy(ctx context.Context) {
 // Stopped, failed and lost allocations are never a finished run: the task driver reports
 // what they did, marked partial. Each run's record claims its allocations, so whichever of
 // the task driver and the sidecar reports it first is the one stored and learned.
-func (b *Backend) finishedRuns() []service.FinishedRun {
+func (b *Backend) finishedRuns() []cluster.FinishedRun {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	type run struct {
@@ -412,7 +411,7 @@ func (b *Backend) finishedRuns() []service.FinishedRun {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	var out []service.FinishedRun
+	var out []cluster.FinishedRun
 	for _, gk := range keys {
 		r := runs[gk]
 		if r.live > 0 || len(r.complete) == 0 {
@@ -481,12 +480,12 @@ func (b *Backend) finishedRuns() []service.FinishedRun {
 			obs.AvgPowerW = obs.EnergyJ / obs.RuntimeS
 		}
 		sum := sha256.Sum256([]byte(strings.Join(ids, ",")))
-		out = append(out, service.FinishedRun{Key: gk + "@" + hex.EncodeToString(sum[:8]), AllocIDs: ids, Obs: obs, Start: start, Samples: samples})
+		out = append(out, cluster.FinishedRun{Key: gk + "@" + hex.EncodeToString(sum[:8]), AllocIDs: ids, Obs: obs, Start: start, Samples: samples})
 	}
 	return out
 }
 
-var _ service.AllocLifetimes = (*Backend)(nil)
+var _ cluster.AllocLifetimes = (*Backend)(nil)
 
 // AllocLifetime is when an allocation's first task started and its last one finished (end
 // zero while it runs), as the event stream reported them; ok is false for an allocation

@@ -9,11 +9,7 @@ import (
 
 	"github.com/hetgpu/hetgpu/internal/parallel"
 	"github.com/hetgpu/hetgpu/model/cluster"
-	"github.com/hetgpu/hetgpu/sidecar/service"
 )
-
-// ErrJobGone is the PinResult error of a job deregistered before its pin.
-var ErrJobGone = service.ErrJobGone
 
 // Pin re-registers each decided job with its pins, enforcing the JobModifyIndex of the
 // snapshot the decision was made on: the round's view, which Snapshot recorded (roundView).
@@ -140,7 +136,7 @@ func (b *Backend) pinTarget(ctx context.Context, ns, id string, ds []cluster.Dec
 	if err != nil {
 		if statusCode(err) == 404 {
 			b.dropJob(ns, id)
-			return nil, nil, fmt.Errorf("pin %s/%s: %w", ns, id, ErrJobGone)
+			return nil, nil, fmt.Errorf("pin %s/%s: %w", ns, id, cluster.ErrJobGone)
 		}
 		return nil, nil, fmt.Errorf("pin %s/%s: read job: %w", ns, id, err)
 	}
@@ -162,7 +158,7 @@ func (b *Backend) registerPinned(ctx context.Context, ns, id string, job, newJob
 		if statusCode(err) == 404 || strings.Contains(err.Error(), "job does not exist") {
 			// Purged since the snapshot: Nomad refuses the enforced register so.
 			b.dropJob(ns, id)
-			return false, fmt.Errorf("pin %s/%s: %w", ns, id, ErrJobGone)
+			return false, fmt.Errorf("pin %s/%s: %w", ns, id, cluster.ErrJobGone)
 		}
 		return false, fmt.Errorf("pin %s/%s: register: %w", ns, id, err)
 	}

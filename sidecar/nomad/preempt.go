@@ -12,7 +12,6 @@ import (
 
 	"github.com/hetgpu/hetgpu/model/annot"
 	"github.com/hetgpu/hetgpu/model/cluster"
-	"github.com/hetgpu/hetgpu/sidecar/service"
 )
 
 var _ cluster.Preempter = (*Backend)(nil)
@@ -62,11 +61,11 @@ func (b *Backend) checkPreemptible(ps []cluster.Preemption, idx []int) error {
 		p := ps[i]
 		jr, ok := b.jobs[jobKey(p.Namespace, p.JobID)]
 		if !ok {
-			return fmt.Errorf("preempt %s: %w", p.JobKey(), service.ErrJobGone)
+			return fmt.Errorf("preempt %s: %w", p.JobKey(), cluster.ErrJobGone)
 		}
 		tg := findGroup(jr.job, p.Group)
 		if tg == nil {
-			return fmt.Errorf("preempt %s: %w", p.JobKey(), service.ErrJobGone)
+			return fmt.Errorf("preempt %s: %w", p.JobKey(), cluster.ErrJobGone)
 		}
 		if a, err := annot.Parse(jr.job.Meta, tg.Meta, p.Group); err != nil || !a.Preemptible {
 			return fmt.Errorf("preempt %s: the group is not annotated %s = true", p.JobKey(), annot.KeyPreemptible)
@@ -106,7 +105,7 @@ func (b *Backend) reholdGang(ctx context.Context, ps []cluster.Preemption, idx [
 	if err != nil {
 		if statusCode(err) == 404 {
 			b.dropJob(ns, id)
-			return false, fmt.Errorf("preempt %s: %w", key, service.ErrJobGone)
+			return false, fmt.Errorf("preempt %s: %w", key, cluster.ErrJobGone)
 		}
 		return false, fmt.Errorf("preempt %s: read job: %w", key, err)
 	}

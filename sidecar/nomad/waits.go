@@ -7,7 +7,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/hetgpu/hetgpu/sidecar/service"
+	"github.com/hetgpu/hetgpu/model/cluster"
 )
 
 // Starts of the ui lines ShowWaits writes for a held group the user has to act on. A line
@@ -21,13 +21,13 @@ const (
 // WaitLine is the ui line for a pending group, or "" when the group only waits (for capacity
 // or behind higher-ranked jobs) and needs no line. A group its queue keeps out (a maximum, or
 // idle GPUs held for a queue below its guarantee) gets a line naming the queue.
-func WaitLine(w *service.Wait) string {
+func WaitLine(w *cluster.Wait) string {
 	switch w.Kind {
-	case service.WaitInfeasible:
+	case cluster.WaitInfeasible:
 		return GroupLine(w.Group, infeasibleText+w.Reason+". It stays held; hetgpu checks again whenever nodes join or change (or `hetgpu release "+w.JobID+"`).")
-	case service.WaitInvalid:
+	case cluster.WaitInvalid:
 		return GroupLine(w.Group, cannotDecideText+w.Reason+". Fix the job and run it again, or `hetgpu release "+w.JobID+"`.")
-	case service.WaitQueue:
+	case cluster.WaitQueue:
 		return GroupLine(w.Group, queueText+w.Reason+".")
 	}
 	return ""
@@ -50,9 +50,9 @@ func sameLine(have, want string) bool {
 }
 
 // ShowWaits writes into each job's ui description why its held groups cannot run on the
-// cluster (service.WaitReporter), and removes such a line once its group only waits. Lines
+// cluster (cluster.WaitReporter), and removes such a line once its group only waits. Lines
 // already there are not written again; a failed write is retried the next round.
-func (b *Backend) ShowWaits(ctx context.Context, ws []service.Wait) {
+func (b *Backend) ShowWaits(ctx context.Context, ws []cluster.Wait) {
 	type change struct{ group, line string } // line "" removes the group's line
 	todo := map[string][]change{}
 	ids := map[string][2]string{}
@@ -133,4 +133,4 @@ func removeGroupLine(job *api.Job, group string) {
 	job.UI.Description = describe(job, lines, user)
 }
 
-var _ service.WaitReporter = (*Backend)(nil)
+var _ cluster.WaitReporter = (*Backend)(nil)

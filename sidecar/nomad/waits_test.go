@@ -4,23 +4,23 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hetgpu/hetgpu/sidecar/service"
+	"github.com/hetgpu/hetgpu/model/cluster"
 )
 
 func TestWaitLines(t *testing.T) {
 	long := strings.Repeat("needs 2 nodes with 4 GPUs of one type; at most 1 node has 4 V100; ", 20)
 	tests := []struct {
 		name string
-		w    service.Wait
+		w    cluster.Wait
 		// want: the line contains it; "" means no line.
 		want string
 	}{
-		{"infeasible", service.Wait{JobID: "j", Group: "a", Kind: service.WaitInfeasible, Reason: "needs 16 GPUs of one type on one node; the largest node has 8 V100"},
+		{"infeasible", cluster.Wait{JobID: "j", Group: "a", Kind: cluster.WaitInfeasible, Reason: "needs 16 GPUs of one type on one node; the largest node has 8 V100"},
 			"- group `a`: cannot run on this cluster: needs 16 GPUs of one type on one node; the largest node has 8 V100. It stays held"},
-		{"invalid", service.Wait{JobID: "j", Group: "a", Kind: service.WaitInvalid, Reason: "bad operator"},
+		{"invalid", cluster.Wait{JobID: "j", Group: "a", Kind: cluster.WaitInvalid, Reason: "bad operator"},
 			"- group `a`: **held: hetgpu cannot decide** — bad operator. Fix the job"},
-		{"capacity", service.Wait{JobID: "j", Group: "a", Kind: service.WaitCapacity, Reason: "needs 8 free GPUs"}, ""},
-		{"behind", service.Wait{JobID: "j", Group: "a", Kind: service.WaitBehind}, ""},
+		{"capacity", cluster.Wait{JobID: "j", Group: "a", Kind: cluster.WaitCapacity, Reason: "needs 8 free GPUs"}, ""},
+		{"behind", cluster.Wait{JobID: "j", Group: "a", Kind: cluster.WaitBehind}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -39,13 +39,13 @@ func TestWaitLines(t *testing.T) {
 	job := readJob(t, "testdata/rewrite/multigroup.in.json")
 	job.UI.Description = "The ML team's pipeline."
 	SetGroupLine(job, "b", GroupLine("b", "pinned to somewhere"), UI{})
-	want := WaitLine(&service.Wait{JobID: "pipeline", Group: "a", Kind: service.WaitInfeasible, Reason: long})
+	want := WaitLine(&cluster.Wait{JobID: "pipeline", Group: "a", Kind: cluster.WaitInfeasible, Reason: long})
 	SetGroupLine(job, "a", want, UI{})
 	have := GroupLines(job)["a"]
 	if have == want || !sameLine(have, want) {
 		t.Fatalf("shortened line %q not recognised as %q", have, want)
 	}
-	other := WaitLine(&service.Wait{JobID: "pipeline", Group: "a", Kind: service.WaitInfeasible, Reason: "x" + long})
+	other := WaitLine(&cluster.Wait{JobID: "pipeline", Group: "a", Kind: cluster.WaitInfeasible, Reason: "x" + long})
 	if sameLine(have, other) || sameLine("", want) {
 		t.Fatal("a different line counts as the same")
 	}
@@ -54,7 +54,7 @@ func TestWaitLines(t *testing.T) {
 	job = readJob(t, "testdata/rewrite/multigroup.in.json")
 	job.UI.Description = "The ML team's pipeline."
 	SetGroupLine(job, "b", GroupLine("b", "pinned to somewhere"), UI{})
-	SetGroupLine(job, "a", WaitLine(&service.Wait{JobID: "pipeline", Group: "a", Kind: service.WaitInfeasible, Reason: "r"}), UI{})
+	SetGroupLine(job, "a", WaitLine(&cluster.Wait{JobID: "pipeline", Group: "a", Kind: cluster.WaitInfeasible, Reason: "r"}), UI{})
 	if !waitLineOf(GroupLines(job)["a"], "a") {
 		t.Fatalf("no wait line written: %q", job.UI.Description)
 	}

@@ -13,7 +13,8 @@
 // per-node job caps and per-namespace GPU caps; tenant isolation keeps namespaces apart per
 // PCIe switch. Columns below a job's T_min are never built.
 //
-// Solving (solve.go): greedy, then the LP relaxation and its rounding, a restricted MILP, and
+// Solving (milp_solve.go; the rows are written in milp_build.go): greedy, then the LP
+// relaxation and its rounding, a restricted MILP, and
 // the full MILP warm-started from the best solution so far (Highs_setSolution; lanl/highs has
 // no call for it, see highs_shim.go), stopping as soon as a solution is within MIPGap of the
 // LP bound. Solutions are realized into concrete domains first fit decreasing, concrete IDs

@@ -400,20 +400,20 @@ func (s *Service) Explain(ns, id string) (*Explanation, error) {
 		ge.Queue = &qe
 		ge.Status, ge.Wait, ge.Reason = q.Status, q.Wait, q.Reason
 		switch q.Status {
-		case WaitInfeasible:
+		case cluster.WaitInfeasible:
 			ge.Infeasible = true
 			ge.Summary = fmt.Sprintf("cannot run on this cluster: %s; it stays held and is checked again whenever nodes join or change (round %d)", q.Reason, s.round)
-		case WaitInvalid:
+		case cluster.WaitInvalid:
 			ge.Error = q.Reason
 			ge.Summary = "held: hetgpu cannot decide for this group until the job is fixed and run again: " + q.Reason
 		default:
 			ge.Summary = fmt.Sprintf("waiting: rank %d of %d with score %.4g; not placed in round %d", q.Rank, ranked, q.Score, s.round)
 			switch q.Wait {
-			case WaitCapacity:
+			case cluster.WaitCapacity:
 				ge.Summary += "; waits for capacity: " + q.Reason
-			case WaitBehind:
+			case cluster.WaitBehind:
 				ge.Summary += "; waits behind higher-ranked jobs: " + q.Reason
-			case WaitQueue:
+			case cluster.WaitQueue:
 				ge.Summary += "; waits for its queue: " + q.Reason
 			}
 		}
@@ -424,7 +424,7 @@ func (s *Service) Explain(ns, id string) (*Explanation, error) {
 	for k, e := range s.invalid {
 		if strings.HasPrefix(k, prefix) {
 			ge := get(strings.TrimPrefix(k, prefix))
-			ge.Status, ge.Error, ge.Wait, ge.Reason = store.StatusInvalid, e, WaitInvalid, e
+			ge.Status, ge.Error, ge.Wait, ge.Reason = store.StatusInvalid, e, cluster.WaitInvalid, e
 			ge.Summary = "held: hetgpu cannot decide for this group until the job is fixed and run again: " + e
 		}
 	}
@@ -436,7 +436,7 @@ func (s *Service) Explain(ns, id string) (*Explanation, error) {
 			if j.Namespace != ns || j.ID != id {
 				continue
 			}
-			if ge := groups[j.Group]; ge != nil && (ge.Status == "waiting" || ge.Status == WaitInfeasible) {
+			if ge := groups[j.Group]; ge != nil && (ge.Status == "waiting" || ge.Status == cluster.WaitInfeasible) {
 				ge.Estimates = estimates(freeCapacity(snap), j, s.stages.Predictor, nil)
 				ge.Alternatives = nil
 			}

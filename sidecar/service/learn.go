@@ -274,7 +274,7 @@ const allocSlack = time.Minute
 // withinAllocation refuses a runtime longer than the named allocation lived, when the
 // backend knows it.
 func (s *Service) withinAllocation(o *cluster.Observation, now time.Time) error {
-	al, ok := s.backend.(AllocLifetimes)
+	al, ok := s.backend.(cluster.AllocLifetimes)
 	if !ok || o.AllocID == "" {
 		return nil
 	}
@@ -420,7 +420,7 @@ func (s *Service) predictionError(o *cluster.Observation) {
 // learnRun records a finished run the backend saw. Its record claims its allocations
 // ("alloc/<id>"; FinishedRun.Key as "run/<key>" for a reporter without them), so whichever
 // of the task driver and the sidecar reports an allocation first wins, across restarts.
-func (s *Service) learnRun(ctx context.Context, fr FinishedRun) {
+func (s *Service) learnRun(ctx context.Context, fr cluster.FinishedRun) {
 	o := fr.Obs
 	if o.RuntimeS <= 0 {
 		s.log.Debug("finished run without a runtime; not recorded", "run", fr.Key)

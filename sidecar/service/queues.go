@@ -6,10 +6,6 @@ import (
 	"github.com/hetgpu/hetgpu/sidecar/queue"
 )
 
-// WaitQueue: the group fits the GPUs free now, but its queue is at its maximum or the idle
-// GPUs are held for a queue below its guarantee (Reason names the queue).
-const WaitQueue = "queue"
-
 // QueuesView is GET /v1/queues: every queue as of the last round.
 type QueuesView struct {
 	Round  uint64         `json:"round"`

@@ -4,10 +4,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hetgpu/hetgpu/model/cluster"
 	"github.com/hetgpu/hetgpu/sidecar/nomad"
 	"github.com/hetgpu/hetgpu/sidecar/place"
 	"github.com/hetgpu/hetgpu/sidecar/queue"
-	"github.com/hetgpu/hetgpu/sidecar/service"
 	"github.com/hetgpu/hetgpu/sidecar/service/servicetest"
 	"github.com/hetgpu/hetgpu/sidecar/store"
 )
@@ -36,7 +36,7 @@ func TestQueueMaximumWaits(t *testing.T) {
 	h.Round()
 	const why = "queue team-a is at its maximum of 4 GPUs"
 	e := queueByKey(h)["default/second/train"]
-	if e.Status == "decided" || e.Wait != service.WaitQueue || e.Reason != why {
+	if e.Status == "decided" || e.Wait != cluster.WaitQueue || e.Reason != why {
 		t.Fatalf("second: %+v, want waiting with %q", e, why)
 	}
 	if l := nomad.GroupLines(h.Nomad.Job("default", "second"))["train"]; !strings.Contains(l, why) {

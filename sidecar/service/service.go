@@ -73,7 +73,7 @@ type Tuner = sched.Tuner
 type Service struct {
 	cfg     Config
 	log     hclog.Logger
-	backend Backend
+	backend cluster.Backend
 	stages  Stages
 	store   *store.Store
 	metrics *Metrics
@@ -95,7 +95,7 @@ type Service struct {
 	// shadowDone: job key -> JobModifyIndex already decided in shadow mode.
 	shadowDone map[string]uint64
 	// placed: Nomad's own placements of shadow jobs not yet compared.
-	placed map[string]Placement
+	placed map[string]cluster.Placement
 	// reheldReason: why a job was last re-held (shown in its explanation until pinned again).
 	reheldReason map[string]string
 	// pinning: decisions handed to the backend whose records are not written yet.
@@ -113,7 +113,7 @@ type Service struct {
 }
 
 // New builds a service. The store must stay open while the service runs.
-func New(cfg Config, backend Backend, stages Stages, st *store.Store) (*Service, error) {
+func New(cfg Config, backend cluster.Backend, stages Stages, st *store.Store) (*Service, error) {
 	if backend == nil || st == nil || stages.Ranker == nil || stages.Predictor == nil || stages.Placer == nil {
 		return nil, errors.New("service: backend, store, ranker, predictor and placer are required")
 	}
@@ -134,7 +134,7 @@ func New(cfg Config, backend Backend, stages Stages, st *store.Store) (*Service,
 	}
 	s := &Service{cfg: cfg, log: cfg.Logger.Named("service"), backend: backend, stages: stages, store: st,
 		metrics: newMetrics(), invalid: map[string]string{}, shadowDone: map[string]uint64{},
-		placed: map[string]Placement{}, reheldReason: map[string]string{}, pinning: map[string]cluster.Decision{},
+		placed: map[string]cluster.Placement{}, reheldReason: map[string]string{}, pinning: map[string]cluster.Decision{},
 		infeasible: map[string]string{}, feas: feasible.NewChecker(feasibilityOptions(stages.Placer)), started: cfg.Now()}
 	// Rebuild what survives a restart.
 	err := st.EachLatest(func(r store.DecisionRecord) {
@@ -335,7 +335,7 @@ func (p preemptNoter) Preempt(ctx context.Context, ps []cluster.Preemption) ([]c
 // job Nomad already shows as pinned before the round's records are written. It also sets
 // aside, from every snapshot, the groups that can never run on the cluster (see triage).
 type pinNoter struct {
-	Backend
+	cluster.Backend
 	s    *Service
 	tri  *roundTriage
 	pred sched.Predictor
@@ -381,7 +381,7 @@ func (s *Service) withoutShadowDone(snap *cluster.Snapshot) *cluster.Snapshot {
 }
 
 // maintenance applies what the backend found between rounds.
-func (s *Service) maintenance(ctx context.Context, round uint64, m *Maintenance) {
+func (s *Service) maintenance(ctx context.Context, round uint64, m *cluster.Maintenance) {
 	now := s.cfg.Now()
 	var recs []*store.DecisionRecord
 	for _, rh := range m.Reheld {
@@ -561,7 +561,7 @@ func (s *Service) record(ctx context.Context, round uint64, r *sched.Round, pred
 				rec.Message = errString(p.Err, "the job changed underneath; decided again next round")
 				s.metrics.Pins.WithLabelValues("conflict").Inc()
 				s.metrics.Conflicts.Inc()
-			case errors.Is(p.Err, ErrJobGone):
+			case errors.Is(p.Err, cluster.ErrJobGone):
 				rec.Status, rec.Message = store.StatusGone, p.Err.Error()
 				s.metrics.Pins.WithLabelValues("error").Inc()
 			default:
@@ -615,7 +615,7 @@ func (s *Service) record(ctx context.Context, round uint64, r *sched.Round, pred
 	s.noteWaits(ctx, queue)
 	if s.cfg.Shadow {
 		s.mu.RLock()
-		var ps []Placement
+		var ps []cluster.Placement
 		for _, p := range s.placed {
 			ps = append(ps, p)
 		}
@@ -626,9 +626,6 @@ func (s *Service) record(ctx context.Context, round uint64, r *sched.Round, pred
 	}
 }
 
-// ErrJobGone marks a PinResult for a job deregistered before its pin; the job is dropped.
-var ErrJobGone = errors.New("job is gone (deregistered or purged)")
-
 func errString(err error, def string) string {
 	if err == nil {
 		return def
@@ -637,7 +634,7 @@ func errString(err error, def string) string {
 }
 
 // comparePlacement compares a shadow decision with Nomad's placement, once both exist.
-func (s *Service) comparePlacement(p Placement) {
+func (s *Service) comparePlacement(p cluster.Placement) {
 	rec, ok := s.store.Latest(p.JobKey)
 	if !ok || rec.Status != store.StatusShadow || rec.Decision == nil {
 		s.mu.Lock()

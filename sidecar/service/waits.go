@@ -11,41 +11,7 @@ import (
 	"github.com/hetgpu/hetgpu/sidecar/sched"
 )
 
-// Wait kinds of a pending group (QueueEntry.Wait, GroupExplanation.Wait, the
-// hetgpu_waiting_groups metric).
-const (
-	// WaitInfeasible: the group can never run on the cluster as it stands (every ready node,
-	// draining ones too, with all its healthy GPUs free); it is re-checked every round.
-	WaitInfeasible = string(feasible.Infeasible)
-	// WaitCapacity: it fits the cluster but not the GPUs free now.
-	WaitCapacity = string(feasible.Capacity)
-	// WaitBehind: it fits the GPUs that were free, but jobs ranked ahead were placed first (or
-	// the placement found no option it accepts).
-	WaitBehind = string(feasible.Behind)
-	// WaitInvalid: its request cannot be evaluated (Reason names the problem).
-	WaitInvalid = string(feasible.Invalid)
-)
-
-var waitKinds = []string{WaitInfeasible, WaitCapacity, WaitBehind, WaitInvalid, WaitQueue}
-
-// WaitReporter is a backend that shows in the job itself why a pending group cannot be placed
-// (Nomad: a line in the job's ui description). After every round outside shadow mode the
-// service hands it every pending group that was not decided; a backend writes what changed and
-// removes what it wrote earlier for groups that now only wait.
-type WaitReporter interface {
-	ShowWaits(ctx context.Context, ws []Wait)
-}
-
-// Wait is a pending group that was not decided this round, and why.
-type Wait struct {
-	Namespace, JobID, Group string
-	// Kind is one of the Wait* kinds.
-	Kind   string
-	Reason string
-}
-
-// JobKey returns the group's "namespace/id/group".
-func (w *Wait) JobKey() string { return cluster.GroupKey(w.Namespace, w.JobID, w.Group) }
+var waitKinds = []string{cluster.WaitInfeasible, cluster.WaitCapacity, cluster.WaitBehind, cluster.WaitInvalid, cluster.WaitQueue}
 
 // minThroughputPlacer is a placer that says whether it drops placements below a job's T_min
 // (*place.Placer does, by preset). Placers that do not say are taken to honour it.
@@ -195,11 +161,11 @@ func (s *Service) classify(queue []QueueEntry, r *sched.Round, decided map[strin
 		q := &queue[i]
 		switch {
 		case v.Invalid:
-			q.Wait, q.Reason = WaitInvalid, v.Reason
+			q.Wait, q.Reason = cluster.WaitInvalid, v.Reason
 		case r.Reservation != nil && sched.GangKey(rk.Job) == r.Reservation.Gang && gangs[r.Reservation.Gang][k]:
-			q.Wait, q.Reason = WaitCapacity, v.Reason
+			q.Wait, q.Reason = cluster.WaitCapacity, v.Reason
 			if v.Fits {
-				q.Wait, q.Reason = WaitBehind, "it fits the GPUs free at the start of the round, but its gang could not be placed whole"
+				q.Wait, q.Reason = cluster.WaitBehind, "it fits the GPUs free at the start of the round, but its gang could not be placed whole"
 			}
 			until := "when enough GPUs free up"
 			if !r.Reservation.Until.IsZero() {
@@ -208,22 +174,22 @@ func (s *Service) classify(queue []QueueEntry, r *sched.Round, decided map[strin
 			q.Reason += fmt.Sprintf("; its gang holds a reservation for %d GPUs, expected free %s: jobs that would delay it wait",
 				r.Reservation.GPUs, until)
 		case held[k]:
-			q.Wait, q.Reason = WaitBehind, r.Reservation.Reason()
+			q.Wait, q.Reason = cluster.WaitBehind, r.Reservation.Reason()
 		case cluster.CapWait(r.Snapshot, rk.Job, r.Decisions) != "":
-			q.Wait, q.Reason = WaitQueue, cluster.CapWait(r.Snapshot, rk.Job, r.Decisions)
+			q.Wait, q.Reason = cluster.WaitQueue, cluster.CapWait(r.Snapshot, rk.Job, r.Decisions)
 		case !v.Fits:
-			q.Wait, q.Reason = WaitCapacity, v.Reason
+			q.Wait, q.Reason = cluster.WaitCapacity, v.Reason
 		case deferred[sched.GangKey(rk.Job)] && gangs[sched.GangKey(rk.Job)][k]:
 			n := len(gangs[sched.GangKey(rk.Job)])
-			q.Wait = WaitBehind
+			q.Wait = cluster.WaitBehind
 			q.Reason = fmt.Sprintf("it fits the GPUs free at the start of the round, but its gang (the %d waiting groups of job %s) could not be placed whole; a gang is placed all or nothing",
 				n, rk.Job.ID)
 		case placedAhead > 0:
-			q.Wait = WaitBehind
+			q.Wait = cluster.WaitBehind
 			q.Reason = fmt.Sprintf("it fits the GPUs free at the start of the round; the %d %s ranked ahead that were placed came first",
 				placedAhead, plural(placedAhead, "job", "jobs"))
 		default:
-			q.Wait = WaitBehind
+			q.Wait = cluster.WaitBehind
 			q.Reason = "it fits the GPUs free at the start of the round, but the placement found no option it accepts or preferred the jobs ranked ahead"
 		}
 	}
@@ -244,7 +210,7 @@ func heldEntries(tri *roundTriage, snap *cluster.Snapshot) []QueueEntry {
 		e := queueEntry(0, sched.Ranked{Job: &h.job}, snap.Now)
 		e.Wait, e.Reason = string(h.verdict.Kind()), h.verdict.Reason
 		e.Status = e.Wait
-		e.Infeasible = e.Wait == WaitInfeasible
+		e.Infeasible = e.Wait == cluster.WaitInfeasible
 		out = append(out, e)
 	}
 	return out
@@ -255,13 +221,13 @@ func heldEntries(tri *roundTriage, snap *cluster.Snapshot) []QueueEntry {
 func (s *Service) noteWaits(ctx context.Context, queue []QueueEntry) {
 	now := map[string]string{}
 	counts := map[string]int{}
-	var ws []Wait
+	var ws []cluster.Wait
 	for _, q := range queue {
 		if q.Status == "decided" {
 			continue
 		}
 		counts[q.Wait]++
-		ws = append(ws, Wait{Namespace: q.Namespace, JobID: q.JobID, Group: q.Group, Kind: q.Wait, Reason: q.Reason})
+		ws = append(ws, cluster.Wait{Namespace: q.Namespace, JobID: q.JobID, Group: q.Group, Kind: q.Wait, Reason: q.Reason})
 		if q.Infeasible {
 			now[q.JobKey] = q.Reason
 		}
@@ -270,7 +236,7 @@ func (s *Service) noteWaits(ctx context.Context, queue []QueueEntry) {
 	before := s.infeasible
 	s.infeasible = now
 	// Held groups with malformed annotations never reach the queue (the backend reports them).
-	counts[WaitInvalid] += len(s.invalid)
+	counts[cluster.WaitInvalid] += len(s.invalid)
 	s.mu.Unlock()
 	for k, why := range now {
 		if before[k] != why {
@@ -286,7 +252,7 @@ func (s *Service) noteWaits(ctx context.Context, queue []QueueEntry) {
 	for _, k := range waitKinds {
 		s.metrics.WaitingGroups.WithLabelValues(k).Set(float64(counts[k]))
 	}
-	if wr, ok := s.backend.(WaitReporter); ok && !s.cfg.Shadow {
+	if wr, ok := s.backend.(cluster.WaitReporter); ok && !s.cfg.Shadow {
 		wr.ShowWaits(ctx, ws)
 	}
 }

@@ -1,17 +1,16 @@
-package service
+package cluster
 
 import (
 	"context"
+	"errors"
 	"time"
-
-	"github.com/hetgpu/hetgpu/model/cluster"
 )
 
-// Backend is a cluster the service drives: Nomad (sidecar/nomad) or the embedded simulated
-// cluster. Beyond cluster.Cluster it watches for changes and does the housekeeping between
-// decision rounds.
+// Backend is a cluster the service (sidecar/service) drives: Nomad (sidecar/nomad) or the
+// embedded simulated cluster. Beyond Cluster it watches for changes and does the
+// housekeeping between decision rounds.
 type Backend interface {
-	cluster.Cluster
+	Cluster
 	// Watch keeps the backend's view of the cluster current until ctx ends. It calls changed
 	// (which never blocks) whenever a decision round may be due. It returns nil when ctx ends
 	// and an error only when watching cannot continue at all.
@@ -27,7 +26,7 @@ type Maintenance struct {
 	Reheld   []Rehold
 	Finished []FinishedRun
 	Placed   []Placement
-	Invalid  []Invalid
+	Invalid  []InvalidJob
 	// Gone are job keys ("ns/id/group") deregistered or purged since the last call.
 	Gone []string
 }
@@ -50,7 +49,7 @@ type FinishedRun struct {
 	// AllocIDs are the run's Nomad allocations: its record claims "alloc/<id>" for each, so
 	// it is stored and learned once whoever (task driver or sidecar) reports it first.
 	AllocIDs []string
-	Obs      cluster.Observation
+	Obs      Observation
 	// Start is when the first task started.
 	Start time.Time
 	// Samples is how many device power samples the energy figure integrates (0: no energy).
@@ -66,9 +65,9 @@ type Placement struct {
 	Time      time.Time
 }
 
-// Invalid is a held job the sidecar cannot decide for: its annotations are malformed (the
+// InvalidJob is a held job the sidecar cannot decide for: its annotations are malformed (the
 // error names key, value and what is expected) or its request cannot be read. It stays held.
-type Invalid struct {
+type InvalidJob struct {
 	JobKey string
 	Err    string
 }
@@ -79,3 +78,7 @@ type Invalid struct {
 type AllocLifetimes interface {
 	AllocLifetime(allocID string) (start, end time.Time, ok bool)
 }
+
+// ErrJobGone marks a PinResult (or a preemption) for a job deregistered before the backend
+// acted on it; the service drops the job.
+var ErrJobGone = errors.New("job is gone (deregistered or purged)")

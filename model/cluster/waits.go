@@ -1,0 +1,40 @@
+package cluster
+
+import "context"
+
+// Wait kinds of a pending group (the service's QueueEntry.Wait and GroupExplanation.Wait, the
+// hetgpu_waiting_groups metric, the feasibility verdicts of sidecar/feasible).
+const (
+	// WaitInfeasible: the group can never run on the cluster as it stands (every ready node,
+	// draining ones too, with all its healthy GPUs free); it is re-checked every round.
+	WaitInfeasible = "infeasible"
+	// WaitCapacity: it fits the cluster but not the GPUs free now.
+	WaitCapacity = "capacity"
+	// WaitBehind: it fits the GPUs that were free, but jobs ranked ahead were placed first (or
+	// the placement found no option it accepts).
+	WaitBehind = "behind"
+	// WaitInvalid: its request cannot be evaluated (Reason names the problem).
+	WaitInvalid = "invalid"
+	// WaitQueue: the group fits the GPUs free now, but its queue is at its maximum or the idle
+	// GPUs are held for a queue below its guarantee (Reason names the queue).
+	WaitQueue = "queue"
+)
+
+// WaitReporter is a backend that shows in the job itself why a pending group cannot be placed
+// (Nomad: a line in the job's ui description). After every round outside shadow mode the
+// service hands it every pending group that was not decided; a backend writes what changed and
+// removes what it wrote earlier for groups that now only wait.
+type WaitReporter interface {
+	ShowWaits(ctx context.Context, ws []Wait)
+}
+
+// Wait is a pending group that was not decided this round, and why.
+type Wait struct {
+	Namespace, JobID, Group string
+	// Kind is one of the Wait* kinds.
+	Kind   string
+	Reason string
+}
+
+// JobKey returns the group's "namespace/id/group".
+func (w *Wait) JobKey() string { return GroupKey(w.Namespace, w.JobID, w.Group) }
