@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/hetgpu/hetgpu/internal/mpsshare"
+	"github.com/hetgpu/hetgpu/internal/tick"
 	"github.com/hetgpu/hetgpu/model/cluster"
 	"github.com/hetgpu/hetgpu/plugin"
 )
@@ -210,16 +211,7 @@ func (m *mpsManager) Clients(uuid string) []mpsshare.Client {
 
 // supervise restarts daemons that died while they still have clients.
 func (m *mpsManager) supervise(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			m.check()
-		}
-	}
+	tick.Every(ctx, interval, m.check)
 }
 
 func (m *mpsManager) check() {

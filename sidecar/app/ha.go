@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/hetgpu/hetgpu/internal/tick"
 	"github.com/hetgpu/hetgpu/model/cluster"
 	"github.com/hetgpu/hetgpu/sidecar/ha"
 	"github.com/hetgpu/hetgpu/sidecar/rank"
@@ -184,21 +185,14 @@ func (r *replication) start(ctx context.Context) <-chan struct{} {
 	}()
 	go func() {
 		defer wg.Done()
-		t := time.NewTicker(SeqPublishEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
+		tick.Every(ctx, SeqPublishEvery, func() {
 			if role, _ := r.elector.Role(); role != ha.RoleLeader {
-				continue
+				return
 			}
 			if err := r.shared.PublishIfNewer(ctx); err != nil && ctx.Err() == nil {
 				r.log.Debug("sharing the decision sequence failed", "error", err)
 			}
-		}
+		})
 	}()
 	go func() {
 		wg.Wait()

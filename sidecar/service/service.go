@@ -17,6 +17,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/hetgpu/hetgpu/internal/tick"
 	"github.com/hetgpu/hetgpu/model/cluster"
 	"github.com/hetgpu/hetgpu/sidecar/feasible"
 	"github.com/hetgpu/hetgpu/sidecar/queue"
@@ -294,19 +295,12 @@ func (s *Service) tuneLoop(ctx context.Context) {
 	if every <= 0 {
 		every = time.Minute
 	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	tick.Every(ctx, every, func() {
 		s.mu.RLock()
 		snap := s.lastSnap
 		s.mu.RUnlock()
 		if snap == nil || !s.leading(ctx) {
-			continue
+			return
 		}
 		ran, adopted, err := s.stages.Tuner.Tune(ctx, snap)
 		switch {
@@ -318,7 +312,7 @@ func (s *Service) tuneLoop(ctx context.Context) {
 		case ran:
 			s.metrics.Tuning.WithLabelValues("kept").Inc()
 		}
-	}
+	})
 }
 
 // preemptNoter is a pinNoter whose backend can preempt.
