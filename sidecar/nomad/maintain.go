@@ -333,19 +333,11 @@ func (b *Backend) sampleEnergy(ctx context.Context) {
 			return
 		}
 		power := map[string]float64{}
-		for _, g := range hs.DeviceStats {
-			if g == nil {
-				continue
+		eachInstance(hs, func(id string, st *api.DeviceStats) {
+			if p, ok := powerW(st.Stats); ok {
+				power[id] = p
 			}
-			for id, st := range g.InstanceStats {
-				if st == nil {
-					continue
-				}
-				if p, ok := powerW(st.Stats); ok {
-					power[id] = p
-				}
-			}
-		}
+		})
 		t := b.now()
 		b.mu.Lock()
 		defer b.mu.Unlock()

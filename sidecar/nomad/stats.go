@@ -39,21 +39,31 @@ func (b *Backend) DeviceStats(ctx context.Context) (map[string]cluster.DeviceSta
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			for _, dg := range hs.DeviceStats {
-				if dg == nil {
-					continue
+			eachInstance(hs, func(inst string, st *api.DeviceStats) {
+				if st.Stats != nil {
+					out[inst] = readings(st.Stats, st.Timestamp)
 				}
-				for inst, st := range dg.InstanceStats {
-					if st != nil && st.Stats != nil {
-						out[inst] = readings(st.Stats, st.Timestamp)
-					}
-				}
-			}
+			})
 			return nil
 		})
 	}
 	_ = g.Wait()
 	return out, ctx.Err()
+}
+
+// eachInstance calls fn for every device instance a node reports stats for, skipping the
+// nil groups and instances the API may hold.
+func eachInstance(hs *api.HostStats, fn func(id string, st *api.DeviceStats)) {
+	for _, g := range hs.DeviceStats {
+		if g == nil {
+			continue
+		}
+		for id, st := range g.InstanceStats {
+			if st != nil {
+				fn(id, st)
+			}
+		}
+	}
 }
 
 // readings picks the known readings out of an instance's stats (names matched

@@ -347,19 +347,11 @@ func (b *Backend) readTopology(ctx context.Context, nodeID string) map[string]to
 		b.log.Debug("node device stats unavailable; no topology", "node", nodeID, "error", err)
 		return out
 	}
-	for _, g := range hs.DeviceStats {
-		if g == nil {
-			continue
+	eachInstance(hs, func(id string, st *api.DeviceStats) {
+		if t, ok := parseTopology(st.Stats); ok {
+			out[id] = t
 		}
-		for id, st := range g.InstanceStats {
-			if st == nil {
-				continue
-			}
-			if t, ok := parseTopology(st.Stats); ok {
-				out[id] = t
-			}
-		}
-	}
+	})
 	return out
 }
 

@@ -55,6 +55,13 @@ func jobHeld(job *api.Job) bool {
 // whole gang, launcher included, is pinned in one job update. With hetgpu.gang = "false" the
 // group that fits is pinned alone.
 func TestGangPlacedAllOrNothing(t *testing.T) {
+	withEachPlacer(t, gangAllOrNothing)
+}
+
+// withEachPlacer runs a scenario on a started harness once with the built-in first fit and
+// once with the MILP placer, since queueing semantics must not depend on the placer.
+func withEachPlacer(t *testing.T, scenario func(*testing.T, *servicetest.Harness)) {
+	t.Helper()
 	milp, err := place.New(place.Default(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -63,17 +70,19 @@ func TestGangPlacedAllOrNothing(t *testing.T) {
 		name   string
 		placer sched.Placer
 	}{{"first fit", nil}, {"MILP placer", milp}} {
-		t.Run(tt.name, func(t *testing.T) { gangAllOrNothing(t, tt.placer) })
+		t.Run(tt.name, func(t *testing.T) {
+			h := servicetest.NewHarness(t, nil)
+			if tt.placer != nil {
+				h.Stop()
+				h.Placer = tt.placer
+				h.Start()
+			}
+			scenario(t, h)
+		})
 	}
 }
 
-func gangAllOrNothing(t *testing.T, placer sched.Placer) {
-	h := servicetest.NewHarness(t, nil)
-	if placer != nil {
-		h.Stop()
-		h.Placer = placer
-		h.Start()
-	}
+func gangAllOrNothing(t *testing.T, h *servicetest.Harness) {
 	// One of the two 8-GPU nodes is taken; the gang needs both.
 	h.Nomad.Register(servicetest.HeldJob("filler", 8, 1, nil))
 	h.Round()

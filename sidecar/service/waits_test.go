@@ -8,8 +8,6 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/hetgpu/hetgpu/sidecar/nomad"
-	"github.com/hetgpu/hetgpu/sidecar/place"
-	"github.com/hetgpu/hetgpu/sidecar/sched"
 	"github.com/hetgpu/hetgpu/sidecar/service"
 	"github.com/hetgpu/hetgpu/sidecar/service/servicetest"
 	"github.com/hetgpu/hetgpu/sidecar/store"
@@ -31,25 +29,10 @@ func uiLine(h *servicetest.Harness, id string) string {
 // reported as infeasible (queue, explain, metric, the job's ui), and the fittable group queued
 // behind them is pinned in the same round; a node that joins makes the data-parallel one fit.
 func TestInfeasibleGroupsDoNotBlockTheQueue(t *testing.T) {
-	milp, err := place.New(place.Default(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tt := range []struct {
-		name   string
-		placer sched.Placer
-	}{{"first fit", nil}, {"MILP placer", milp}} {
-		t.Run(tt.name, func(t *testing.T) { infeasibleGroupsDoNotBlock(t, tt.placer) })
-	}
+	withEachPlacer(t, infeasibleGroupsDoNotBlock)
 }
 
-func infeasibleGroupsDoNotBlock(t *testing.T, placer sched.Placer) {
-	h := servicetest.NewHarness(t, nil)
-	if placer != nil {
-		h.Stop()
-		h.Placer = placer
-		h.Start()
-	}
+func infeasibleGroupsDoNotBlock(t *testing.T, h *servicetest.Harness) {
 	h.Nomad.Register(servicetest.HeldJob("big", 16, 1, nil))
 	h.Nomad.Register(servicetest.HeldJob("ddp", 4, 2, nil))
 	h.Nomad.Register(servicetest.HeldJob("small", 2, 1, nil))

@@ -201,6 +201,18 @@ func styled(l *plotter.Line, i int) {
 	l.Width = vg.Points(1.5)
 }
 
+// addLine draws one policy's series as the i-th styled line with its legend entry.
+func addLine(p *plot.Plot, pts plotter.XYs, i int, policy string) error {
+	l, err := plotter.NewLine(pts)
+	if err != nil {
+		return err
+	}
+	styled(l, i)
+	p.Add(l)
+	p.Legend.Add(policy, l)
+	return nil
+}
+
 func jctCDF(_ Meta, rs []*sim.Result) (*plot.Plot, error) {
 	p := newPlot("JCT distribution", "job completion time (hours, log scale)", "fraction of jobs")
 	p.X.Scale = plot.LogScale{}
@@ -220,13 +232,9 @@ func jctCDF(_ Meta, rs []*sim.Result) (*plot.Plot, error) {
 			pts = append(pts, plotter.XY{X: js[k], Y: float64(k+1) / float64(len(js))})
 		}
 		pts = append(pts, plotter.XY{X: js[len(js)-1], Y: 1})
-		l, err := plotter.NewLine(pts)
-		if err != nil {
+		if err := addLine(p, pts, i, r.Policy); err != nil {
 			return nil, err
 		}
-		styled(l, i)
-		p.Add(l)
-		p.Legend.Add(r.Policy, l)
 	}
 	return p, nil
 }
@@ -242,13 +250,9 @@ func seriesPlot(m Meta, rs []*sim.Result, title, y string, val func(bucket) floa
 		for k, b := range bs {
 			pts[k] = plotter.XY{X: b.t / 3600, Y: val(b)}
 		}
-		l, err := plotter.NewLine(pts)
-		if err != nil {
+		if err := addLine(p, pts, i, r.Policy); err != nil {
 			return nil, err
 		}
-		styled(l, i)
-		p.Add(l)
-		p.Legend.Add(r.Policy, l)
 	}
 	return p, nil
 }
