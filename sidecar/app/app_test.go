@@ -19,18 +19,10 @@ import (
 	"github.com/hetgpu/hetgpu/sidecar/service"
 )
 
-// The sidecar with no Nomad address runs on the simulated cluster and serves the same API.
-func TestSimulatedSidecar(t *testing.T) {
-	t.Setenv("NOMAD_ADDR", "")
-	c, err := ParseConfig("sim.hcl", []byte(`
-listen    = "127.0.0.1:0"
-reconcile = "200ms"
-debounce  = "10ms"
-simulator {
-  trace = "synthetic:jobs=30,rate=3600,seed=3"
-  speed = 20000
-}
-`))
+// simConfig parses a test config and finishes it on a fresh state directory.
+func simConfig(t *testing.T, src string) *Config {
+	t.Helper()
+	c, err := ParseConfig("sim.hcl", []byte(src))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,6 +30,21 @@ simulator {
 	if err := c.Finish(); err != nil {
 		t.Fatal(err)
 	}
+	return c
+}
+
+// The sidecar with no Nomad address runs on the simulated cluster and serves the same API.
+func TestSimulatedSidecar(t *testing.T) {
+	t.Setenv("NOMAD_ADDR", "")
+	c := simConfig(t, `
+listen    = "127.0.0.1:0"
+reconcile = "200ms"
+debounce  = "10ms"
+simulator {
+  trace = "synthetic:jobs=30,rate=3600,seed=3"
+  speed = 20000
+}
+`)
 	s, err := New(c, io.Discard)
 	if err != nil {
 		t.Fatal(err)

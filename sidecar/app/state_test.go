@@ -107,19 +107,12 @@ func TestStateCheckAndRepair(t *testing.T) {
 // before learning them) learns the stored runs again, and says so.
 func TestSidecarReplaysStoredRunsIntoMissingCatalog(t *testing.T) {
 	t.Setenv("NOMAD_ADDR", "")
-	c, err := ParseConfig("sim.hcl", []byte(`
+	c := simConfig(t, `
 listen = "127.0.0.1:0"
 simulator {
   trace = "synthetic:jobs=5,rate=3600,seed=3"
 }
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.StateDir = t.TempDir()
-	if err := c.Finish(); err != nil {
-		t.Fatal(err)
-	}
+`)
 	fillState(t, filepath.Join(c.StateDir, "simulated"), 50)
 	if err := os.Remove(filepath.Join(c.StateDir, "simulated", CatalogFile)); err != nil {
 		t.Fatal(err)
@@ -165,14 +158,7 @@ func TestReplayOnlyTheWindow(t *testing.T) {
 // learned, below the highest learned, is learned at the next start, and nothing twice.
 func TestReplayFillsAGapBelowTheNewest(t *testing.T) {
 	t.Setenv("NOMAD_ADDR", "")
-	c, err := ParseConfig("sim.hcl", []byte("listen = \"127.0.0.1:0\"\nsimulator {\n  trace = \"synthetic:jobs=5,rate=3600,seed=3\"\n}\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.StateDir = t.TempDir()
-	if err := c.Finish(); err != nil {
-		t.Fatal(err)
-	}
+	c := simConfig(t, "listen = \"127.0.0.1:0\"\nsimulator {\n  trace = \"synthetic:jobs=5,rate=3600,seed=3\"\n}\n")
 	dir := filepath.Join(c.StateDir, "simulated")
 	fillState(t, dir, 50)
 	// Drop the run with sequence number 25 from the catalog, as a crash between storing it
