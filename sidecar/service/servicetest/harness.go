@@ -99,22 +99,7 @@ func (h *Harness) Round() {
 	}
 }
 
-func ptr[T any](v T) *T { return &v }
-
 // HeldJob is a one-group batch job held for hetgpu.
 func HeldJob(id string, gpus uint64, count int, meta map[string]string) *api.Job {
-	if meta == nil {
-		meta = map[string]string{"hetgpu.enable": "true", "hetgpu.model": "resnet/ResNet-50", "hetgpu.batch_size": "64"}
-	}
-	return &api.Job{
-		ID: ptr(id), Name: ptr(id), Namespace: ptr("default"), Type: ptr("batch"),
-		Constraints: []*api.Constraint{api.NewConstraint("${meta.hetgpu.queue}", "=", "waiting-for-hetgpu")},
-		Meta:        meta,
-		TaskGroups: []*api.TaskGroup{{
-			Name: ptr("train"), Count: ptr(count),
-			Tasks: []*api.Task{{Name: "train", Driver: "hetgpu", Resources: &api.Resources{
-				Devices: []*api.RequestedDevice{{Name: "nvidia/gpu", Count: ptr(gpus)}},
-			}}},
-		}},
-	}
+	return nomadtest.HeldJob(id, gpus, count, meta)
 }
