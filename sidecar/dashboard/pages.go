@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"html/template"
+	"maps"
 	"math"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -346,7 +348,7 @@ func (d *Dashboard) decisionsPage(w http.ResponseWriter, r *http.Request) {
 		}
 		kept = append(kept, rec)
 	}
-	b.Statuses, b.Namespaces = sortedKeys(statuses), sortedKeys(nss)
+	b.Statuses, b.Namespaces = slices.Sorted(maps.Keys(statuses)), slices.Sorted(maps.Keys(nss))
 	b.Total = len(kept)
 	for i, rec := range kept {
 		if i == maxDecisionRows {
@@ -382,7 +384,7 @@ func decisionTimeline(recs []store.DecisionRecord) ([]byte, error) {
 	for _, r := range recs {
 		lanes[r.Status] = true
 	}
-	names := sortedKeys(lanes)
+	names := slices.Sorted(maps.Keys(lanes))
 	by := map[string]plotter.XYs{}
 	for _, r := range recs {
 		by[r.Status] = append(by[r.Status], plotter.XY{X: r.Time.Sub(t0).Seconds(), Y: float64(sort.SearchStrings(names, r.Status))})
@@ -434,7 +436,7 @@ func (d *Dashboard) learningPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if pi := l.PolicyInfo; pi != nil {
-		b.MetaKeys = sortedKeys(pi.Meta)
+		b.MetaKeys = slices.Sorted(maps.Keys(pi.Meta))
 		if len(pi.Curve) > 0 {
 			var train, eval plotter.XYs
 			for _, c := range pi.Curve {
@@ -555,21 +557,12 @@ func bucketLabel(t time.Time, bucketS float64) string {
 // seriesOf makes one series per key, sorted; upper names them in capitals (GPU types).
 func seriesOf(m map[string]plotter.XYs, upper bool) []Series {
 	out := make([]Series, 0, len(m))
-	for _, k := range sortedKeys(m) {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		name := k
 		if upper {
 			name = strings.ToUpper(k)
 		}
 		out = append(out, Series{Name: name, Points: m[k]})
 	}
-	return out
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
 	return out
 }

@@ -21,8 +21,9 @@ package queue
 
 import (
 	"fmt"
+	"maps"
 	"math"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 )
@@ -121,7 +122,7 @@ func (c *Config) Validate(clusterGPUs int) (warnings []string, err error) {
 			return nil, bad(q.Name, "max", q.Max, "a number of GPUs >= 0 (0 = no maximum)")
 		}
 		byType := 0
-		for _, t := range sortedKeys(q.GuaranteeByType) {
+		for _, t := range slices.Sorted(maps.Keys(q.GuaranteeByType)) {
 			n := q.GuaranteeByType[t]
 			if n < 0 {
 				return nil, bad(q.Name, "guarantee_by_type."+t, n, "a number of GPUs >= 0")
@@ -187,13 +188,4 @@ func (c *Config) Validate(clusterGPUs int) (warnings []string, err error) {
 		warnings = append(warnings, fmt.Sprintf("queues: the guarantees add up to %d GPUs but the cluster holds %d; they cannot all be met at once", total, clusterGPUs))
 	}
 	return warnings, nil
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

@@ -2,8 +2,10 @@ package queue
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -77,7 +79,7 @@ func Load(ref string, gpus int, demand map[string]float64) (Config, error) {
 // split fraction of the cluster's GPUs in proportion to each namespace's demand (largest
 // remainders, so that they add up to floor(fraction x gpus)).
 func ProportionalToDemand(demand map[string]float64, gpus int, fraction float64) Config {
-	names := sortedKeys(demand)
+	names := slices.Sorted(maps.Keys(demand))
 	total := 0.0
 	for _, n := range names {
 		total += demand[n]

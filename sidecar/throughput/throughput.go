@@ -32,8 +32,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -265,20 +267,11 @@ func (t *Table) finish() {
 	for k := range t.iso {
 		jobs[k.job], gpus[k.gpu] = true, true
 	}
-	t.jobs, t.gpus = sortedKeys(jobs), sortedKeys(gpus)
+	t.jobs, t.gpus = slices.Sorted(maps.Keys(jobs)), slices.Sorted(maps.Keys(gpus))
 	for _, c := range t.counts {
 		sort.Ints(c)
 	}
 	t.calibrate()
-}
-
-func sortedKeys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // calibrate learns, per GPU type, how far the datasheet ratio is from measured ratios on jobs
