@@ -231,17 +231,23 @@ func normalizeBusID(p nvml.PciInfo) string {
 // attributes from the group's first device. health maps UUIDs to an unhealthy description.
 // Groups failing Nomad's validation are dropped (and returned as errors) so one bad group never
 // makes Nomad kill the plugin.
+// ordered is the inventory's devices by GPU index, then GPU instance, so that fingerprints
+// and stats list them in the same order.
+func (inv *inventory) ordered() []*instance {
+	devs := slices.Clone(inv.devices)
+	slices.SortStableFunc(devs, func(a, b *instance) int {
+		return cmp.Or(cmp.Compare(a.index, b.index), cmp.Compare(a.gi, b.gi))
+	})
+	return devs
+}
+
 func (inv *inventory) groups(health func(*instance) string) ([]*device.DeviceGroup, []error) {
 	if inv == nil {
 		return nil, nil
 	}
 	byName := map[string]*device.DeviceGroup{}
 	var names []string
-	devs := slices.Clone(inv.devices)
-	slices.SortStableFunc(devs, func(a, b *instance) int {
-		return cmp.Or(cmp.Compare(a.index, b.index), cmp.Compare(a.gi, b.gi))
-	})
-	for _, d := range devs {
+	for _, d := range inv.ordered() {
 		g, ok := byName[d.name]
 		if !ok {
 			typ := DeviceType

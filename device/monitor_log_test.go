@@ -1,36 +1,17 @@
 package device
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/hetgpu/hetgpu/device/fake"
+	"github.com/hetgpu/hetgpu/internal/syncbuf"
 )
-
-// syncBuffer collects log output written from the monitor's goroutine.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // The retry delay reaches Nomad as a duration string: the plugin logs JSON, where a
 // time.Duration value would be a bare nanosecond count that Nomad re-logs as a float.
@@ -40,7 +21,7 @@ func TestRetryDelayLoggedAsDuration(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	var out syncBuffer
+	var out syncbuf.Buffer
 	logger := hclog.New(&hclog.LoggerOptions{Level: hclog.Trace, JSONFormat: true, Output: &out})
 	m := newMonitor(f, Config{Enabled: true, FingerprintPeriod: time.Minute}, logger)
 	ctx, cancel := context.WithCancel(context.Background())

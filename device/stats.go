@@ -1,8 +1,6 @@
 package device
 
 import (
-	"cmp"
-	"slices"
 	"strings"
 	"time"
 
@@ -86,9 +84,7 @@ func collectStats(inv *inventory, now time.Time) *device.StatsResponse {
 	}
 	ts := timestamppb.New(now)
 	byName := map[string]*device.DeviceGroupStats{}
-	devs := slices.Clone(inv.devices)
-	slices.SortStableFunc(devs, func(a, b *instance) int { return cmp.Or(cmp.Compare(a.index, b.index), cmp.Compare(a.gi, b.gi)) })
-	for _, d := range devs {
+	for _, d := range inv.ordered() {
 		g, ok := byName[d.name]
 		if !ok {
 			typ := DeviceType

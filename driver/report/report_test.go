@@ -1,7 +1,6 @@
 package report
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/hetgpu/hetgpu/internal/syncbuf"
 	"github.com/hetgpu/hetgpu/model/cluster"
 )
 
@@ -167,24 +167,6 @@ func TestRunRetriesWithBackoffUntilDelivered(t *testing.T) {
 	}
 }
 
-// syncBuffer collects log output written from the reporter's goroutine.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // The retry delay reaches Nomad as a duration string: the driver logs JSON, where a
 // time.Duration value would be a bare nanosecond count that Nomad re-logs as a float
 // (retry_in="1.6688645394e+10").
@@ -192,7 +174,7 @@ func TestRetryDelayLoggedAsDuration(t *testing.T) {
 	sc := &sidecar{mode: "503"}
 	srv := httptest.NewServer(sc)
 	defer srv.Close()
-	var out syncBuffer
+	var out syncbuf.Buffer
 	r, err := New(Config{Addr: srv.URL, SpoolDir: t.TempDir(), MinBackoff: 5 * time.Millisecond, MaxBackoff: 40 * time.Millisecond,
 		Client: &http.Client{Timeout: 2 * time.Second}, Logger: hclog.New(&hclog.LoggerOptions{JSONFormat: true, Output: &out})})
 	if err != nil {
