@@ -30,14 +30,14 @@ func PluginSet(cfg ServeConfig) (goplugin.PluginSet, error) {
 	if cfg.Base == nil {
 		return nil, fmt.Errorf("plugin: ServeConfig.Base is nil; a Nomad plugin must implement BasePlugin")
 	}
-	set := goplugin.PluginSet{KeyBase: &basePlugin{impl: cfg.Base}}
+	set := goplugin.PluginSet{KeyBase: basePlugin(cfg.Base)}
 	switch {
 	case cfg.Device != nil && cfg.Driver != nil:
 		return nil, fmt.Errorf("plugin: ServeConfig sets both Device and Driver; Nomad plugins are one type")
 	case cfg.Device != nil:
-		set[KeyDevice] = &devicePlugin{impl: cfg.Device}
+		set[KeyDevice] = devicePlugin(cfg.Device)
 	case cfg.Driver != nil:
-		set[KeyDriver] = &driverPlugin{impl: cfg.Driver}
+		set[KeyDriver] = driverPlugin(cfg.Driver)
 	default:
 		return nil, fmt.Errorf("plugin: ServeConfig sets neither Device nor Driver")
 	}
@@ -68,50 +68,41 @@ func Serve(cfg ServeConfig) {
 // or drivers.DriverClient on the shared connection.
 func ClientPluginSet() goplugin.PluginSet {
 	return goplugin.PluginSet{
-		KeyBase:   &basePlugin{},
-		KeyDevice: &devicePlugin{},
-		KeyDriver: &driverPlugin{},
+		KeyBase:   basePlugin(nil),
+		KeyDevice: devicePlugin(nil),
+		KeyDriver: driverPlugin(nil),
 	}
 }
 
-type basePlugin struct {
+// grpcPlugin adapts one gRPC service to go-plugin: the plugin side registers impl on the
+// shared server, Nomad's side wraps the connection in the service's client.
+type grpcPlugin[S any] struct {
 	goplugin.NetRPCUnsupportedPlugin
-	impl base.BasePluginServer
+	impl     S
+	register func(grpc.ServiceRegistrar, S)
+	client   func(grpc.ClientConnInterface) any
 }
 
-func (p *basePlugin) GRPCServer(_ *goplugin.GRPCBroker, s *grpc.Server) error {
-	base.RegisterBasePluginServer(s, p.impl)
+func (p *grpcPlugin[S]) GRPCServer(_ *goplugin.GRPCBroker, s *grpc.Server) error {
+	p.register(s, p.impl)
 	return nil
 }
 
-func (p *basePlugin) GRPCClient(_ context.Context, _ *goplugin.GRPCBroker, c *grpc.ClientConn) (any, error) {
-	return base.NewBasePluginClient(c), nil
+func (p *grpcPlugin[S]) GRPCClient(_ context.Context, _ *goplugin.GRPCBroker, c *grpc.ClientConn) (any, error) {
+	return p.client(c), nil
 }
 
-type devicePlugin struct {
-	goplugin.NetRPCUnsupportedPlugin
-	impl device.DevicePluginServer
+func basePlugin(impl base.BasePluginServer) goplugin.Plugin {
+	return &grpcPlugin[base.BasePluginServer]{impl: impl, register: base.RegisterBasePluginServer,
+		client: func(c grpc.ClientConnInterface) any { return base.NewBasePluginClient(c) }}
 }
 
-func (p *devicePlugin) GRPCServer(_ *goplugin.GRPCBroker, s *grpc.Server) error {
-	device.RegisterDevicePluginServer(s, p.impl)
-	return nil
+func devicePlugin(impl device.DevicePluginServer) goplugin.Plugin {
+	return &grpcPlugin[device.DevicePluginServer]{impl: impl, register: device.RegisterDevicePluginServer,
+		client: func(c grpc.ClientConnInterface) any { return device.NewDevicePluginClient(c) }}
 }
 
-func (p *devicePlugin) GRPCClient(_ context.Context, _ *goplugin.GRPCBroker, c *grpc.ClientConn) (any, error) {
-	return device.NewDevicePluginClient(c), nil
-}
-
-type driverPlugin struct {
-	goplugin.NetRPCUnsupportedPlugin
-	impl drivers.DriverServer
-}
-
-func (p *driverPlugin) GRPCServer(_ *goplugin.GRPCBroker, s *grpc.Server) error {
-	drivers.RegisterDriverServer(s, p.impl)
-	return nil
-}
-
-func (p *driverPlugin) GRPCClient(_ context.Context, _ *goplugin.GRPCBroker, c *grpc.ClientConn) (any, error) {
-	return drivers.NewDriverClient(c), nil
+func driverPlugin(impl drivers.DriverServer) goplugin.Plugin {
+	return &grpcPlugin[drivers.DriverServer]{impl: impl, register: drivers.RegisterDriverServer,
+		client: func(c grpc.ClientConnInterface) any { return drivers.NewDriverClient(c) }}
 }
