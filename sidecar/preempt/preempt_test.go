@@ -95,6 +95,17 @@ func ids(p sched.Plan) (preempted, order []string) {
 	return preempted, order
 }
 
+// oldThenNew builds a snapshot of nodes on which "old" (oldGPUs) has run on n1's V100s for
+// ago and "new" (newGPUs) is pending: the setup most preemption cases vary.
+func oldThenNew(oldGPUs int, ago time.Duration, newGPUs int, nodes ...cluster.Node) func() *cluster.Snapshot {
+	return func() *cluster.Snapshot {
+		s := &cluster.Snapshot{Now: now, Nodes: nodes}
+		running(s, job("old", oldGPUs, time.Hour), "n1", "v100", now.Add(-ago))
+		s.Pending = []cluster.Job{job("new", newGPUs, time.Hour)}
+		return s
+	}
+}
+
 func TestPlan(t *testing.T) {
 	long := 100 * time.Hour
 	cases := []struct {
@@ -106,24 +117,14 @@ func TestPlan(t *testing.T) {
 		order   []string
 	}{
 		{
-			name: "room for everyone: nobody stops",
-			build: func() *cluster.Snapshot {
-				s := &cluster.Snapshot{Now: now, Nodes: []cluster.Node{node("n1", "v100", 4)}}
-				running(s, job("old", 2, time.Hour), "n1", "v100", now.Add(-2*time.Hour))
-				s.Pending = []cluster.Job{job("new", 2, time.Hour)}
-				return s
-			},
+			name:  "room for everyone: nobody stops",
+			build: oldThenNew(2, 2*time.Hour, 2, node("n1", "v100", 4)),
 			rank:  []string{"new", "old"},
 			order: []string{"new"},
 		},
 		{
-			name: "a better-ranked job takes a worse-ranked job's GPUs",
-			build: func() *cluster.Snapshot {
-				s := &cluster.Snapshot{Now: now, Nodes: []cluster.Node{node("n1", "v100", 4)}}
-				running(s, job("old", 4, time.Hour), "n1", "v100", now.Add(-2*time.Hour))
-				s.Pending = []cluster.Job{job("new", 2, time.Hour)}
-				return s
-			},
+			name:    "a better-ranked job takes a worse-ranked job's GPUs",
+			build:   oldThenNew(4, 2*time.Hour, 2, node("n1", "v100", 4)),
 			rank:    []string{"new", "old"},
 			preempt: []string{"old"},
 			order:   []string{"new", "old"},
@@ -145,25 +146,15 @@ func TestPlan(t *testing.T) {
 			order: []string{"new"},
 		},
 		{
-			name: "a worse-ranked newcomer waits",
-			build: func() *cluster.Snapshot {
-				s := &cluster.Snapshot{Now: now, Nodes: []cluster.Node{node("n1", "v100", 4)}}
-				running(s, job("old", 4, time.Hour), "n1", "v100", now.Add(-2*time.Hour))
-				s.Pending = []cluster.Job{job("new", 2, time.Hour)}
-				return s
-			},
+			name:  "a worse-ranked newcomer waits",
+			build: oldThenNew(4, 2*time.Hour, 2, node("n1", "v100", 4)),
 			rank:  []string{"old", "new"},
 			order: []string{"new"},
 		},
 		{
-			name: "min_run protects a job that just started",
-			cfg:  func(c *Config) { c.MinRun = time.Hour },
-			build: func() *cluster.Snapshot {
-				s := &cluster.Snapshot{Now: now, Nodes: []cluster.Node{node("n1", "v100", 4)}}
-				running(s, job("old", 4, time.Hour), "n1", "v100", now.Add(-10*time.Minute))
-				s.Pending = []cluster.Job{job("new", 2, time.Hour)}
-				return s
-			},
+			name:  "min_run protects a job that just started",
+			cfg:   func(c *Config) { c.MinRun = time.Hour },
+			build: oldThenNew(4, 10*time.Minute, 2, node("n1", "v100", 4)),
 			rank:  []string{"new", "old"},
 			order: []string{"new"},
 		},
@@ -222,13 +213,8 @@ func TestPlan(t *testing.T) {
 			order: []string{"tiny"},
 		},
 		{
-			name: "a free GPU is preferred to stopping someone",
-			build: func() *cluster.Snapshot {
-				s := &cluster.Snapshot{Now: now, Nodes: []cluster.Node{node("n1", "v100", 2), node("n2", "v100", 2)}}
-				running(s, job("old", 1, time.Hour), "n1", "v100", now.Add(-2*time.Hour))
-				s.Pending = []cluster.Job{job("new", 1, time.Hour)}
-				return s
-			},
+			name:  "a free GPU is preferred to stopping someone",
+			build: oldThenNew(1, 2*time.Hour, 1, node("n1", "v100", 2), node("n2", "v100", 2)),
 			rank:  []string{"new", "old"},
 			order: []string{"new"},
 		},
@@ -294,13 +280,8 @@ func TestPlan(t *testing.T) {
 			order: []string{"slotjob"},
 		},
 		{
-			name: "slot group and whole GPUs of one type are counted apart: whole job preempts",
-			build: func() *cluster.Snapshot {
-				s := &cluster.Snapshot{Now: now, Nodes: []cluster.Node{slotAndWholeNode("n1")}}
-				running(s, job("old", 2, time.Hour), "n1", "v100", now.Add(-2*time.Hour))
-				s.Pending = []cluster.Job{job("new", 2, time.Hour)}
-				return s
-			},
+			name:    "slot group and whole GPUs of one type are counted apart: whole job preempts",
+			build:   oldThenNew(2, 2*time.Hour, 2, slotAndWholeNode("n1")),
 			rank:    []string{"new", "old"},
 			preempt: []string{"old"},
 			order:   []string{"new", "old"},
