@@ -15,6 +15,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/hetgpu/hetgpu/internal/poll"
 	"github.com/hetgpu/hetgpu/sidecar/ha"
 	"github.com/hetgpu/hetgpu/sidecar/nomad/nomadtest"
 )
@@ -121,17 +122,6 @@ func (r *replica) role() string {
 	return role
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func leaders(rs ...*replica) int {
 	n := 0
 	for _, r := range rs {
@@ -146,11 +136,11 @@ func TestElectorOneLeaderLostAndRegained(t *testing.T) {
 	f := nomadtest.New()
 	defer f.Close()
 	a := startReplica(t, f, "a", nil)
-	waitFor(t, "a to lead", func() bool { return a.role() == ha.RoleLeader })
+	poll.Until(t, "a to lead", func() bool { return a.role() == ha.RoleLeader })
 	b := startReplica(t, f, "b", nil)
 	c := startReplica(t, f, "c", nil)
 	// The standbys learn who leads from the lock variable.
-	waitFor(t, "standbys to know the leader", func() bool {
+	poll.Until(t, "standbys to know the leader", func() bool {
 		_, lb := b.el.Role()
 		_, lc := c.el.Role()
 		return lb == "http://a.invalid" && lc == "http://a.invalid"
@@ -169,7 +159,7 @@ func TestElectorOneLeaderLostAndRegained(t *testing.T) {
 	}
 	// The leader stops (releasing the lock): exactly one standby takes over.
 	a.stop()
-	waitFor(t, "a standby to lead", func() bool { return leaders(b, c) == 1 })
+	poll.Until(t, "a standby to lead", func() bool { return leaders(b, c) == 1 })
 	if err := a.el.Held(ctx); !errors.Is(err, ha.ErrNotLeader) {
 		t.Fatalf("stopped leader: Held = %v, want ErrNotLeader", err)
 	}
@@ -179,7 +169,7 @@ func TestElectorOneLeaderLostAndRegained(t *testing.T) {
 	}
 	// It stops too: the last one regains the lock.
 	next.stop()
-	waitFor(t, "the last replica to lead", func() bool { return other.role() == ha.RoleLeader })
+	poll.Until(t, "the last replica to lead", func() bool { return other.role() == ha.RoleLeader })
 	if a.leads.Load()+b.leads.Load()+c.leads.Load() != 3 {
 		t.Fatalf("takeovers a=%d b=%d c=%d, want 3 in all", a.leads.Load(), b.leads.Load(), c.leads.Load())
 	}
@@ -192,12 +182,12 @@ func TestElectorLockStolenAfterTTL(t *testing.T) {
 	f.SetClock(clk.now)
 	// a renews rarely and checks the lock before every write batch.
 	a := startReplica(t, f, "a", func(c *ha.Config) { c.Renew = 7 * time.Second; c.Fresh = time.Nanosecond })
-	waitFor(t, "a to lead", func() bool { return a.role() == ha.RoleLeader })
+	poll.Until(t, "a to lead", func() bool { return a.role() == ha.RoleLeader })
 	b := startReplica(t, f, "b", nil)
 	// a is cut off from Nomad; on Nomad's clock its lease (2 x TTL) and delay run out.
 	a.link.cut.Store(true)
 	clk.advance(2*10*time.Second + 2*time.Second)
-	waitFor(t, "b to take the expired lock", func() bool { return b.role() == ha.RoleLeader })
+	poll.Until(t, "b to take the expired lock", func() bool { return b.role() == ha.RoleLeader })
 	// a's own clock says its lease still runs; the renewal before its next write batch
 	// finds the lock taken and the fence closes.
 	a.link.cut.Store(false)
@@ -208,7 +198,7 @@ func TestElectorLockStolenAfterTTL(t *testing.T) {
 	if a.role() != ha.RoleStandby || leaders(a, b) != 1 {
 		t.Fatalf("roles a=%s b=%s, want standby and leader", a.role(), b.role())
 	}
-	waitFor(t, "a to report the loss", func() bool { return a.loses.Load() == 1 })
+	poll.Until(t, "a to report the loss", func() bool { return a.loses.Load() == 1 })
 }
 
 func TestElectorPartitionedLeaderStopsBeforeLeaseEnds(t *testing.T) {
@@ -216,7 +206,7 @@ func TestElectorPartitionedLeaderStopsBeforeLeaseEnds(t *testing.T) {
 	defer f.Close()
 	clk := &clock{}
 	a := startReplica(t, f, "a", func(c *ha.Config) { c.Now = clk.now; c.Renew = time.Second })
-	waitFor(t, "a to lead", func() bool { return a.role() == ha.RoleLeader })
+	poll.Until(t, "a to lead", func() bool { return a.role() == ha.RoleLeader })
 	ctx := context.Background()
 	if err := a.el.Held(ctx); err != nil {
 		t.Fatalf("leader: Held = %v", err)
@@ -247,7 +237,7 @@ func TestElectorFastTakeoverOfDeadLeader(t *testing.T) {
 		_, _ = io.WriteString(w, `{"status":"ok","role":"leader","replica_id":"a"}`)
 	}))
 	a := startReplica(t, f, "a", func(c *ha.Config) { c.Address = api.URL })
-	waitFor(t, "a to lead", func() bool { return a.role() == ha.RoleLeader })
+	poll.Until(t, "a to lead", func() bool { return a.role() == ha.RoleLeader })
 	b := startReplica(t, f, "b", func(c *ha.Config) { c.FastTakeover = true })
 	time.Sleep(200 * time.Millisecond)
 	if b.role() != ha.RoleStandby {
@@ -258,7 +248,7 @@ func TestElectorFastTakeoverOfDeadLeader(t *testing.T) {
 	a.link.cut.Store(true)
 	api.Close()
 	start := time.Now()
-	waitFor(t, "b to take over", func() bool { return b.role() == ha.RoleLeader })
+	poll.Until(t, "b to take over", func() bool { return b.role() == ha.RoleLeader })
 	if d := time.Since(start); d > 3*time.Second {
 		t.Fatalf("takeover took %s; the TTL path would be 21 s, fast takeover should be about 2 retries", d)
 	}
@@ -283,7 +273,7 @@ func TestElectorNoFastTakeoverWithoutProof(t *testing.T) {
 			}))
 			defer self.Close()
 			a := startReplica(t, f, "a", func(c *ha.Config) { c.Address = tc.address(self.URL) })
-			waitFor(t, "a to lead", func() bool { return a.role() == ha.RoleLeader })
+			poll.Until(t, "a to lead", func() bool { return a.role() == ha.RoleLeader })
 			b := startReplica(t, f, "b", func(c *ha.Config) { c.FastTakeover = true })
 			// Many probes later a still leads.
 			time.Sleep(300 * time.Millisecond)
@@ -303,9 +293,9 @@ func TestElectorTakeoverFailureGivesLockUp(t *testing.T) {
 	a := startReplica(t, f, "a", func(c *ha.Config) {
 		c.OnLead = func(context.Context) error { tries.Add(1); return errors.New("shared state unreadable") }
 	})
-	waitFor(t, "a to try leading", func() bool { return tries.Load() >= 1 })
+	poll.Until(t, "a to try leading", func() bool { return tries.Load() >= 1 })
 	b := startReplica(t, f, "b", nil)
-	waitFor(t, "b to lead", func() bool { return b.role() == ha.RoleLeader })
+	poll.Until(t, "b to lead", func() bool { return b.role() == ha.RoleLeader })
 	if a.role() != ha.RoleStandby || a.el.Held(context.Background()) == nil {
 		t.Fatalf("a, which could not take over, has role %s", a.role())
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hetgpu/hetgpu/internal/poll"
 	"github.com/hetgpu/hetgpu/model/cluster"
 	"github.com/hetgpu/hetgpu/sidecar/ha"
 	"github.com/hetgpu/hetgpu/sidecar/nomad"
@@ -34,7 +35,7 @@ func TestPartitionedLeaderStopsPinningBeforeLeaseEnds(t *testing.T) {
 	f.AddNode("node-a100-00", "a100", "NVIDIA A100-SXM4-40GB", 8)
 	clk := &clock{}
 	a := startReplica(t, f, "a", func(c *ha.Config) { c.Now = clk.now; c.Renew = time.Second })
-	waitFor(t, "a to lead", func() bool { return a.role() == ha.RoleLeader })
+	poll.Until(t, "a to lead", func() bool { return a.role() == ha.RoleLeader })
 	b, err := nomad.New(nomad.Config{Client: a.link.client(t, 500*time.Millisecond), Fence: a.el})
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hetgpu/hetgpu/internal/poll"
 	"github.com/hetgpu/hetgpu/internal/testcerts"
 	"github.com/hetgpu/hetgpu/sidecar/ha"
 	"github.com/hetgpu/hetgpu/sidecar/nomad/nomadtest"
@@ -74,7 +75,7 @@ func TestElectorFastTakeoverOverTLS(t *testing.T) {
 			answering.Store("a")
 			apiSrv := tlsReplicaAPI(t, certs, &answering)
 			a := startReplica(t, f, "a", func(c *ha.Config) { c.Address = apiSrv.URL })
-			waitFor(t, "a to lead", func() bool { return a.role() == ha.RoleLeader })
+			poll.Until(t, "a to lead", func() bool { return a.role() == ha.RoleLeader })
 			b := startReplica(t, f, "b", func(c *ha.Config) { c.FastTakeover = true; c.Probe = probe })
 			time.Sleep(200 * time.Millisecond)
 			if b.role() != ha.RoleStandby {

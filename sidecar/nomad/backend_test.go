@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/hetgpu/hetgpu/internal/poll"
 	"github.com/hetgpu/hetgpu/model/annot"
 	"github.com/hetgpu/hetgpu/model/cluster"
 	"github.com/hetgpu/hetgpu/sidecar/nomad/nomadtest"
@@ -307,17 +308,6 @@ func TestMultiNodePin(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func TestEventStreamResume(t *testing.T) {
 	f := newFixture(t, func(c *Config) { c.ResyncEvery = -1 })
 	ctx, cancel := context.WithCancel(context.Background())
@@ -325,10 +315,10 @@ func TestEventStreamResume(t *testing.T) {
 	var changes atomic.Int64
 	done := make(chan error, 1)
 	go func() { done <- f.b.Watch(ctx, func() { changes.Add(1) }) }()
-	waitFor(t, "first resync", func() bool { return changes.Load() > 0 })
+	poll.Until(t, "first resync", func() bool { return changes.Load() > 0 })
 
 	f.srv.Register(heldJob("first", 1, 1, nil))
-	waitFor(t, "job from the stream", func() bool { return len(f.snapshot(t).Pending) == 1 })
+	poll.Until(t, "job from the stream", func() bool { return len(f.snapshot(t).Pending) == 1 })
 	last := f.b.Index()
 	if last < f.srv.Index()-1 {
 		t.Fatalf("backend index %d lags the server %d", last, f.srv.Index())
@@ -336,7 +326,7 @@ func TestEventStreamResume(t *testing.T) {
 	// Node events re-read the node as JSON: device attributes survive (event payloads would
 	// lose them through mapstructure).
 	f.srv.UpdateNode("node-t4-0000", "NodeStreamEvent", func(n *api.Node) { n.Meta["rack"] = "r1" })
-	waitFor(t, "node update", func() bool {
+	poll.Until(t, "node update", func() bool {
 		for _, n := range f.snapshot(t).Nodes {
 			if n.ID == "node-t4-0000" && n.Meta["rack"] == "r1" {
 				return n.Devices[0].Attributes["memory"].Int != nil
@@ -348,8 +338,8 @@ func TestEventStreamResume(t *testing.T) {
 	before := len(f.srv.Requests())
 	f.srv.DropStreams()
 	f.srv.Register(heldJob("second", 1, 1, nil))
-	waitFor(t, "job after reconnect", func() bool { return len(f.snapshot(t).Pending) == 2 })
-	waitFor(t, "the stream reopened", func() bool {
+	poll.Until(t, "job after reconnect", func() bool { return len(f.snapshot(t).Pending) == 2 })
+	poll.Until(t, "the stream reopened", func() bool {
 		for _, r := range f.srv.Requests()[before:] {
 			if strings.HasPrefix(r, "GET /v1/event/stream") {
 				return true
@@ -392,12 +382,12 @@ func TestResyncCatchesEventsOutsideTheBuffer(t *testing.T) {
 	defer cancel()
 	var changes atomic.Int64
 	go func() { _ = f.b.Watch(ctx, func() { changes.Add(1) }) }()
-	waitFor(t, "first resync", func() bool { return changes.Load() > 0 })
+	poll.Until(t, "first resync", func() bool { return changes.Load() > 0 })
 	// While disconnected, a job arrives and its event falls out of the server's buffer.
 	f.srv.DropStreams()
 	f.srv.Register(heldJob("missed", 1, 1, nil))
 	f.srv.TrimEvents(f.srv.Index() + 1)
-	waitFor(t, "job seen through the resync", func() bool { return len(f.snapshot(t).Pending) == 1 })
+	poll.Until(t, "job seen through the resync", func() bool { return len(f.snapshot(t).Pending) == 1 })
 }
 
 func pinnedFixture(t *testing.T, mod func(*Config)) (*fixture, cluster.Decision) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/hetgpu/hetgpu/internal/poll"
 	"github.com/hetgpu/hetgpu/model/cluster"
 )
 
@@ -144,9 +145,9 @@ func TestPurgedJobFreesItsGPUs(t *testing.T) {
 		_ = f.b.Watch(ctx, func() {})
 	}()
 	defer func() { cancel(); <-done }()
-	waitUntil(t, "the running allocation in the snapshot", func() bool { return len(f.snapshot(t).Running) == 1 })
+	poll.Until(t, "the running allocation in the snapshot", func() bool { return len(f.snapshot(t).Running) == 1 })
 	f.srv.Purge("default", "run")
-	waitUntil(t, "the job dropped", func() bool {
+	poll.Until(t, "the job dropped", func() bool {
 		f.b.mu.Lock()
 		defer f.b.mu.Unlock()
 		return f.b.index >= f.srv.LastEventIndex() && f.b.jobs[jobKey("default", "run")] == nil
@@ -159,16 +160,5 @@ func TestPurgedJobFreesItsGPUs(t *testing.T) {
 	}
 	if got := f.snapshot(t).Running; len(got) != 0 {
 		t.Errorf("after maintenance the purged job's allocation still holds GPUs: %+v", got)
-	}
-}
-
-func waitUntil(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }

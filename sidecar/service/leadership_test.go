@@ -6,22 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hetgpu/hetgpu/internal/poll"
 	"github.com/hetgpu/hetgpu/model/cluster"
 	"github.com/hetgpu/hetgpu/sidecar/nomad"
 	"github.com/hetgpu/hetgpu/sidecar/service"
 	"github.com/hetgpu/hetgpu/sidecar/service/servicetest"
 )
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 // A standby watches but runs no round: a held job stays held until the replica leads.
 func TestStandbyRunsNoRoundUntilItLeads(t *testing.T) {
@@ -38,7 +28,7 @@ func TestStandbyRunsNoRoundUntilItLeads(t *testing.T) {
 		cancel()
 		<-done
 	}()
-	waitUntil(t, "five skipped rounds", func() bool { return l.HeldCalls() >= 5 })
+	poll.Until(t, "five skipped rounds", func() bool { return l.HeldCalls() >= 5 })
 	if hl := h.Service.Health(); hl.Rounds != 0 || hl.Role != "standby" || hl.Leader != "http://leader:4656" || hl.Status != "ok" {
 		t.Fatalf("standby health = %+v; want no rounds, role standby, the leader, status ok", hl)
 	}
@@ -46,7 +36,7 @@ func TestStandbyRunsNoRoundUntilItLeads(t *testing.T) {
 		t.Fatal("a standby pinned a job")
 	}
 	l.Set(true, "http://me:4656")
-	waitUntil(t, "the new leader to pin the job", func() bool {
+	poll.Until(t, "the new leader to pin the job", func() bool {
 		_, _, ok := nomad.PinOf(h.Nomad.Job("default", "resnet").TaskGroups[0])
 		return ok
 	})
