@@ -234,11 +234,11 @@ func TestDefaultStateDirPerClient(t *testing.T) {
 	}
 }
 
-// Two drivers of two clients configured through SetConfig with no state_dir create and use
-// two directories.
-func TestSetConfigStateDirPerClient(t *testing.T) {
-	stateBase := t.TempDir()
-	var got []string
+// twoClientConfigs configures, through SetConfig with no state_dir, the drivers of two
+// clients (client1, client2) that share stateBase, and returns their resolved configs.
+func twoClientConfigs(t *testing.T, stateBase string) []PluginConfig {
+	t.Helper()
+	var out []PluginConfig
 	for _, c := range []string{"client1", "client2"} {
 		d := New(nil, Options{PluginPath: filepath.Join("/srv/nomad", c, "plugins", "nomad-driver-hetgpu"), StateBase: stateBase})
 		t.Cleanup(func() { _, _ = d.Shutdown(context.Background(), &drivers.ShutdownRequest{}) })
@@ -246,8 +246,19 @@ func TestSetConfigStateDirPerClient(t *testing.T) {
 			t.Fatal(err)
 		}
 		d.mu.Lock()
-		dir := d.cfg.StateDir
+		out = append(out, d.cfg)
 		d.mu.Unlock()
+	}
+	return out
+}
+
+// Two drivers of two clients configured through SetConfig with no state_dir create and use
+// two directories.
+func TestSetConfigStateDirPerClient(t *testing.T) {
+	stateBase := t.TempDir()
+	var got []string
+	for i, cfg := range twoClientConfigs(t, stateBase) {
+		c, dir := fmt.Sprintf("client%d", i+1), cfg.StateDir
 		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() || filepath.Dir(dir) != stateBase {
 			t.Fatalf("%s: state_dir %s not created in %s (%v)", c, dir, stateBase, err)
 		}
@@ -272,15 +283,8 @@ func TestLegacySpoolAdopted(t *testing.T) {
 		}
 	}
 	var spools []string
-	for _, c := range []string{"client1", "client2"} {
-		d := New(nil, Options{PluginPath: filepath.Join("/srv/nomad", c, "plugins", "nomad-driver-hetgpu"), StateBase: stateBase})
-		t.Cleanup(func() { _, _ = d.Shutdown(context.Background(), &drivers.ShutdownRequest{}) })
-		if _, err := d.BaseServer().SetConfig(context.Background(), &base.SetConfigRequest{}); err != nil {
-			t.Fatal(err)
-		}
-		d.mu.Lock()
-		spools = append(spools, d.cfg.SpoolDir)
-		d.mu.Unlock()
+	for _, cfg := range twoClientConfigs(t, stateBase) {
+		spools = append(spools, cfg.SpoolDir)
 	}
 	first, _ := filepath.Glob(filepath.Join(spools[0], "*.json"))
 	second, _ := filepath.Glob(filepath.Join(spools[1], "*.json"))
