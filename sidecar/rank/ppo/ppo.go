@@ -51,53 +51,35 @@ func withDefaults(c Config) Config {
 	if len(c.Hidden) == 0 {
 		c.Hidden = d.Hidden
 	}
-	if c.RolloutsPerEpoch <= 0 {
-		c.RolloutsPerEpoch = d.RolloutsPerEpoch
-	}
+	c.RolloutsPerEpoch = positiveOr(c.RolloutsPerEpoch, d.RolloutsPerEpoch)
 	if c.GroupSize <= 0 {
 		c.GroupSize = 1
 	}
 	c.GroupSize = min(c.GroupSize, c.RolloutsPerEpoch)
-	if c.PolicyLR <= 0 {
-		c.PolicyLR = d.PolicyLR
-	}
-	if c.ValueLR <= 0 {
-		c.ValueLR = d.ValueLR
-	}
-	if c.Clip <= 0 {
-		c.Clip = d.Clip
-	}
-	if c.Gamma <= 0 {
-		c.Gamma = d.Gamma
-	}
-	if c.Lambda <= 0 {
-		c.Lambda = d.Lambda
-	}
-	if c.TargetKL <= 0 {
-		c.TargetKL = d.TargetKL
-	}
-	if c.PolicyIters <= 0 {
-		c.PolicyIters = d.PolicyIters
-	}
-	if c.ValueIters <= 0 {
-		c.ValueIters = d.ValueIters
-	}
-	if c.Minibatch <= 0 {
-		c.Minibatch = d.Minibatch
-	}
+	c.PolicyLR = positiveOr(c.PolicyLR, d.PolicyLR)
+	c.ValueLR = positiveOr(c.ValueLR, d.ValueLR)
+	c.Clip = positiveOr(c.Clip, d.Clip)
+	c.Gamma = positiveOr(c.Gamma, d.Gamma)
+	c.Lambda = positiveOr(c.Lambda, d.Lambda)
+	c.TargetKL = positiveOr(c.TargetKL, d.TargetKL)
+	c.PolicyIters = positiveOr(c.PolicyIters, d.PolicyIters)
+	c.ValueIters = positiveOr(c.ValueIters, d.ValueIters)
+	c.Minibatch = positiveOr(c.Minibatch, d.Minibatch)
 	if c.EntropyCoef < 0 {
 		c.EntropyCoef = 0
 	}
-	if c.PrefixLen <= 0 {
-		c.PrefixLen = d.PrefixLen
-	}
-	if c.ImitationLR <= 0 {
-		c.ImitationLR = d.ImitationLR
-	}
-	if c.ImitationIters <= 0 {
-		c.ImitationIters = d.ImitationIters
-	}
+	c.PrefixLen = positiveOr(c.PrefixLen, d.PrefixLen)
+	c.ImitationLR = positiveOr(c.ImitationLR, d.ImitationLR)
+	c.ImitationIters = positiveOr(c.ImitationIters, d.ImitationIters)
 	return c
+}
+
+// positiveOr is v, or d when v is unset (zero or negative).
+func positiveOr[T int | float64](v, d T) T {
+	if v <= 0 {
+		return d
+	}
+	return v
 }
 
 func workers(c Config) int {
