@@ -1,6 +1,8 @@
 package dashboard
 
 import (
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -183,12 +185,7 @@ func BuildFleet(snap *cluster.Snapshot, stats map[string]cluster.DeviceStats, ba
 		fl.Classes = append(fl.Classes, c)
 	}
 	sort.Strings(fl.Classes)
-	keys := make([]string, 0, len(totals))
-	for k := range totals {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(totals)) {
 		t := totals[k]
 		if t.utilN > 0 {
 			t.MeanUtilPct /= float64(t.utilN)

@@ -1,7 +1,9 @@
 package dashboard
 
 import (
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"time"
 
@@ -240,12 +242,7 @@ func BuildLearning(obs []store.ObservationRecord, lookup PredictionLookup, polic
 			s.powerN++
 		}
 	}
-	keys := make([]string, 0, len(stats))
-	for k := range stats {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(stats)) {
 		s := stats[k]
 		s.MeanThrErr /= float64(s.Runs)
 		s.Within10 /= float64(s.Runs)

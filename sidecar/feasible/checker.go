@@ -2,7 +2,8 @@ package feasible
 
 import (
 	"hash/fnv"
-	"sort"
+	"maps"
+	"slices"
 	"sync"
 
 	"github.com/hetgpu/hetgpu/model/cluster"
@@ -110,12 +111,7 @@ func Shape(snap *cluster.Snapshot) uint64 {
 		_, _ = h.Write([]byte{0})
 	}
 	sorted := func(m map[string]string) {
-		keys := make([]string, 0, len(m))
-		for k := range m {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
+		for _, k := range slices.Sorted(maps.Keys(m)) {
 			w(k)
 			w(m[k])
 		}

@@ -166,12 +166,7 @@ func (b *Backend) snapshotUnplacedPins(snap *cluster.Snapshot, jobKeys []string,
 				byNode[n] = append(byNode[n], d)
 			}
 		}
-		nodes := make([]string, 0, len(byNode))
-		for n := range byNode {
-			nodes = append(nodes, n)
-		}
-		sort.Strings(nodes)
-		for _, n := range nodes {
+		for _, n := range slices.Sorted(maps.Keys(byNode)) {
 			ids := byNode[n]
 			snap.Running = append(snap.Running, cluster.Alloc{
 				ID:        "pin:" + groupKey(deref(job.Namespace, "default"), deref(job.ID, ""), *tg.Name) + "@" + n,

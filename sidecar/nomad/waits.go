@@ -2,7 +2,8 @@ package nomad
 
 import (
 	"context"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/hashicorp/nomad/api"
@@ -72,12 +73,7 @@ func (b *Backend) ShowWaits(ctx context.Context, ws []cluster.Wait) {
 		ids[k] = [2]string{w.Namespace, w.JobID}
 	}
 	b.mu.Unlock()
-	keys := make([]string, 0, len(todo))
-	for k := range todo {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(todo)) {
 		if ctx.Err() != nil {
 			return
 		}

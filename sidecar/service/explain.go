@@ -3,7 +3,9 @@ package service
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -445,12 +447,7 @@ func (s *Service) Explain(ns, id string) (*Explanation, error) {
 	if len(groups) == 0 {
 		return nil, ErrNotFound
 	}
-	names := make([]string, 0, len(groups))
-	for g := range groups {
-		names = append(names, g)
-	}
-	sort.Strings(names)
-	for _, g := range names {
+	for _, g := range slices.Sorted(maps.Keys(groups)) {
 		ex.Groups = append(ex.Groups, *groups[g])
 	}
 	return ex, nil

@@ -5,9 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"runtime/pprof"
-	"sort"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -109,12 +110,7 @@ func runBenchLive(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	row("pins", "%.0f per round, %.0f pins/s", res.PinsPerRound, res.PinsPerSec)
 	row("API calls", "%.0f per round (maintenance %.0f), then %.0f while the watcher catches up (p99 %.0f ms)",
 		res.CallsPerRnd, res.MaintenanceCalls, res.CatchUpCalls, res.CatchUpP99MS)
-	routes := make([]string, 0, len(res.CallsByRoute))
-	for k := range res.CallsByRoute {
-		routes = append(routes, k)
-	}
-	sort.Strings(routes)
-	for _, k := range routes {
+	for _, k := range slices.Sorted(maps.Keys(res.CallsByRoute)) {
 		row("  "+k, "%.0f", res.CallsByRoute[k])
 	}
 	row("full resync", "%.1f ms, %d calls (list APIs, nothing changed)", res.ResyncMS, res.ResyncCalls)

@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 
@@ -88,12 +90,7 @@ func writeEvalText(w io.Writer, file string, r *predicteval.EvalReport) {
 	fmt.Fprintf(w, "predictor evaluation on %s: %d job types, GPU types %s, %d entries (seed %d, run noise %.3g, %.1fs)\n\n",
 		file, r.JobTypes, strings.Join(r.GPUTypes, ","), r.Entries, r.Seed, r.Noise, r.Seconds)
 	fmt.Fprintln(w, "(a) new job, all entries of a job type held out (normalised MAE):")
-	names := make([]string, 0, len(r.MAENewJob))
-	for k := range r.MAENewJob {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	for _, k := range names {
+	for _, k := range slices.Sorted(maps.Keys(r.MAENewJob)) {
 		fmt.Fprintf(w, "  %-10s %.3f\n", k, r.MAENewJob[k])
 	}
 	won := make([]string, 0, len(r.Selected))

@@ -7,8 +7,10 @@ package nomadtest
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -169,12 +171,7 @@ func (s *Server) replaceAllocsOn(nodeID, clientStatus, why string) {
 		s.stopAlloc(a, clientStatus, why)
 		jobs[a.Namespace+"/"+a.JobID] = true
 	}
-	keys := make([]string, 0, len(jobs))
-	for k := range jobs {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(jobs)) {
 		if j, ok := s.jobs[k]; ok {
 			s.bump()
 			s.schedule(j, fmt.Sprintf("eval-%d", s.index))

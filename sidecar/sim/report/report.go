@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"html/template"
 	"image/color"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 
@@ -88,12 +90,7 @@ func WriteDir(dir string, m Meta, rs []*sim.Result) error {
 	if files[FileHTML], err = HTML(m, rs); err != nil {
 		return err
 	}
-	names := make([]string, 0, len(files))
-	for n := range files {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(files)) {
 		if err := os.WriteFile(filepath.Join(dir, n), files[n], 0o644); err != nil {
 			return fmt.Errorf("report: %w", err)
 		}
