@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -50,11 +49,8 @@ func runBenchLive(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			"CPU and memory (the fake runs in the same process: its CPU and memory are included).\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, "hetgpu bench live", " (all options are flags)"); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: hetgpu bench live: unexpected argument %q (all options are flags)", errUsage, fs.Arg(0))
 	}
 	cfg := livebench.Config{Nodes: *nodes, GPUsPerNode: *per, GPUTypes: *types, Pending: *pending, Running: *running,
 		Latency: *latency, Rounds: *rounds, Seed: *seed, Logger: hclog.New(&hclog.LoggerOptions{Name: "bench", Level: hclog.Warn, Output: stderr})}
@@ -92,9 +88,7 @@ func runBenchLive(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(res)
+		return writeJSON(stdout, res)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	row := func(k, format string, v ...any) { fmt.Fprintf(tw, "%s\t"+format+"\n", append([]any{k}, v...)...) }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -55,11 +54,8 @@ func runPlaceBench(ctx context.Context, args []string, stdout, stderr io.Writer)
 			"decision time (p50/p99 wall clock and CPU), objective, MIP gap, fallbacks and HiGHS statistics.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, "hetgpu place bench", " (all options are flags)"); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: hetgpu place bench: unexpected argument %q (all options are flags)", errUsage, fs.Arg(0))
 	}
 	cfg, err := place.Preset(*preset)
 	if err != nil {
@@ -97,9 +93,7 @@ func runPlaceBench(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return fmt.Errorf("a placement failed verification: %s", res.VerifyError)
 	}
 	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(res)
+		return writeJSON(stdout, res)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	row := func(k, format string, v ...any) { fmt.Fprintf(tw, "%s\t"+format+"\n", append([]any{k}, v...)...) }

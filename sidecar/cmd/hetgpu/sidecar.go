@@ -33,11 +33,8 @@ Flags:
 `)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, "hetgpu sidecar", " (use -config FILE)"); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: hetgpu sidecar: unexpected argument %q (use -config FILE)", errUsage, fs.Arg(0))
 	}
 	// Flags apply before the checks: -tls-cert may be what makes the file's listen valid.
 	cfg, err := app.ReadConfig(*configPath)

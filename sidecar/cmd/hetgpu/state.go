@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -42,11 +41,8 @@ Flags:
 `)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := parseFlags(fs, args[1:], "hetgpu state "+sub, ""); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: hetgpu state %s: unexpected argument %q", errUsage, sub, fs.Arg(0))
 	}
 	cfg, err := app.LoadConfig(*configPath)
 	if err != nil {
@@ -64,9 +60,7 @@ Flags:
 	}
 	show := func(v any, text func()) {
 		if *asJSON {
-			enc := json.NewEncoder(stdout)
-			enc.SetIndent("", "  ")
-			_ = enc.Encode(v)
+			_ = writeJSON(stdout, v)
 			return
 		}
 		text()

@@ -54,11 +54,8 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			"Trains the prioritiser (PPO) in the simulator, episodes being windows of the trace.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, "hetgpu train", ""); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: hetgpu train: unexpected argument %q", errUsage, fs.Arg(0))
 	}
 	if *out == "" {
 		return fmt.Errorf("%w: hetgpu train: --out FILE is required", errUsage)
@@ -140,11 +137,8 @@ func runTrainEval(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fmt.Fprintf(stderr, "Usage: hetgpu train eval [flags]\n\nCompares hetgpu with every baseline on held-out traces and checks the prioritiser's targets.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, "hetgpu train eval", ""); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: hetgpu train eval: unexpected argument %q", errUsage, fs.Arg(0))
 	}
 	if len(splitList(*policyList)) == 0 {
 		return fmt.Errorf("%w: hetgpu train eval --policies is empty", errUsage)
@@ -197,11 +191,8 @@ func runTrainVerdict(ctx context.Context, args []string, stdout, stderr io.Write
 		fmt.Fprintf(stderr, "Usage: hetgpu train verdict --policy FILE [flags]\n\nCompares the policy with the fallback heuristic (hetgpu vs %s) on held-out traces and writes the verdict into the checkpoint's meta.\n\nFlags:\n", rltrain.HeuristicVariant)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, "hetgpu train verdict", ""); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: hetgpu train verdict: unexpected argument %q", errUsage, fs.Arg(0))
 	}
 	if *policyFile == "" {
 		return fmt.Errorf("%w: hetgpu train verdict: --policy FILE is required", errUsage)
