@@ -231,6 +231,15 @@ func normalizeBusID(p nvml.PciInfo) string {
 // attributes from the group's first device. health maps UUIDs to an unhealthy description.
 // Groups failing Nomad's validation are dropped (and returned as errors) so one bad group never
 // makes Nomad kill the plugin.
+// deviceType is the Nomad device type the instance is fingerprinted under: a slot of a shared
+// GPU is its own type, so that jobs ask for a slot or a whole GPU explicitly.
+func (d *instance) deviceType() string {
+	if d.slot != nil {
+		return SlotDeviceType
+	}
+	return DeviceType
+}
+
 // ordered is the inventory's devices by GPU index, then GPU instance, so that fingerprints
 // and stats list them in the same order.
 func (inv *inventory) ordered() []*instance {
@@ -250,11 +259,7 @@ func (inv *inventory) groups(health func(*instance) string) ([]*device.DeviceGro
 	for _, d := range inv.ordered() {
 		g, ok := byName[d.name]
 		if !ok {
-			typ := DeviceType
-			if d.slot != nil {
-				typ = SlotDeviceType
-			}
-			g = &device.DeviceGroup{Vendor: Vendor, DeviceType: typ, DeviceName: d.name, Attributes: d.attrs}
+			g = &device.DeviceGroup{Vendor: Vendor, DeviceType: d.deviceType(), DeviceName: d.name, Attributes: d.attrs}
 			byName[d.name] = g
 			names = append(names, d.name)
 		}

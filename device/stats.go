@@ -87,11 +87,7 @@ func collectStats(inv *inventory, now time.Time) *device.StatsResponse {
 	for _, d := range inv.ordered() {
 		g, ok := byName[d.name]
 		if !ok {
-			typ := DeviceType
-			if d.slot != nil {
-				typ = SlotDeviceType
-			}
-			g = &device.DeviceGroupStats{Vendor: Vendor, Type: typ, Name: d.name, InstanceStats: map[string]*device.DeviceStats{}}
+			g = &device.DeviceGroupStats{Vendor: Vendor, Type: d.deviceType(), Name: d.name, InstanceStats: map[string]*device.DeviceStats{}}
 			byName[d.name] = g
 			resp.Groups = append(resp.Groups, g)
 		}
