@@ -112,13 +112,10 @@ func ScatterSVG(title, x, y string, series []Series, log, diag bool) ([]byte, er
 		if len(pts) == 0 {
 			continue
 		}
-		sc, err := plotter.NewScatter(pts)
+		sc, err := dots(pts, names, s.Name)
 		if err != nil {
 			return nil, fmt.Errorf("scatter %s: %w", s.Name, err)
 		}
-		sc.GlyphStyle.Color = colorOf(names, s.Name)
-		sc.GlyphStyle.Radius = vg.Points(2.5)
-		sc.GlyphStyle.Shape = draw.CircleGlyph{}
 		p.Add(sc)
 		p.Legend.Add(s.Name, sc)
 		for _, q := range pts {
@@ -309,6 +306,18 @@ func StackedBarsSVG(title, y string, labels []string, series []Series) ([]byte, 
 	return svgOf(p)
 }
 
+// dots is a series as small circles in the series' colour, the one style of both scatter plots.
+func dots(pts plotter.XYs, names []string, name string) (*plotter.Scatter, error) {
+	sc, err := plotter.NewScatter(pts)
+	if err != nil {
+		return nil, err
+	}
+	sc.GlyphStyle.Color = colorOf(names, name)
+	sc.GlyphStyle.Radius = vg.Points(2.5)
+	sc.GlyphStyle.Shape = draw.CircleGlyph{}
+	return sc, nil
+}
+
 // TimelineSVG draws events as dots on one lane per category over time (x in seconds since
 // t0).
 func TimelineSVG(title string, t0 time.Time, lanes []string, series []Series) ([]byte, error) {
@@ -320,13 +329,10 @@ func TimelineSVG(title string, t0 time.Time, lanes []string, series []Series) ([
 		if len(s.Points) == 0 {
 			continue
 		}
-		sc, err := plotter.NewScatter(s.Points)
+		sc, err := dots(s.Points, names, s.Name)
 		if err != nil {
 			return nil, fmt.Errorf("timeline %s: %w", s.Name, err)
 		}
-		sc.GlyphStyle.Color = colorOf(names, s.Name)
-		sc.GlyphStyle.Radius = vg.Points(2.5)
-		sc.GlyphStyle.Shape = draw.CircleGlyph{}
 		p.Add(sc)
 	}
 	ticks := make([]plot.Tick, len(lanes))
