@@ -106,6 +106,19 @@ func oldThenNew(oldGPUs int, ago time.Duration, newGPUs int, nodes ...cluster.No
 	}
 }
 
+// slowOnK80 has "slow" running on four K80s while four V100s are free and "tiny" waits.
+func slowOnK80() *cluster.Snapshot {
+	s := &cluster.Snapshot{Now: now, Nodes: []cluster.Node{node("k1", "k80", 4), node("v1", "v100", 4)}}
+	running(s, job("slow", 4, time.Hour), "k1", "k80", now.Add(-2*time.Hour))
+	s.Pending = []cluster.Job{job("tiny", 1, time.Hour)}
+	return s
+}
+
+func ineligible(n cluster.Node) cluster.Node {
+	n.Eligible = false
+	return n
+}
+
 func TestPlan(t *testing.T) {
 	long := 100 * time.Hour
 	cases := []struct {
@@ -189,26 +202,16 @@ func TestPlan(t *testing.T) {
 			order: []string{"new"},
 		},
 		{
-			name: "a running job moves to a type 3x faster that is free",
-			build: func() *cluster.Snapshot {
-				s := &cluster.Snapshot{Now: now, Nodes: []cluster.Node{node("k1", "k80", 4), node("v1", "v100", 4)}}
-				running(s, job("slow", 4, time.Hour), "k1", "k80", now.Add(-2*time.Hour))
-				s.Pending = []cluster.Job{job("tiny", 1, time.Hour)}
-				return s
-			},
+			name:    "a running job moves to a type 3x faster that is free",
+			build:   slowOnK80,
 			rank:    []string{"slow", "tiny"},
 			preempt: []string{"slow"},
 			order:   []string{"slow", "tiny"},
 		},
 		{
-			name: "no move below the hysteresis",
-			cfg:  func(c *Config) { c.Hysteresis = 5 },
-			build: func() *cluster.Snapshot {
-				s := &cluster.Snapshot{Now: now, Nodes: []cluster.Node{node("k1", "k80", 4), node("v1", "v100", 4)}}
-				running(s, job("slow", 4, time.Hour), "k1", "k80", now.Add(-2*time.Hour))
-				s.Pending = []cluster.Job{job("tiny", 1, time.Hour)}
-				return s
-			},
+			name:  "no move below the hysteresis",
+			cfg:   func(c *Config) { c.Hysteresis = 5 },
+			build: slowOnK80,
 			rank:  []string{"slow", "tiny"},
 			order: []string{"tiny"},
 		},
@@ -253,15 +256,8 @@ func TestPlan(t *testing.T) {
 			order: []string{"picky"},
 		},
 		{
-			name: "an unhealthy or ineligible node is not planned on",
-			build: func() *cluster.Snapshot {
-				bad := node("n2", "v100", 4)
-				bad.Eligible = false
-				s := &cluster.Snapshot{Now: now, Nodes: []cluster.Node{node("n1", "v100", 4), bad}}
-				running(s, job("old", 4, time.Hour), "n1", "v100", now.Add(-2*time.Hour))
-				s.Pending = []cluster.Job{job("new", 4, time.Hour)}
-				return s
-			},
+			name:    "an unhealthy or ineligible node is not planned on",
+			build:   oldThenNew(4, 2*time.Hour, 4, node("n1", "v100", 4), ineligible(node("n2", "v100", 4))),
 			rank:    []string{"new", "old"},
 			preempt: []string{"old"},
 			order:   []string{"new", "old"},
