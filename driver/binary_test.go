@@ -34,6 +34,20 @@ type launched struct {
 	stateDir string
 }
 
+// firstFingerprint is the first message of the driver's fingerprint stream.
+func (l *launched) firstFingerprint(t *testing.T, ctx context.Context) *drivers.FingerprintResponse {
+	t.Helper()
+	fp, err := l.Driver.Fingerprint(ctx, &drivers.FingerprintRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := fp.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return first
+}
+
 func launchBinary(t *testing.T, stateDir, extraConfig string) *launched {
 	t.Helper()
 	bin, _ := binaries(t)
@@ -120,14 +134,7 @@ func TestBinaryPluginInfoAndSchemas(t *testing.T) {
 	if err != nil || !caps.GetCapabilities().GetSendSignals() {
 		t.Fatalf("Capabilities = %v, %v", caps, err)
 	}
-	fp, err := l.Driver.Fingerprint(ctx, &drivers.FingerprintRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	first, err := fp.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
+	first := l.firstFingerprint(t, ctx)
 	if first.GetHealth() != drivers.FingerprintResponse_HEALTHY {
 		t.Errorf("health = %v (%s), want HEALTHY without a GPU", first.GetHealth(), first.GetHealthDescription())
 	}
@@ -492,14 +499,7 @@ func TestBinaryFakeGPUs(t *testing.T) {
 	sc := newFakeSidecar(t)
 	l := launchBinary(t, t.TempDir(), fmt.Sprintf("sidecar_addr = %q\nnvml = \"fake\"\nfake_gpus = [\"2x A100-SXM4-40GB\"]\nfake_seed = \"node-a\"\n", sc.srv.URL))
 	ctx := context.Background()
-	fp, err := l.Driver.Fingerprint(ctx, &drivers.FingerprintRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	first, err := fp.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
+	first := l.firstFingerprint(t, ctx)
 	if first.GetHealth() != drivers.FingerprintResponse_HEALTHY || first.GetAttributes()["driver.hetgpu.gpus"].GetIntVal() != 2 {
 		t.Fatalf("fingerprint = %v", first)
 	}
