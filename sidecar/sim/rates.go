@@ -1,0 +1,94 @@
+// Job speeds: isolated throughput per (job type, GPU type, GPU count, spread) and the
+// interference of co-located jobs.
+
+package sim
+
+import (
+	"container/heap"
+	"math"
+)
+
+// rate is the isolated steps/s of a job type on n GPUs of a type, consolidated or spread; 0 when
+// infeasible or unknown.
+func (e *Engine) rate(jobType, gpuType string, n int, spread bool) float64 {
+	k := rateKey{jobType, gpuType, n, spread}
+	if v, ok := e.rates[k]; ok {
+		return v
+	}
+	v, _, ok := e.cfg.Throughput.Throughput(jobType, gpuType, n)
+	if mv, mig := e.migRate(jobType, gpuType, n); mig {
+		v, ok = mv, true
+	}
+	if !ok || !(v > 0) {
+		v = 0
+	}
+	if spread && v > 0 {
+		if u, ok := e.cfg.Throughput.Unconsolidated(jobType, gpuType, n); ok && u > 0 {
+			v = math.Min(u, v)
+		} else {
+			v *= e.cfg.Spec.Network.CrossNodeEfficiency
+		}
+	}
+	e.rates[k] = v
+	return v
+}
+
+// Rate is the oracle throughput (steps/s) of a job on gpus GPUs of gpuType spread over nodes
+// nodes, alone; 0 when it cannot run there.
+func (e *Engine) Rate(j *JobState, gpuType string, gpus, nodes int) float64 {
+	return e.rate(j.JobType, gpuType, gpus, nodes > 1)
+}
+
+// minNodes is the fewest nodes of a type that hold n GPUs, or 0 if the type cannot host n.
+func (e *Engine) minNodes(gpuType string, n int) int {
+	per := e.classMaxPerNod[gpuType]
+	if per == 0 || e.typeTotal[gpuType] < n {
+		return 0
+	}
+	return (n + per - 1) / per
+}
+
+// refresh recomputes a running job's rate and util contribution from its placement and
+// partners, and repositions it in the completion heap.
+func (e *Engine) refresh(j *JobState) {
+	spread := j.Nodes > 1
+	base := e.rate(j.JobType, j.GPUType, j.GPUs, spread)
+	factor := 1.0
+	for _, r := range j.Placement.GPUs {
+		s := &e.nodes[r.Node].gpus[r.Index]
+		if s.n < 2 {
+			continue
+		}
+		other := s.holders[0]
+		if other == j {
+			other = s.holders[1]
+		}
+		f := 0.5
+		if a, _, ok := e.cfg.Throughput.Colocated(j.GPUType, j.JobType, j.GPUs, other.JobType, other.GPUs); ok {
+			if iso, ok := e.cfg.Throughput.Measured(j.JobType, j.GPUType, j.GPUs); ok && iso > 0 {
+				f = a / iso
+			}
+		}
+		if f < factor {
+			factor = f
+			j.coRunner, j.coBatch = other.Model, other.BatchSize
+		}
+	}
+	j.Rate = base * factor
+	cons := e.rate(j.JobType, j.GPUType, j.GPUs, false)
+	one := e.rate(j.JobType, j.GPUType, 1, false)
+	eff := 1.0
+	if one > 0 && j.GPUs > 1 {
+		eff = math.Min(1, cons/(float64(j.GPUs)*one))
+	}
+	slow := 1.0
+	if cons > 0 {
+		slow = math.Min(1, j.Rate/cons)
+	}
+	j.util = e.cfg.Spec.Power.BusyUtil * eff * slow
+	if j.heapIdx >= 0 {
+		heap.Fix(&e.completions, j.heapIdx)
+	} else {
+		heap.Push(&e.completions, j)
+	}
+}
