@@ -12,14 +12,11 @@ func (e *Engine) updatePower(j *JobState) {
 	for _, r := range j.Placement.GPUs {
 		e.gpuPower(r)
 	}
-	p := 0.0
-	for _, r := range j.Placement.GPUs {
-		s := &e.nodes[r.Node].gpus[r.Index]
-		p += s.powerW / float64(s.n)
-	}
-	j.powerW = p
+	j.powerW = e.powerShare(j)
 }
 
+// gpuPower recomputes one GPU's utilisation and draw from its holders, and the power shares
+// of the running jobs on it.
 func (e *Engine) gpuPower(r GPURef) {
 	n := e.nodes[r.Node]
 	s := &n.gpus[r.Index]
@@ -36,16 +33,22 @@ func (e *Engine) gpuPower(r GPURef) {
 		h := s.holders[i]
 		if h.Status == StatusRunning {
 			e.settle(h)
-			p := 0.0
-			for _, rr := range h.Placement.GPUs {
-				ss := &e.nodes[rr.Node].gpus[rr.Index]
-				if ss.n > 0 {
-					p += ss.powerW / float64(ss.n)
-				}
-			}
-			h.powerW = p
+			h.powerW = e.powerShare(h)
 		}
 	}
+}
+
+// powerShare is a job's share of the draw of its GPUs: each GPU's power split evenly among
+// its holders.
+func (e *Engine) powerShare(j *JobState) float64 {
+	p := 0.0
+	for _, r := range j.Placement.GPUs {
+		s := &e.nodes[r.Node].gpus[r.Index]
+		if s.n > 0 {
+			p += s.powerW / float64(s.n)
+		}
+	}
+	return p
 }
 
 func (e *Engine) sample() {

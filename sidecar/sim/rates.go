@@ -51,8 +51,20 @@ func (e *Engine) minNodes(gpuType string, n int) int {
 // refresh recomputes a running job's rate and util contribution from its placement and
 // partners, and repositions it in the completion heap.
 func (e *Engine) refresh(j *JobState) {
-	spread := j.Nodes > 1
-	base := e.rate(j.JobType, j.GPUType, j.GPUs, spread)
+	base := e.rate(j.JobType, j.GPUType, j.GPUs, j.Nodes > 1)
+	j.Rate = base * e.colocationFactor(j)
+	j.util = e.utilOf(j)
+	if j.heapIdx >= 0 {
+		heap.Fix(&e.completions, j.heapIdx)
+	} else {
+		heap.Push(&e.completions, j)
+	}
+}
+
+// colocationFactor is the fraction of its isolated speed a running job keeps beside the jobs
+// sharing its GPUs: the worst pair over its GPUs (the table's pair throughput, else time-sliced
+// at one half), 1 when it shares none. It records the worst co-runner on the job.
+func (e *Engine) colocationFactor(j *JobState) float64 {
 	factor := 1.0
 	for _, r := range j.Placement.GPUs {
 		s := &e.nodes[r.Node].gpus[r.Index]
@@ -63,18 +75,28 @@ func (e *Engine) refresh(j *JobState) {
 		if other == j {
 			other = s.holders[1]
 		}
-		f := 0.5
-		if a, _, ok := e.cfg.Throughput.Colocated(j.GPUType, j.JobType, j.GPUs, other.JobType, other.GPUs); ok {
-			if iso, ok := e.cfg.Throughput.Measured(j.JobType, j.GPUType, j.GPUs); ok && iso > 0 {
-				f = a / iso
-			}
-		}
-		if f < factor {
+		if f := e.pairFactor(j, other); f < factor {
 			factor = f
 			j.coRunner, j.coBatch = other.Model, other.BatchSize
 		}
 	}
-	j.Rate = base * factor
+	return factor
+}
+
+// pairFactor is j's speed beside other relative to alone: measured where the throughput table
+// has the pair, else 0.5 (time-sliced).
+func (e *Engine) pairFactor(j, other *JobState) float64 {
+	if a, _, ok := e.cfg.Throughput.Colocated(j.GPUType, j.JobType, j.GPUs, other.JobType, other.GPUs); ok {
+		if iso, ok := e.cfg.Throughput.Measured(j.JobType, j.GPUType, j.GPUs); ok && iso > 0 {
+			return a / iso
+		}
+	}
+	return 0.5
+}
+
+// utilOf is the utilisation a running job contributes to each of its GPUs: busy_util x its
+// multi-GPU scaling efficiency x its slowdown against running alone consolidated.
+func (e *Engine) utilOf(j *JobState) float64 {
 	cons := e.rate(j.JobType, j.GPUType, j.GPUs, false)
 	one := e.rate(j.JobType, j.GPUType, 1, false)
 	eff := 1.0
@@ -85,10 +107,5 @@ func (e *Engine) refresh(j *JobState) {
 	if cons > 0 {
 		slow = math.Min(1, j.Rate/cons)
 	}
-	j.util = e.cfg.Spec.Power.BusyUtil * eff * slow
-	if j.heapIdx >= 0 {
-		heap.Fix(&e.completions, j.heapIdx)
-	} else {
-		heap.Push(&e.completions, j)
-	}
+	return e.cfg.Spec.Power.BusyUtil * eff * slow
 }
