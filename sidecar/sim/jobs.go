@@ -24,48 +24,64 @@ func (e *Engine) Submit(jobs ...trace.Job) error {
 
 func (e *Engine) submit(jobs []trace.Job) error {
 	for _, tj := range jobs {
-		ns := tj.Namespace
-		if ns == "" {
-			ns = "default"
+		j, err := e.newJob(tj)
+		if err != nil {
+			return err
 		}
-		key := cluster.GroupKey(ns, tj.ID, JobGroup)
-		if _, dup := e.byKey[key]; dup {
-			return fmt.Errorf("sim: job %s submitted twice", key)
-		}
-		if tj.GPUs <= 0 || !(tj.TotalSteps > 0) {
-			return fmt.Errorf("sim: job %s: gpus = %d, total_steps = %v, expected both positive (resolve durations with trace.ResolveWork)", key, tj.GPUs, tj.TotalSteps)
-		}
-		if tj.ArrivalS < e.now {
-			tj.ArrivalS = e.now
-		}
-		j := &JobState{Job: tj, Key: key, Seq: len(e.jobs), FirstStart: math.NaN(), Finish: math.NaN(),
-			remaining: tj.TotalSteps, heapIdx: -1, runIdx: -1}
-		j.Namespace = ns
-		j.MaxNodes = max(1, (tj.GPUs+e.maxPerNode-1)/e.maxPerNode)
-		best := 0.0
-		for _, g := range e.cfg.Spec.GPUTypes() {
-			k := e.minNodes(g, tj.GPUs)
-			if k == 0 || k > j.MaxNodes {
-				continue
-			}
-			best = math.Max(best, e.rate(tj.JobType, g, tj.GPUs, k > 1))
-		}
+		best := e.bestRate(j)
 		if ref := e.rate(tj.JobType, gpuspec.ReferenceGPU, tj.GPUs, false); ref > 0 {
 			j.RefS = tj.TotalSteps / ref
 			j.RefGPUHours = j.RefS * float64(tj.GPUs) / 3600
 		}
 		e.jobs = append(e.jobs, j)
-		e.byKey[key] = j
+		e.byKey[j.Key] = j
 		if best == 0 {
 			j.Status = StatusUnschedulable
 			e.unschedulble++
-			e.log.Debug("job can never run on this cluster", "job", key, "type", tj.JobType, "gpus", tj.GPUs)
+			e.log.Debug("job can never run on this cluster", "job", j.Key, "type", tj.JobType, "gpus", tj.GPUs)
 			continue
 		}
 		j.IdealS = tj.TotalSteps / best
 		heap.Push(&e.future, j)
 	}
 	return nil
+}
+
+// newJob checks a submitted job and builds its state; arrivals in the past move to now.
+func (e *Engine) newJob(tj trace.Job) (*JobState, error) {
+	ns := tj.Namespace
+	if ns == "" {
+		ns = "default"
+	}
+	key := cluster.GroupKey(ns, tj.ID, JobGroup)
+	if _, dup := e.byKey[key]; dup {
+		return nil, fmt.Errorf("sim: job %s submitted twice", key)
+	}
+	if tj.GPUs <= 0 || !(tj.TotalSteps > 0) {
+		return nil, fmt.Errorf("sim: job %s: gpus = %d, total_steps = %v, expected both positive (resolve durations with trace.ResolveWork)", key, tj.GPUs, tj.TotalSteps)
+	}
+	if tj.ArrivalS < e.now {
+		tj.ArrivalS = e.now
+	}
+	j := &JobState{Job: tj, Key: key, Seq: len(e.jobs), FirstStart: math.NaN(), Finish: math.NaN(),
+		remaining: tj.TotalSteps, heapIdx: -1, runIdx: -1}
+	j.Namespace = ns
+	j.MaxNodes = max(1, (tj.GPUs+e.maxPerNode-1)/e.maxPerNode)
+	return j, nil
+}
+
+// bestRate is the job's isolated speed on the fastest GPU type that can hold it within its
+// node limit; 0 when none can run it.
+func (e *Engine) bestRate(j *JobState) float64 {
+	best := 0.0
+	for _, g := range e.cfg.Spec.GPUTypes() {
+		k := e.minNodes(g, j.GPUs)
+		if k == 0 || k > j.MaxNodes {
+			continue
+		}
+		best = math.Max(best, e.rate(j.JobType, g, j.GPUs, k > 1))
+	}
+	return best
 }
 
 // settle brings a running job's lazy counters up to now.
@@ -116,15 +132,8 @@ func (e *Engine) validate(j *JobState, p Placement) (string, int, error) {
 		} else if typ != n.gpuType {
 			return "", 0, fmt.Errorf("job %s: placement mixes GPU types %s and %s", j.Key, typ, n.gpuType)
 		}
-		s := &n.gpus[r.Index]
-		switch {
-		case s.n == 0:
-		case s.n == 1 && p.Shared && s.holders[0].Placement.Shared && !n.isMIG():
-			if e.pairOOM(j, s.holders[0], n.gpuType) {
-				return "", 0, fmt.Errorf("job %s cannot share GPU %s with %s: the pair runs out of memory", j.Key, instanceID(n.id, r.Index), s.holders[0].Key)
-			}
-		default:
-			return "", 0, fmt.Errorf("job %s: GPU %s is in use", j.Key, instanceID(n.id, r.Index))
+		if err := e.canOccupy(j, p.Shared, n, r.Index); err != nil {
+			return "", 0, err
 		}
 		nodes[r.Node] = true
 	}
@@ -135,6 +144,22 @@ func (e *Engine) validate(j *JobState, p Placement) (string, int, error) {
 		return "", 0, fmt.Errorf("job %s (%s) cannot run on %d x %s (out of memory or no throughput)", j.Key, j.JobType, j.GPUs, typ)
 	}
 	return typ, len(nodes), nil
+}
+
+// canOccupy reports why job j cannot take GPU i of node n: it is held, or it is held by one
+// shared job and j may share (shared placement, no MIG) but the pair runs out of memory.
+func (e *Engine) canOccupy(j *JobState, shared bool, n *simNode, i int) error {
+	s := &n.gpus[i]
+	switch {
+	case s.n == 0:
+	case s.n == 1 && shared && s.holders[0].Placement.Shared && !n.isMIG():
+		if e.pairOOM(j, s.holders[0], n.gpuType) {
+			return fmt.Errorf("job %s cannot share GPU %s with %s: the pair runs out of memory", j.Key, instanceID(n.id, i), s.holders[0].Key)
+		}
+	default:
+		return fmt.Errorf("job %s: GPU %s is in use", j.Key, instanceID(n.id, i))
+	}
+	return nil
 }
 
 // start puts a pending job on a validated placement.
