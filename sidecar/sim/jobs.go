@@ -175,6 +175,21 @@ func (e *Engine) start(j *JobState, p Placement, typ string, nodes int) {
 		j.remaining = math.Min(j.TotalSteps, j.remaining+e.cfg.RestartPenaltyS*e.rate(j.JobType, typ, j.GPUs, nodes > 1))
 	}
 	j.segStart, j.segSteps, j.segEnergy, j.coRunner = e.now, j.remaining, j.energyJ, ""
+	partners := e.occupy(j)
+	j.runIdx = len(e.running)
+	e.running = append(e.running, j)
+	e.nPending--
+	e.pendingDirty = true
+	e.refresh(j)
+	e.rerate(partners)
+	e.updatePower(j)
+	for p := range partners {
+		e.updatePower(p)
+	}
+}
+
+// occupy adds a starting job to its GPUs' holders and returns the jobs it now shares with.
+func (e *Engine) occupy(j *JobState) map[*JobState]bool {
 	partners := map[*JobState]bool{}
 	for _, r := range j.Placement.GPUs {
 		n := e.nodes[r.Node]
@@ -188,26 +203,27 @@ func (e *Engine) start(j *JobState, p Placement, typ string, nodes int) {
 		s.holders[s.n] = j
 		s.n++
 	}
-	j.runIdx = len(e.running)
-	e.running = append(e.running, j)
-	e.nPending--
-	e.pendingDirty = true
-	e.refresh(j)
-	for p := range partners {
-		e.settle(p)
-		e.refresh(p)
-	}
-	e.updatePower(j)
-	for p := range partners {
-		e.updatePower(p)
-	}
+	return partners
 }
 
 // release frees a job's GPUs and updates partners.
 func (e *Engine) release(j *JobState) {
 	e.emitObservation(j)
+	partners := e.vacate(j)
+	e.dropRunning(j)
+	j.Rate, j.powerW, j.util = 0, 0, 0
+	e.rerate(partners)
+	for _, r := range j.Placement.GPUs {
+		e.gpuPower(r)
+	}
+	for p := range partners {
+		e.updatePower(p)
+	}
+}
+
+// vacate removes a job from its GPUs' holders and returns the jobs that shared them.
+func (e *Engine) vacate(j *JobState) map[*JobState]bool {
 	partners := map[*JobState]bool{}
-	touched := make([]GPURef, 0, len(j.Placement.GPUs))
 	for _, r := range j.Placement.GPUs {
 		n := e.nodes[r.Node]
 		s := &n.gpus[r.Index]
@@ -223,8 +239,12 @@ func (e *Engine) release(j *JobState) {
 		} else {
 			partners[s.holders[0]] = true
 		}
-		touched = append(touched, r)
 	}
+	return partners
+}
+
+// dropRunning takes a job out of the completion heap and the running list.
+func (e *Engine) dropRunning(j *JobState) {
 	if j.heapIdx >= 0 {
 		heap.Remove(&e.completions, j.heapIdx)
 	}
@@ -233,16 +253,13 @@ func (e *Engine) release(j *JobState) {
 	last.runIdx = j.runIdx
 	e.running = e.running[:len(e.running)-1]
 	j.runIdx = -1
-	j.Rate, j.powerW, j.util = 0, 0, 0
+}
+
+// rerate brings jobs whose GPU sharing changed up to now and recomputes their rates.
+func (e *Engine) rerate(partners map[*JobState]bool) {
 	for p := range partners {
 		e.settle(p)
 		e.refresh(p)
-	}
-	for _, r := range touched {
-		e.gpuPower(r)
-	}
-	for p := range partners {
-		e.updatePower(p)
 	}
 }
 
