@@ -89,16 +89,7 @@ func (e *Engine) step(t float64) bool {
 		changed = true
 	}
 	for e.future.Len() > 0 && e.future[0].ArrivalS <= t+eps {
-		j := heap.Pop(&e.future).(*JobState)
-		if !e.started {
-			e.started, e.acctT, e.firstArrival = true, t, t
-		}
-		j.Status = StatusPending
-		e.pending = append(e.pending, j)
-		if len(e.pending) > 1 && e.pending[len(e.pending)-2].Seq > j.Seq {
-			sort.SliceStable(e.pending, func(a, b int) bool { return e.pending[a].Seq < e.pending[b].Seq })
-		}
-		e.nPending++
+		e.arrive(heap.Pop(&e.future).(*JobState), t)
 		changed = true
 	}
 	if e.wake <= t+eps {
@@ -106,6 +97,20 @@ func (e *Engine) step(t float64) bool {
 		changed = true
 	}
 	return changed
+}
+
+// arrive queues a job arriving at t (kept in Seq order) and starts the accounting at the
+// first arrival.
+func (e *Engine) arrive(j *JobState, t float64) {
+	if !e.started {
+		e.started, e.acctT, e.firstArrival = true, t, t
+	}
+	j.Status = StatusPending
+	e.pending = append(e.pending, j)
+	if len(e.pending) > 1 && e.pending[len(e.pending)-2].Seq > j.Seq {
+		sort.SliceStable(e.pending, func(a, b int) bool { return e.pending[a].Seq < e.pending[b].Seq })
+	}
+	e.nPending++
 }
 
 func (j *JobState) finishAt() float64 {

@@ -251,32 +251,40 @@ func New(cfg Config) (*Engine, error) {
 		classMaxPerNod: map[string]int{}, typeTotal: map[string]int{}, byKey: map[string]*JobState{},
 		rates: map[rateKey]float64{}, firstArrival: math.NaN(), wake: math.Inf(1)}
 	for _, c := range cfg.Spec.Classes {
-		sp, ok := gpuSpecOf(cfg.GPUSpecs, c.GPUType)
-		if !ok {
-			return nil, fmt.Errorf("sim: node class %s: no datasheet for GPU type %q", c.Name, c.GPUType)
+		if err := e.addClass(c); err != nil {
+			return nil, err
 		}
-		for i := 0; i < c.Count; i++ {
-			n := &simNode{id: fmt.Sprintf("%s-%d", c.Name, i), class: c.Name, gpuType: c.GPUType, gpuName: c.GPUName,
-				interconnect: c.Interconnect, spec: sp, gpus: make([]gpuSlot, c.GPUsPerNode), free: c.GPUsPerNode}
-			if _, dup := e.nodeIdx[n.id]; dup {
-				return nil, fmt.Errorf("sim: node ID %s is not unique (node class names must not end in -<number>)", n.id)
-			}
-			e.nodeIdx[n.id] = len(e.nodes)
-			for g := range n.gpus {
-				n.gpus[g].powerW = sp.IdleW
-				e.instIdx[instanceID(n.id, g)] = GPURef{len(e.nodes), g}
-			}
-			e.nodes = append(e.nodes, n)
-			e.powerW += sp.IdleW * float64(c.GPUsPerNode)
-		}
-		e.classMaxPerNod[c.GPUType] = max(e.classMaxPerNod[c.GPUType], c.GPUsPerNode)
-		e.typeTotal[c.GPUType] += c.GPUsPerNode * c.Count
-		e.maxPerNode = max(e.maxPerNode, c.GPUsPerNode)
-		e.totalGPUs += c.GPUsPerNode * c.Count
 	}
 	e.idleW = e.powerW
 	e.baseNodes = e.buildNodes()
 	return e, nil
+}
+
+// addClass adds a node class's nodes with idle GPUs and counts its capacity.
+func (e *Engine) addClass(c NodeClass) error {
+	sp, ok := gpuSpecOf(e.cfg.GPUSpecs, c.GPUType)
+	if !ok {
+		return fmt.Errorf("sim: node class %s: no datasheet for GPU type %q", c.Name, c.GPUType)
+	}
+	for i := 0; i < c.Count; i++ {
+		n := &simNode{id: fmt.Sprintf("%s-%d", c.Name, i), class: c.Name, gpuType: c.GPUType, gpuName: c.GPUName,
+			interconnect: c.Interconnect, spec: sp, gpus: make([]gpuSlot, c.GPUsPerNode), free: c.GPUsPerNode}
+		if _, dup := e.nodeIdx[n.id]; dup {
+			return fmt.Errorf("sim: node ID %s is not unique (node class names must not end in -<number>)", n.id)
+		}
+		e.nodeIdx[n.id] = len(e.nodes)
+		for g := range n.gpus {
+			n.gpus[g].powerW = sp.IdleW
+			e.instIdx[instanceID(n.id, g)] = GPURef{len(e.nodes), g}
+		}
+		e.nodes = append(e.nodes, n)
+		e.powerW += sp.IdleW * float64(c.GPUsPerNode)
+	}
+	e.classMaxPerNod[c.GPUType] = max(e.classMaxPerNod[c.GPUType], c.GPUsPerNode)
+	e.typeTotal[c.GPUType] += c.GPUsPerNode * c.Count
+	e.maxPerNode = max(e.maxPerNode, c.GPUsPerNode)
+	e.totalGPUs += c.GPUsPerNode * c.Count
+	return nil
 }
 
 func instanceID(node string, i int) string { return fmt.Sprintf("GPU-%s-%d", node, i) }
