@@ -25,141 +25,174 @@ type FirstFit struct {
 // Place implements sched.Placer.
 func (f FirstFit) Place(_ context.Context, snap *cluster.Snapshot, ranked []sched.Ranked, pred sched.Predictor) ([]cluster.Decision, sched.PlaceStats, error) {
 	t0 := time.Now()
-	type node struct {
-		n    *cluster.Node
-		g    *cluster.DeviceGroup
-		free []string
-	}
-	groups := sched.FreeGroups(snap)
-	nodes := make([]node, len(groups))
-	free := 0 // GPUs left: a job that needs more cannot fit anywhere
-	for i, fg := range groups {
-		nodes[i] = node{n: fg.Node, g: fg.Group, free: fg.IDs}
-		free += len(fg.IDs)
-	}
-	var types []string
-	seen := map[string]bool{}
-	for _, nd := range nodes {
-		if !seen[nd.g.GPUType] {
-			seen[nd.g.GPUType] = true
-			types = append(types, nd.g.GPUType)
-		}
-	}
-	sort.Strings(types)
+	pk := NewPacker(snap)
 	var out []cluster.Decision
 	for _, r := range ranked {
 		j := r.Job
-		if j.GPUs > free {
-			if f.Backfill && free > 0 {
+		if j.GPUs > pk.Free() {
+			if f.Backfill && pk.Free() > 0 {
 				continue
 			}
 			break
 		}
-		runs := map[string]bool{} // GPU type -> the predictor says the job runs there
-		canRun := func(t string) bool {
-			ok, seen := runs[t]
-			if !seen {
-				ok = pred.Predict(j, t, j.GPUs).Throughput > 0
-				runs[t] = ok
-			}
-			return ok
-		}
-		cj, err := constraint.CompileJob(j)
+		d, ok, err := pk.Fit(j, RunsOn(pred, j))
 		if err != nil {
 			continue // it can never be placed (the service reports it); it blocks nobody
 		}
-		// avail are the free GPUs of a node the job may use: none where its constraints or
-		// device request rule the node out, only the instances it names when it pins some.
-		avail := func(nd *node) []string {
-			if !cj.NodeFeasible(nd.n) || !cj.GroupFeasible(nd.g) {
-				return nil
-			}
-			if !cj.PinsInstances() {
-				return nd.free
-			}
-			var ids []string
-			for _, id := range nd.free {
-				if cj.InstanceAllowed(nd.g, id) {
-					ids = append(ids, id)
-				}
-			}
-			return ids
-		}
-		take := func(nd *node, k int) cluster.Assignment {
-			ids := append([]string(nil), avail(nd)[:k]...)
-			nd.free = without(nd.free, ids)
-			free -= k
-			return cluster.Assignment{NodeID: nd.n.ID, DeviceGroup: nd.g.ID(), InstanceIDs: ids}
-		}
-		best, bestFree := -1, 0
-		for i := range nodes {
-			nd := &nodes[i]
-			n := len(avail(nd))
-			if n < j.GPUs || (best >= 0 && n >= bestFree) {
-				continue
-			}
-			if !canRun(nd.g.GPUType) {
-				continue
-			}
-			best, bestFree = i, n
-			if n == j.GPUs {
-				break
-			}
-		}
-		d := cluster.Decision{Namespace: j.Namespace, JobID: j.ID, Group: j.Group}
-		if best >= 0 {
-			d.GPUType = nodes[best].g.GPUType
-			d.Assign = []cluster.Assignment{take(&nodes[best], j.GPUs)}
+		if ok {
 			out = append(out, d)
-			continue
-		}
-		placed := false
-		for _, t := range types {
-			if j.MaxNodes() <= 1 || cj.Distinct || !canRun(t) {
-				continue
-			}
-			var idx []int
-			total := 0
-			for i := range nodes {
-				if n := len(avail(&nodes[i])); nodes[i].g.GPUType == t && n > 0 {
-					idx = append(idx, i)
-					total += n
-				}
-			}
-			if total < j.GPUs {
-				continue
-			}
-			sort.SliceStable(idx, func(a, b int) bool { return len(avail(&nodes[idx[a]])) > len(avail(&nodes[idx[b]])) })
-			need, used := j.GPUs, 0
-			for _, i := range idx {
-				if used == j.MaxNodes() || need == 0 {
-					break
-				}
-				need -= min(need, len(avail(&nodes[i])))
-				used++
-			}
-			if need > 0 {
-				continue
-			}
-			need = j.GPUs
-			for _, i := range idx {
-				if need == 0 {
-					break
-				}
-				k := min(need, len(avail(&nodes[i])))
-				d.Assign = append(d.Assign, take(&nodes[i], k))
-				need -= k
-			}
-			d.GPUType = t
-			out = append(out, d)
-			placed = true
-			break
-		}
-		if !placed && !f.Backfill {
+		} else if !f.Backfill {
 			break
 		}
 	}
 	return out, sched.PlaceStats{Candidates: len(ranked), Solver: "greedy", SolveTime: time.Since(t0)}, nil
+}
+
+// RunsOn is whether the predictor says the job runs on a GPU type (a throughput above zero),
+// asked once per type.
+func RunsOn(pred sched.Predictor, j *cluster.Job) func(gpuType string) bool {
+	runs := map[string]bool{}
+	return func(t string) bool {
+		ok, seen := runs[t]
+		if !seen {
+			ok = pred.Predict(j, t, j.GPUs).Throughput > 0
+			runs[t] = ok
+		}
+		return ok
+	}
+}
+
+// Packer is first-fit's view of the free GPUs during one placement: FirstFit places ranked
+// jobs through it one at a time, and placers that bind a job to a GPU type (Gavel's grants)
+// place (job, type) pairs through it, so there is one bin-packing rule.
+type Packer struct {
+	nodes []packNode
+	types []string // GPU types with free GPUs, sorted
+	free  int      // GPUs left: a job that needs more cannot fit anywhere
+}
+
+type packNode struct {
+	n    *cluster.Node
+	g    *cluster.DeviceGroup
+	free []string
+}
+
+// NewPacker is the snapshot's free healthy GPUs.
+func NewPacker(snap *cluster.Snapshot) *Packer {
+	groups := sched.FreeGroups(snap)
+	p := &Packer{nodes: make([]packNode, len(groups))}
+	seen := map[string]bool{}
+	for i, fg := range groups {
+		p.nodes[i] = packNode{n: fg.Node, g: fg.Group, free: fg.IDs}
+		p.free += len(fg.IDs)
+		if t := fg.Group.GPUType; !seen[t] {
+			seen[t] = true
+			p.types = append(p.types, t)
+		}
+	}
+	sort.Strings(p.types)
+	return p
+}
+
+// Free is the number of free GPUs left.
+func (p *Packer) Free() int { return p.free }
+
+// Fit places j by first-fit on the GPU types canRun accepts and takes its GPUs; ok is false
+// when nothing fits now. The error says the job's constraints do not compile: it can never be
+// placed.
+func (p *Packer) Fit(j *cluster.Job, canRun func(gpuType string) bool) (d cluster.Decision, ok bool, err error) {
+	if j.GPUs > p.free {
+		return d, false, nil
+	}
+	cj, err := constraint.CompileJob(j)
+	if err != nil {
+		return d, false, err
+	}
+	// avail are the free GPUs of a node the job may use: none where its constraints or
+	// device request rule the node out, only the instances it names when it pins some.
+	avail := func(nd *packNode) []string {
+		if !cj.NodeFeasible(nd.n) || !cj.GroupFeasible(nd.g) {
+			return nil
+		}
+		if !cj.PinsInstances() {
+			return nd.free
+		}
+		var ids []string
+		for _, id := range nd.free {
+			if cj.InstanceAllowed(nd.g, id) {
+				ids = append(ids, id)
+			}
+		}
+		return ids
+	}
+	take := func(nd *packNode, k int) cluster.Assignment {
+		ids := append([]string(nil), avail(nd)[:k]...)
+		nd.free = without(nd.free, ids)
+		p.free -= k
+		return cluster.Assignment{NodeID: nd.n.ID, DeviceGroup: nd.g.ID(), InstanceIDs: ids}
+	}
+	nodes := p.nodes
+	best, bestFree := -1, 0
+	for i := range nodes {
+		nd := &nodes[i]
+		n := len(avail(nd))
+		if n < j.GPUs || (best >= 0 && n >= bestFree) {
+			continue
+		}
+		if !canRun(nd.g.GPUType) {
+			continue
+		}
+		best, bestFree = i, n
+		if n == j.GPUs {
+			break
+		}
+	}
+	d = cluster.Decision{Namespace: j.Namespace, JobID: j.ID, Group: j.Group}
+	if best >= 0 {
+		d.GPUType = nodes[best].g.GPUType
+		d.Assign = []cluster.Assignment{take(&nodes[best], j.GPUs)}
+		return d, true, nil
+	}
+	for _, t := range p.types {
+		if j.MaxNodes() <= 1 || cj.Distinct || !canRun(t) {
+			continue
+		}
+		var idx []int
+		total := 0
+		for i := range nodes {
+			if n := len(avail(&nodes[i])); nodes[i].g.GPUType == t && n > 0 {
+				idx = append(idx, i)
+				total += n
+			}
+		}
+		if total < j.GPUs {
+			continue
+		}
+		sort.SliceStable(idx, func(a, b int) bool { return len(avail(&nodes[idx[a]])) > len(avail(&nodes[idx[b]])) })
+		need, used := j.GPUs, 0
+		for _, i := range idx {
+			if used == j.MaxNodes() || need == 0 {
+				break
+			}
+			need -= min(need, len(avail(&nodes[i])))
+			used++
+		}
+		if need > 0 {
+			continue
+		}
+		need = j.GPUs
+		for _, i := range idx {
+			if need == 0 {
+				break
+			}
+			k := min(need, len(avail(&nodes[i])))
+			d.Assign = append(d.Assign, take(&nodes[i], k))
+			need -= k
+		}
+		d.GPUType = t
+		return d, true, nil
+	}
+	return d, false, nil
 }
 
 // without is ids less drop (drop's IDs are in ids, in order).
