@@ -303,7 +303,7 @@ func liveTuner(c *Config, ck *rank.Checkpoint, rk *rank.Ranker, tunedPath string
 		return nil, err
 	}
 	popts := policies.Options{Throughput: tab, Seed: 1, Logger: log.Named("tune")}
-	pipeline := func(r sched.Ranker) (sim.Policy, error) { return policies.HetgpuPipeline(popts, r) }
+	pipeline := func(r sched.Ranker) (*sim.PipelinePolicy, error) { return policies.HetgpuPipeline(popts, r) }
 	return &rlsim.LiveTuner{
 		Online: &ppo.OnlineTuner{Ranker: rk, Tuner: ft, Every: c.Ranker.TuneRuns, Logger: log.Named("tune"),
 			OnAdopt: func(ck *rank.Checkpoint, _ ppo.StepResult) {
@@ -313,7 +313,7 @@ func liveTuner(c *Config, ck *rank.Checkpoint, rk *rank.Ranker, tunedPath string
 			}},
 		Env: rlsim.EnvConfig{Throughput: tab, EpisodeJobs: rltrain.DefaultEpisodeJobs, Score: rank.ScoreBSLD,
 			Policy: pipeline,
-			Baseline: func() (sim.Policy, error) {
+			Baseline: func() (*sim.PipelinePolicy, error) {
 				h, err := rank.New(nil, rank.WithExplain(false))
 				if err != nil {
 					return nil, err

@@ -77,7 +77,7 @@ func Compare(ctx context.Context, o CompareOptions) (*Comparison, error) {
 			o.Logger.Warn(w)
 		}
 	}
-	ps := make([]sim.Policy, 0, len(o.Policies))
+	ps := make([]*sim.PipelinePolicy, 0, len(o.Policies))
 	for _, name := range o.Policies {
 		p, err := New(name, Options{Spec: spec, Throughput: tab, Seed: o.Seed, Logger: o.Logger.Named(name), Queues: qc})
 		if err != nil {

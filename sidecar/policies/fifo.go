@@ -17,7 +17,11 @@ func typesPredictor(o Options) sched.Predictor {
 	if o.Predictor != nil {
 		return o.Predictor
 	}
-	return sim.TablePredictor{Table: o.Throughput, Specs: gpuspec.Default()}
+	p := sim.TablePredictor{Table: o.Throughput, Specs: gpuspec.Default()}
+	if o.Spec != nil {
+		p.CrossNodeEfficiency = o.Spec.Network.CrossNodeEfficiency
+	}
+	return p
 }
 
 // newFIFO is first-in first-out with head-of-line blocking and first-fit bin-packing: the

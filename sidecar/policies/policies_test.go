@@ -56,7 +56,7 @@ func TestParseList(t *testing.T) {
 	}
 }
 
-func simulate(t *testing.T, s *sim.Spec, jobs []trace.Job, p sim.Policy) *sim.Result {
+func simulate(t *testing.T, s *sim.Spec, jobs []trace.Job, p *sim.PipelinePolicy) *sim.Result {
 	t.Helper()
 	r, err := sim.Simulate(context.Background(), sim.Setup{Spec: s, Throughput: tab(t), Trace: &trace.Trace{Name: "t", Jobs: jobs}}, p, nil)
 	if err != nil {
@@ -181,57 +181,6 @@ func TestGavelHeterogeneityAware(t *testing.T) {
 	}
 }
 
-// The LP allocation respects per-job and per-type capacity and is max-min fair.
-func TestGavelLP(t *testing.T) {
-	tb := tab(t)
-	s := v100s(t, 4, 1)
-	var jobs []trace.Job
-	for i, jt := range []string{"A3C", "ResNet-18 (batch size 64)", "LM (batch size 20)", "Transformer (batch size 64)", "CycleGAN", "ResNet-50 (batch size 32)"} {
-		jobs = append(jobs, job(string(rune('a'+i)), jt, 1, 0, 3600, tb))
-	}
-	e, _ := sim.New(sim.Config{Spec: s, Throughput: tb})
-	_ = e.Submit(jobs...)
-	g := &gavel{round: 360, alloc: map[*sim.JobState]map[string]float64{}, received: map[*sim.JobState]map[string]float64{}, lastSeen: map[*sim.JobState]float64{}}
-	probe := &lpProbe{g: g}
-	if err := e.Run(context.Background(), probe, nil); err != nil {
-		t.Fatal(err)
-	}
-	if probe.total == 0 {
-		t.Fatal("LP never ran")
-	}
-	// 6 equal single-GPU jobs on 4 GPUs: each of the six gets 4/6 of a GPU, all of it V100.
-	if len(probe.first) != len(jobs) {
-		t.Fatalf("first LP allocated %d jobs (%v), want all %d", len(probe.first), probe.first, len(jobs))
-	}
-	for _, tj := range jobs {
-		x, ok := probe.first[tj.ID]
-		if !ok || len(x) != 1 || math.Abs(x["v100"]-4.0/6) > 1e-6 {
-			t.Fatalf("job %s gets %v, want 2/3 of a V100", tj.ID, x)
-		}
-	}
-}
-
-type lpProbe struct {
-	g     *gavel
-	first map[string]map[string]float64
-	total int
-}
-
-func (p *lpProbe) Name() string { return "probe" }
-func (p *lpProbe) Schedule(ctx context.Context, s *sim.State) error {
-	if err := p.g.Schedule(ctx, s); err != nil {
-		return err
-	}
-	p.total++
-	if p.first == nil {
-		p.first = map[string]map[string]float64{}
-		for j, x := range p.g.alloc {
-			p.first[j.ID] = x
-		}
-	}
-	return nil
-}
-
 // contended is a quarter of modern-mix and a synthetic trace of 40 jobs that keeps it busy.
 func contended(t *testing.T) (*sim.Spec, *trace.Trace) {
 	t.Helper()
@@ -256,10 +205,7 @@ func TestPipelinePoliciesFinish(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			pp, ok := p.(*sim.PipelinePolicy)
-			if !ok {
-				t.Fatalf("%s is %T, want a *sim.PipelinePolicy", name, p)
-			}
+			pp := p
 			decisions := 0
 			pp.OnRound = func(r *sched.Round) {
 				decisions += len(r.Decisions)
@@ -337,7 +283,7 @@ func TestHetgpuPreempts(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Exact estimates: the test is about the mechanism, not the estimate noise.
-	p.(*sim.PipelinePolicy).Estimates = sim.Estimates{Sigma: -1}
+	p.Estimates = sim.Estimates{Sigma: -1}
 	jobs := []trace.Job{job("old", jt, 1, 0, 8*3600, tb), job("new", jt, 1, 2*3600, 600, tb)}
 	r := simulate(t, v100s(t, 1, 1), jobs, p)
 	fin := map[string]float64{}
@@ -350,8 +296,8 @@ func TestHetgpuPreempts(t *testing.T) {
 
 	// Without the preemption stage the newcomer waits for the old job.
 	p2, _ := HetgpuPipeline(Options{}, heuristic)
-	p2.(*sim.PipelinePolicy).Preemptor = nil
-	p2.(*sim.PipelinePolicy).Estimates = sim.Estimates{Sigma: -1}
+	p2.Preemptor = nil
+	p2.Estimates = sim.Estimates{Sigma: -1}
 	r2 := simulate(t, v100s(t, 1, 1), jobs, p2)
 	if r2.Preemptions != 0 {
 		t.Fatalf("pipeline without a preemptor preempted %d times", r2.Preemptions)
@@ -361,7 +307,7 @@ func TestHetgpuPreempts(t *testing.T) {
 	// (about 6x faster for this model) when "first" completes.
 	vk := vkSpec(t)
 	p3, _ := HetgpuPipeline(Options{}, heuristic)
-	p3.(*sim.PipelinePolicy).Estimates = sim.Estimates{Sigma: -1}
+	p3.Estimates = sim.Estimates{Sigma: -1}
 	r3 := simulate(t, vk, []trace.Job{job("first", jt, 1, 0, 3600, tb), job("late", jt, 1, 10, 10*3600, tb)}, p3)
 	late := false
 	for _, j := range r3.JobResults {

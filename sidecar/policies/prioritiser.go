@@ -35,15 +35,12 @@ func newF1(o Options) (Policy, error) {
 // hetgpu preset, run as the production pipeline. Like F1 it sees the simulated user runtime
 // estimates (sim.Estimates), never exact runtimes. Training builds it around the policy
 // being trained; the registered "hetgpu" policy around the bundled one.
-func HetgpuPipeline(o Options, r sched.Ranker) (sim.Policy, error) {
+func HetgpuPipeline(o Options, r sched.Ranker) (*sim.PipelinePolicy, error) {
 	p, err := hetgpuStages(o, r)
 	if err != nil {
 		return nil, err
 	}
 	p.Name = "hetgpu"
-	if qs, ok := p.Stages.Queues.(*queue.Set); ok {
-		return sim.MeterQueues(p.Sim(), qs), nil
-	}
 	return p.Sim(), nil
 }
 

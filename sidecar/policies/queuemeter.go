@@ -1,100 +1,51 @@
-package sim
+package policies
 
 import (
-	"context"
 	"math"
 	"sort"
+	"time"
 
 	"github.com/hetgpu/hetgpu/model/cluster"
 	"github.com/hetgpu/hetgpu/sidecar/queue"
-	"github.com/hetgpu/hetgpu/sidecar/sched"
+	"github.com/hetgpu/hetgpu/sidecar/sim"
 )
 
-// QueueResult is one queue's outcome of a run (hetgpu sim with queues).
-type QueueResult struct {
-	Name      string  `json:"name"`
-	Weight    float64 `json:"weight"`
-	Guarantee int     `json:"guarantee"`
-	Jobs      int     `json:"jobs"`
-	// GPUHours is what the queue's jobs held over the run; GuaranteeGPUHours the guarantee
-	// times the run's span.
-	GPUHours          float64 `json:"gpu_hours"`
-	GuaranteeGPUHours float64 `json:"guarantee_gpu_hours"`
-	// BelowGuaranteeS is the time the queue held fewer GPUs than its guarantee while it had
-	// pending work the guarantee admits (a waiting job that would not take it above its
-	// guarantee, queue.Admitted), after each round's decisions; BelowGuaranteePct that over the
-	// span. BelowAnyS counts any pending work (jobs larger than what the guarantee has left
-	// too, which start on borrowed GPUs).
-	BelowGuaranteeS   float64 `json:"below_guarantee_s"`
-	BelowGuaranteePct float64 `json:"below_guarantee_pct"`
-	BelowAnyS         float64 `json:"below_any_s"`
-	// PendingS is the time it had pending work at all.
-	PendingS float64 `json:"pending_s"`
-	AvgJCTS  float64 `json:"avg_jct_s"`
-	// Share is GPU-hours over weight, normalised so that the queues' mean is 1.
-	Share float64 `json:"share"`
-}
-
-// GangCounter is a policy that counts the gangs its rounds pinned in part.
-type GangCounter interface{ PartialGangPins() int }
-
-// PartialGangPins forwards to the wrapped policy.
-func (m *QueueMeter) PartialGangPins() int {
-	if g, ok := m.Policy.(GangCounter); ok {
-		return g.PartialGangPins()
-	}
-	return 0
-}
-
-// QueueReporter is a policy that reports per-queue outcomes (Simulate fills Result.Queues).
-type QueueReporter interface {
-	QueueResults(r *Result) ([]QueueResult, float64)
-}
-
-// QueueMeter wraps a policy and measures its queues after every round: GPUs held and pending
-// work per queue, integrated over the time until the next round (the state a round leaves
-// holds until the next event).
+// QueueMeter measures a simulated run's queues after every round (sim.Meter): GPUs held and
+// pending work per queue, integrated over the time until the next round (the state a round
+// leaves holds until the next event). It is evaluation, outside the simulator backend.
 type QueueMeter struct {
-	Policy
 	set *queue.Set
 
-	last                         float64
+	last                         time.Time
 	started                      bool
-	first                        float64
+	first                        time.Time
 	used                         map[string]int
 	pending                      map[string][]int
 	gpuS, belowS, anyS, pendingS map[string]float64
 }
 
-var _ QueueReporter = (*QueueMeter)(nil)
+var _ sim.Meter = (*QueueMeter)(nil)
 
-// MeterQueues wraps p.
-func MeterQueues(p Policy, set *queue.Set) *QueueMeter {
-	return &QueueMeter{Policy: p, set: set, used: map[string]int{}, pending: map[string][]int{},
+// MeterQueues measures set's queues.
+func MeterQueues(set *queue.Set) *QueueMeter {
+	return &QueueMeter{set: set, used: map[string]int{}, pending: map[string][]int{},
 		gpuS: map[string]float64{}, belowS: map[string]float64{}, anyS: map[string]float64{}, pendingS: map[string]float64{}}
 }
 
-// Schedule implements Policy.
-func (m *QueueMeter) Schedule(ctx context.Context, s *State) error {
-	m.advance(s.Now())
-	if err := m.Policy.Schedule(ctx, s); err != nil {
-		return err
-	}
-	snap, err := s.Snapshot(ctx)
-	if err != nil {
-		return err
-	}
+// Measure implements sim.Meter: the interval since the last round closes with the state that
+// round left, and the state this one left is recorded.
+func (m *QueueMeter) Measure(snap *cluster.Snapshot) {
+	m.advance(snap.Now)
 	m.record(snap)
-	return nil
 }
 
 // advance closes the interval since the last round with the state that round left.
-func (m *QueueMeter) advance(now float64) {
+func (m *QueueMeter) advance(now time.Time) {
 	if !m.started {
 		m.started, m.first, m.last = true, now, now
 		return
 	}
-	dt := now - m.last
+	dt := now.Sub(m.last).Seconds()
 	if dt <= 0 {
 		return
 	}
@@ -137,32 +88,17 @@ func (m *QueueMeter) record(snap *cluster.Snapshot) {
 	}
 }
 
-// Observe forwards to the wrapped policy when it learns.
-func (m *QueueMeter) Observe(ctx context.Context, obs cluster.Observation) error {
-	if l, ok := m.Policy.(sched.Learner); ok {
-		return l.Observe(ctx, obs)
-	}
-	return nil
+// Report implements sim.Meter.
+func (m *QueueMeter) Report(r *sim.Result) {
+	var jain float64
+	r.Queues, jain = m.QueueResults(r)
+	r.QueueJain = jainOrNaN(jain)
 }
 
-// ObserveAll forwards to the wrapped policy when it learns.
-func (m *QueueMeter) ObserveAll(ctx context.Context, obs []cluster.Observation) error {
-	if l, ok := m.Policy.(sched.Learner); ok {
-		return sched.ObserveAll(ctx, l, obs)
-	}
-	return nil
-}
-
-// NeedsOracle forwards to the wrapped policy.
-func (m *QueueMeter) NeedsOracle() bool {
-	o, ok := m.Policy.(OracleUser)
-	return ok && o.NeedsOracle()
-}
-
-// QueueResults implements QueueReporter: every queue with jobs, and Jain's index over their
-// shares (GPU-hours over weight).
-func (m *QueueMeter) QueueResults(r *Result) ([]QueueResult, float64) {
-	span := m.last - m.first
+// QueueResults is every queue with jobs, and Jain's index over their shares (GPU-hours over
+// weight).
+func (m *QueueMeter) QueueResults(r *sim.Result) ([]sim.QueueResult, float64) {
+	span := m.last.Sub(m.first).Seconds()
 	jct, jobs := map[string]float64{}, map[string]int{}
 	for _, j := range r.JobResults {
 		q := m.set.QueueOf(j.Namespace)
@@ -170,12 +106,12 @@ func (m *QueueMeter) QueueResults(r *Result) ([]QueueResult, float64) {
 		jobs[q]++
 	}
 	g := m.guarantees()
-	var out []QueueResult
+	var out []sim.QueueResult
 	for _, q := range m.set.Config().Queues {
 		if jobs[q.Name] == 0 && m.gpuS[q.Name] == 0 {
 			continue
 		}
-		qr := QueueResult{Name: q.Name, Weight: q.Weight, Guarantee: g[q.Name], Jobs: jobs[q.Name],
+		qr := sim.QueueResult{Name: q.Name, Weight: q.Weight, Guarantee: g[q.Name], Jobs: jobs[q.Name],
 			GPUHours: m.gpuS[q.Name] / 3600, GuaranteeGPUHours: float64(g[q.Name]) * span / 3600,
 			BelowGuaranteeS: m.belowS[q.Name], BelowAnyS: m.anyS[q.Name], PendingS: m.pendingS[q.Name]}
 		if span > 0 {
@@ -199,7 +135,7 @@ func (m *QueueMeter) QueueResults(r *Result) ([]QueueResult, float64) {
 			out[i].Share = shares[i] / mean
 		}
 	}
-	return out, Jain(shares)
+	return out, sim.Jain(shares)
 }
 
 // jainOrNaN keeps JSON valid when no queue ran.

@@ -32,7 +32,7 @@ type Options struct {
 	Seed       uint64
 	Logger     hclog.Logger
 	// Queues, when enabled, gives the hetgpu pipelines a queue stage and measures the queues
-	// (sim.QueueMeter); other policies ignore it.
+	// (QueueMeter); other policies ignore it.
 	Queues queue.Config
 	// Predictor, when set, is the predictor of the policies that only use one to tell the GPU
 	// types a job can run on (the first-fit baselines): the live sidecar's. When nil they use
@@ -50,17 +50,16 @@ type Policy struct {
 	// Estimates are the runtime estimates the policy sees in simulation (user estimates with
 	// their error, exact ones, or none).
 	Estimates sim.Estimates
-	// Native, set only for gavel, is a policy that drives the simulator itself (see newGavel):
-	// it has no stages and cannot run on the live sidecar.
-	Native sim.Policy
 }
 
-// Sim is the policy as the simulator runs it.
-func (p Policy) Sim() sim.Policy {
-	if p.Native != nil {
-		return p.Native
+// Sim is the policy as the simulator runs it; a policy with a queue stage has its queues
+// measured (QueueMeter).
+func (p Policy) Sim() *sim.PipelinePolicy {
+	sp := &sim.PipelinePolicy{PolicyName: p.Name, Stages: p.Stages, Estimates: p.Estimates}
+	if qs, ok := p.Stages.Queues.(*queue.Set); ok {
+		sp.Meter = MeterQueues(qs)
 	}
-	return &sim.PipelinePolicy{PolicyName: p.Name, Stages: p.Stages, Estimates: p.Estimates}
+	return sp
 }
 
 // Constructor builds a policy for one run.
@@ -71,9 +70,6 @@ type Entry struct {
 	Name    string
 	Summary string
 	New     Constructor
-	// SimOnly policies drive the simulator themselves (Policy.Native) and cannot run on the
-	// live sidecar.
-	SimOnly bool
 	// Explicit policies run only when named: "all" leaves them out (a comparison variant that
 	// would double the slowest run of every `hetgpu sim --policies all`).
 	Explicit bool
@@ -85,7 +81,7 @@ func registry() []Entry {
 		{Name: "fifo", Summary: "arrival order, head-of-line blocking, bin-packing placement (plain Nomad)", New: newFIFO},
 		{Name: "sjf", Summary: "shortest job first with oracle runtimes, backfilling, non-preemptive", New: newSJF},
 		{Name: "tiresias", Summary: "2D least-attained-service, discretised queues, preemptive (Tiresias, NSDI 2019)", New: newTiresias},
-		{Name: "gavel", Summary: "heterogeneity-aware max-min fairness LP + 6-minute rounds (Gavel, OSDI 2020)", New: newGavel, SimOnly: true},
+		{Name: "gavel", Summary: "heterogeneity-aware max-min fairness LP + 6-minute rounds (Gavel, OSDI 2020)", New: newGavel},
 		{Name: "rltune", Summary: "PPO-ranked queue + MILP placement, production pipeline (RLTune, arXiv 2512.10271)", New: newRLTune},
 		{Name: "gogh", Summary: "P1/P2 predicted throughput + energy-minimising ILP with T_min, production pipeline (GOGH, arXiv 2510.15652)", New: newGOGH},
 		{Name: "slurm", Summary: "Slurm multifactor priority (age, job size, fair-share), backfilling, bin-packing placement", New: newSlurm},
@@ -132,42 +128,23 @@ func Build(name string, o Options) (Policy, error) {
 	return Policy{}, fmt.Errorf("unknown policy %q; known: %s, all", name, strings.Join(Names(), ", "))
 }
 
-// New builds a registered policy for the simulator. The hetgpu pipelines with queues enabled
-// are measured per queue (sim.QueueMeter).
-func New(name string, o Options) (sim.Policy, error) {
+// New builds a registered policy for the simulator (Policy.Sim).
+func New(name string, o Options) (*sim.PipelinePolicy, error) {
 	p, err := Build(name, o)
 	if err != nil {
 		return nil, err
-	}
-	if qs, ok := p.Stages.Queues.(*queue.Set); ok {
-		return sim.MeterQueues(p.Sim(), qs), nil
 	}
 	return p.Sim(), nil
 }
 
 // Live builds a registered policy for the live sidecar, around its predictor (and learner).
-// Policies without stages (gavel) are refused with the reason.
 func Live(name string, o Options) (sched.Stages, error) {
 	o.Live = true
 	p, err := Build(name, o)
 	if err != nil {
 		return sched.Stages{}, err
 	}
-	if p.Native != nil {
-		return sched.Stages{}, fmt.Errorf("policy %s drives the simulator itself and cannot run on the live sidecar", name)
-	}
 	return p.Stages, nil
-}
-
-// LiveNames lists the policies the live sidecar can run, in registry order.
-func LiveNames() []string {
-	var out []string
-	for _, e := range registry() {
-		if !e.SimOnly {
-			out = append(out, e.Name)
-		}
-	}
-	return out
 }
 
 // ParseList expands "a,b,c" or "all" into registered names, rejecting unknown and duplicate

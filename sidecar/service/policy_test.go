@@ -10,11 +10,11 @@ import (
 	"github.com/hetgpu/hetgpu/sidecar/store"
 )
 
-// Every registered policy that runs live drives the service against Nomad: the held jobs are
+// Every registered policy (gavel included) drives the service against Nomad: the held jobs are
 // pinned (and, in shadow mode, only recorded), so an operator can compare what a baseline would
 // have done on their own cluster.
 func TestRegisteredPoliciesDriveTheService(t *testing.T) {
-	for _, name := range policies.LiveNames() {
+	for _, name := range policies.Names() {
 		for _, shadow := range []bool{false, true} {
 			t.Run(name+map[bool]string{false: "", true: "/shadow"}[shadow], func(t *testing.T) {
 				h := servicetest.NewHarness(t, func(c *service.Config, b *nomad.Config) { c.Shadow, b.Shadow = shadow, shadow })
@@ -47,12 +47,5 @@ func TestRegisteredPoliciesDriveTheService(t *testing.T) {
 				}
 			})
 		}
-	}
-}
-
-// A policy that only drives the simulator is refused with the reason.
-func TestSimOnlyPolicyRefused(t *testing.T) {
-	if _, err := policies.Live("gavel", policies.Options{}); err == nil {
-		t.Fatal("gavel built for the live sidecar")
 	}
 }

@@ -1,12 +1,12 @@
 // Package sim is hetgpu's trace-driven simulator of heterogeneous GPU clusters. The Engine is a
-// backend of cluster.Cluster, so the production scheduling pipeline (sched.Pipeline: rank ->
-// predict -> place -> pin) runs against it unchanged; native baselines (fifo, sjf, tiresias,
-// gavel) use the richer State API, including a sim-only preemption hook.
+// backend of cluster.Cluster and cluster.Preempter with a clock, and nothing more: every
+// policy, the baselines included, is a sched.Pipeline that runs against it unchanged
+// (PipelinePolicy), the code the live sidecar runs against Nomad.
 //
 // Model (all times in simulated seconds):
 //   - Events: job arrivals, job completions and policy wake-ups. Events at the same instant are
-//     applied together, then the policy gets one scheduling round (when jobs are waiting or it
-//     asked to be woken).
+//     applied together, then the policy gets one scheduling round (when jobs are waiting or a
+//     stage asked to be woken, sched.Waker).
 //   - Speed: a job on n GPUs of type g runs at the throughput table's steps/s for (job type, g,
 //     n) (sidecar/throughput: measured, else its documented fallbacks). A placement spanning
 //     several nodes runs at Gavel's measured unconsolidated throughput where it exists (capped at
@@ -23,7 +23,7 @@
 //     arrival to the last completion; SimulateAll then extends each policy's figure at idle
 //     power to the last completion of any policy it ran (CommonEnergyWindow), so that a
 //     policy whose last job ends early is not credited with the idle time it leaves.
-//   - Preemption (State.Preempt) returns a job to the queue with its progress kept; its next
+//   - Preemption (cluster.Preempter) returns a job to the queue with its progress kept; its next
 //     start loses Config.RestartPenaltyS seconds of work (default 0, as in Gavel's simulator).
 package sim
 

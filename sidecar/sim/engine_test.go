@@ -5,15 +5,18 @@ import (
 	"math"
 	"sort"
 	"testing"
+	"time"
 
 	"github.com/hetgpu/hetgpu/model/cluster"
 	"github.com/hetgpu/hetgpu/model/gpuspec"
+	"github.com/hetgpu/hetgpu/sidecar/place"
 	"github.com/hetgpu/hetgpu/sidecar/policies"
+	"github.com/hetgpu/hetgpu/sidecar/sched"
 	"github.com/hetgpu/hetgpu/sidecar/sim"
 	"github.com/hetgpu/hetgpu/sidecar/trace"
 )
 
-func newPolicy(t testing.TB, name string, s *sim.Spec) sim.Policy {
+func newPolicy(t testing.TB, name string, s *sim.Spec) *sim.PipelinePolicy {
 	t.Helper()
 	p, err := policies.New(name, policies.Options{Spec: s, Throughput: table(t), Seed: 1})
 	if err != nil {
@@ -22,7 +25,7 @@ func newPolicy(t testing.TB, name string, s *sim.Spec) sim.Policy {
 	return p
 }
 
-func run(t testing.TB, s *sim.Spec, tr *trace.Trace, p sim.Policy) *sim.Result {
+func run(t testing.TB, s *sim.Spec, tr *trace.Trace, p *sim.PipelinePolicy) *sim.Result {
 	t.Helper()
 	r, err := sim.Simulate(context.Background(), sim.Setup{Spec: s, Throughput: table(t), Trace: tr}, p, nil)
 	if err != nil {
@@ -77,8 +80,10 @@ node_class "k" {
 	tr := synthetic(t, 150, 4, 5, true)
 	for _, name := range []string{"fifo", "sjf", "tiresias", "gavel"} {
 		t.Run(name, func(t *testing.T) {
-			c := &checker{Policy: newPolicy(t, name, s), t: t}
-			r := run(t, s, tr, c)
+			c := &checker{t: t}
+			p := newPolicy(t, name, s)
+			p.Meter = c
+			r := run(t, s, tr, p)
 			if c.rounds == 0 || r.Jobs+r.Unschedulable != len(tr.Jobs) {
 				t.Fatalf("rounds %d, finished %d + unschedulable %d of %d", c.rounds, r.Jobs, r.Unschedulable, len(tr.Jobs))
 			}
@@ -142,17 +147,22 @@ func TestLittlesLaw(t *testing.T) {
 	}
 }
 
-// sharePolicy starts the first two pending jobs on the same GPU with sharing.
-type sharePolicy struct{}
+// sharePolicy starts every pending job on the first GPU of the first node, shared.
+func sharePolicy(t testing.TB) *sim.PipelinePolicy {
+	return &sim.PipelinePolicy{PolicyName: "share", Estimates: sim.Estimates{Off: true},
+		Stages: sched.Stages{Ranker: place.FIFO{}, Placer: shareFirstGPU{}, Predictor: sim.TablePredictor{Table: table(t)}}}
+}
 
-func (sharePolicy) Name() string { return "share" }
-func (sharePolicy) Schedule(_ context.Context, s *sim.State) error {
-	for _, j := range s.Pending() {
-		if err := s.Start(j, sim.Placement{GPUs: []sim.GPURef{{Node: 0, Index: 0}}, Shared: true}); err != nil {
-			return err
-		}
+type shareFirstGPU struct{}
+
+func (shareFirstGPU) Place(_ context.Context, snap *cluster.Snapshot, ranked []sched.Ranked, _ sched.Predictor) ([]cluster.Decision, sched.PlaceStats, error) {
+	n := &snap.Nodes[0]
+	var out []cluster.Decision
+	for _, r := range ranked {
+		out = append(out, cluster.Decision{Namespace: r.Job.Namespace, JobID: r.Job.ID, Group: r.Job.Group, Shared: true,
+			Assign: []cluster.Assignment{{NodeID: n.ID, InstanceIDs: []string{n.Devices[0].Instances[0].ID}}}})
 	}
-	return nil
+	return out, sched.PlaceStats{}, nil
 }
 
 // A co-located pair runs at the table's pair throughputs; once one finishes the other speeds up
@@ -172,7 +182,7 @@ func TestColocatedPairRunsAtPairThroughputs(t *testing.T) {
 		{ID: "b", JobType: b, Model: "Transformer", BatchSize: 32, GPUs: 1, TotalSteps: 2000 * rb},
 	}}
 	s := oneClass(t, "Tesla V100-SXM2-16GB", 1, 1)
-	r := run(t, s, tr, sharePolicy{})
+	r := run(t, s, tr, sharePolicy(t))
 	got := map[string]float64{}
 	for _, j := range r.JobResults {
 		got[j.ID] = j.FinishS
@@ -187,28 +197,37 @@ func TestColocatedPairRunsAtPairThroughputs(t *testing.T) {
 	_ = isoA
 }
 
-// Preemption keeps progress: a job stopped half-way needs only the other half.
-type preemptOnce struct{ done bool }
+// Preemption keeps progress: a job stopped half-way needs only the other half. preemptOnce
+// is a preemption stage that stops the running job once, 500 s after the first round, and asks
+// for a round then (sched.Waker).
+type preemptOnce struct {
+	t0   time.Time
+	done bool
+}
 
-func (p *preemptOnce) Name() string { return "preempt-once" }
-func (p *preemptOnce) Schedule(_ context.Context, s *sim.State) error {
-	if !p.done && len(s.Running()) == 1 && s.Now() >= 500 {
+func (p *preemptOnce) Plan(_ context.Context, snap *cluster.Snapshot, ranked []sched.Ranked, _ sched.Predictor) (sched.Plan, error) {
+	plan := sched.Plan{Order: ranked}
+	if !p.done && len(snap.Preemptible) == 1 && !snap.Now.Before(p.t0.Add(500*time.Second)) {
 		p.done = true
-		if err := s.PreemptJob(s.Running()[0]); err != nil {
-			return err
-		}
+		j := snap.Preemptible[0]
+		plan.Preempt = []cluster.Preemption{{Namespace: j.Namespace, JobID: j.ID, Group: j.Group}}
 	}
-	for _, j := range s.Pending() {
-		if pl, ok := s.BestFit(j, ""); ok {
-			if err := s.Start(j, pl); err != nil {
-				return err
-			}
-		}
+	return plan, nil
+}
+
+func (p *preemptOnce) NextRound(snap *cluster.Snapshot) time.Time {
+	if p.t0.IsZero() {
+		p.t0 = snap.Now
 	}
-	if !p.done {
-		s.WakeAt(500)
+	if p.done {
+		return time.Time{}
 	}
-	return nil
+	return p.t0.Add(500 * time.Second)
+}
+
+func preemptOncePolicy(t testing.TB) *sim.PipelinePolicy {
+	return &sim.PipelinePolicy{PolicyName: "preempt-once", Estimates: sim.Estimates{Off: true},
+		Stages: sched.Stages{Ranker: place.FIFO{}, Placer: place.FirstFit{}, Preemptor: &preemptOnce{}, Predictor: sim.TablePredictor{Table: table(t)}}}
 }
 
 func TestPreemptionKeepsProgress(t *testing.T) {
@@ -216,65 +235,17 @@ func TestPreemptionKeepsProgress(t *testing.T) {
 	thr, _ := table(t).Measured(jt, "v100", 1)
 	tr := &trace.Trace{Name: "p", Jobs: []trace.Job{{ID: "x", JobType: jt, Model: "ResNet-50", BatchSize: 32, GPUs: 1, TotalSteps: 1000 * thr}}}
 	s := oneClass(t, "Tesla V100-SXM2-16GB", 1, 1)
-	r := run(t, s, tr, &preemptOnce{})
+	r := run(t, s, tr, preemptOncePolicy(t))
 	// Preempted at 500 and restarted in the same round: finishes at 1000 with no penalty.
 	if r.Preemptions != 1 || math.Abs(r.JobResults[0].FinishS-1000) > 1e-6 {
 		t.Fatalf("preemptions %d, finish %v, want 1 and 1000", r.Preemptions, r.JobResults[0].FinishS)
 	}
-	r2, err := sim.Simulate(context.Background(), sim.Setup{Spec: s, Throughput: table(t), Trace: tr, RestartPenaltyS: 30}, &preemptOnce{}, nil)
+	r2, err := sim.Simulate(context.Background(), sim.Setup{Spec: s, Throughput: table(t), Trace: tr, RestartPenaltyS: 30}, preemptOncePolicy(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if math.Abs(r2.JobResults[0].FinishS-1030) > 1e-6 {
 		t.Fatalf("with a 30 s restart penalty finish %v, want 1030", r2.JobResults[0].FinishS)
-	}
-}
-
-// nativeFIFO is FIFO on the engine's own first fit (State.BestFit), without the pipeline.
-type nativeFIFO struct{}
-
-func (nativeFIFO) Name() string { return "native-fifo" }
-func (nativeFIFO) Schedule(_ context.Context, s *sim.State) error {
-	for _, j := range s.Pending() {
-		p, ok := s.BestFit(j, "")
-		if !ok {
-			return nil
-		}
-		if err := s.Start(j, p); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// The engine as cluster.Cluster: the registered fifo (place.FIFO, place.FirstFit on the
-// snapshot's free instances) run through sched.Pipeline gives the same schedule as FIFO on the
-// engine's own first fit. This is the path every policy takes.
-func TestPipelineMatchesNativeFIFO(t *testing.T) {
-	s := spec(t, `name = "two"
-node_class "v" {
-  gpu = "Tesla V100-SXM2-16GB"
-  gpus_per_node = 4
-  count = 2
-}
-node_class "p" {
-  gpu = "Tesla P100-PCIE-16GB"
-  gpus_per_node = 4
-  count = 2
-}
-`)
-	tr := synthetic(t, 80, 5, 13, true)
-	native := run(t, s, tr, nativeFIFO{})
-	pipe := run(t, s, tr, newPolicy(t, "fifo", s))
-	if len(native.JobResults) != len(pipe.JobResults) {
-		t.Fatalf("native finished %d, pipeline %d", len(native.JobResults), len(pipe.JobResults))
-	}
-	for i := range native.JobResults {
-		a, b := native.JobResults[i], pipe.JobResults[i]
-		if a.ID != b.ID || math.Abs(a.StartS-b.StartS) > 1e-6 || math.Abs(a.FinishS-b.FinishS) > 1e-6 || a.GPUType != b.GPUType {
-			t.Fatalf("job %s: native start %.1f finish %.1f on %s; pipeline start %.1f finish %.1f on %s",
-				a.ID, a.StartS, a.FinishS, a.GPUType, b.StartS, b.FinishS, b.GPUType)
-		}
 	}
 }
 

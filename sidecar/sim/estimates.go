@@ -49,19 +49,16 @@ func (e Estimates) Factor(key string) float64 {
 	return math.Exp(s * z)
 }
 
-// estimating wraps the simulator's State so snapshots carry the configured estimates (the
+// estimating is the engine inside a round, whose snapshots carry the configured estimates (the
 // engine, asked for oracle information, fills exact remaining runtimes; the wrapper perturbs or
 // hides them).
 type estimating struct {
-	s   *State
+	e   *Engine
 	est Estimates
 }
 
 func (c estimating) Snapshot(ctx context.Context) (*cluster.Snapshot, error) {
-	snap, err := c.s.Snapshot(ctx)
-	if err != nil {
-		return nil, err
-	}
+	snap := c.e.snapshot()
 	for _, jobs := range [][]cluster.Job{snap.Pending, snap.Preemptible} {
 		for i := range jobs {
 			j := &jobs[i]
@@ -79,9 +76,9 @@ func (c estimating) Snapshot(ctx context.Context) (*cluster.Snapshot, error) {
 
 // Preempt implements cluster.Preempter.
 func (c estimating) Preempt(ctx context.Context, ps []cluster.Preemption) ([]cluster.PinResult, error) {
-	return c.s.Preempt(ctx, ps)
+	return c.e.preemptAll(ps), nil
 }
 
 func (c estimating) Pin(ctx context.Context, ds []cluster.Decision) ([]cluster.PinResult, error) {
-	return c.s.Pin(ctx, ds)
+	return c.e.pin(ds), nil
 }

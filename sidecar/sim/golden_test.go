@@ -39,7 +39,7 @@ func TestGolden(t *testing.T) {
 	}
 	names := []string{"fifo", "sjf", "tiresias", "gavel"}
 	run := func() []byte {
-		var ps []sim.Policy
+		var ps []*sim.PipelinePolicy
 		for _, n := range names {
 			ps = append(ps, newPolicy(t, n, s))
 		}

@@ -1,7 +1,6 @@
 package sim_test
 
 import (
-	"context"
 	"fmt"
 	"sync"
 	"testing"
@@ -58,27 +57,20 @@ func synthetic(t testing.TB, jobs int, rate float64, seed uint64, multi bool) *t
 	return tr
 }
 
-// checker wraps a policy and checks, after every round, through the public Snapshot, that no
-// GPU is held by two jobs unless both share, that no GPU holds more than two jobs, and that
+// checker is a sim.Meter that checks, after every round, through the public Snapshot, that
+// no GPU is held by two jobs unless both share, that no GPU holds more than two jobs, and that
 // busy GPUs never exceed capacity.
 type checker struct {
-	sim.Policy
 	t      testing.TB
 	rounds int
 }
 
-func (c *checker) Schedule(ctx context.Context, s *sim.State) error {
-	if err := c.Policy.Schedule(ctx, s); err != nil {
-		return err
-	}
+func (c *checker) Measure(snap *cluster.Snapshot) {
 	c.rounds++
-	snap, err := s.Snapshot(ctx)
-	if err != nil {
-		return err
-	}
 	checkSnapshot(c.t, snap)
-	return nil
 }
+
+func (c *checker) Report(*sim.Result) {}
 
 func checkSnapshot(t testing.TB, snap *cluster.Snapshot) {
 	t.Helper()

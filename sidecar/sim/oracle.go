@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"math"
+
 	"github.com/hetgpu/hetgpu/model/cluster"
 	"github.com/hetgpu/hetgpu/model/gpuspec"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
@@ -15,6 +17,9 @@ type TablePredictor struct {
 	Table *throughput.Table
 	Specs *gpuspec.Table
 	Alpha float64
+	// CrossNodeEfficiency is the throughput factor of a job spread over nodes where the table
+	// has no unconsolidated measurement (the spec's network; DefaultCrossNodeEfficiency when 0).
+	CrossNodeEfficiency float64
 }
 
 // Predict implements sched.Predictor.
@@ -36,5 +41,26 @@ func (p TablePredictor) Predict(job *cluster.Job, gpuType string, gpus int) sche
 		}
 		e.PowerW = float64(gpus) * s.Power(gpuspec.BusyUtil, alpha)
 	}
+	return e
+}
+
+// PredictSpread is Predict for a job spread over nodes nodes: the engine's own rate (the
+// table's unconsolidated measurement, else the consolidated one times CrossNodeEfficiency).
+// Gavel's allocation uses it (place.SpreadPredictor).
+func (p TablePredictor) PredictSpread(job *cluster.Job, gpuType string, gpus, nodes int) sched.Estimate {
+	e := p.Predict(job, gpuType, gpus)
+	if nodes <= 1 || e.Throughput <= 0 {
+		return e
+	}
+	jt := throughput.JobType(job.Hetgpu.ModelName, job.Hetgpu.BatchSize)
+	if u, ok := p.Table.Unconsolidated(jt, gpuType, gpus); ok && u > 0 {
+		e.Throughput = math.Min(u, e.Throughput)
+		return e
+	}
+	f := p.CrossNodeEfficiency
+	if f == 0 {
+		f = DefaultCrossNodeEfficiency
+	}
+	e.Throughput *= f
 	return e
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"time"
 
@@ -11,43 +12,44 @@ import (
 	"github.com/hetgpu/hetgpu/sidecar/sched"
 )
 
-// Policy is a scheduler the engine consults after every batch of events. Schedule starts jobs
-// (State.Start, or State.Pin with cluster decisions) and, for preemptive policies, stops them
-// (State.Preempt). A policy that also implements sched.Learner receives one observation per
-// finished allocation. Registered policies are pipelines (PipelinePolicy); only gavel and tests
-// drive State directly.
-type Policy interface {
-	Name() string
-	Schedule(ctx context.Context, s *State) error
-}
-
-// PipelinePolicy is the one adapter from a policy (sched.Stages, as sidecar/policies registers
-// them) to the simulator: each round is sched.Pipeline.RunRound against the engine (Snapshot ->
-// Ranker -> Preemptor -> Placer -> Pin), the code the live sidecar runs against Nomad. The
-// snapshots carry the runtime estimates Estimates configures.
+// PipelinePolicy is how the simulator runs a policy (sched.Stages, as sidecar/policies
+// registers them), and the only way: each round, after every batch of events, is
+// sched.Pipeline.RunRound against the engine (Snapshot -> Ranker -> Preemptor -> Placer -> Pin),
+// the code the live sidecar runs against Nomad. The snapshots carry the runtime estimates
+// Estimates configures; the time-driven stages (sched.Waker) get the rounds they ask for, and
+// the learner every finished run.
 type PipelinePolicy struct {
 	PolicyName string
 	sched.Stages
 	Estimates Estimates
 	// OnRound, when set, sees every round (tests, explain logs).
 	OnRound func(*sched.Round)
+	// Meter, when set, measures the run from outside the policy (per-queue outcomes).
+	Meter Meter
 
 	partialGangPins int
 }
 
-// Name implements Policy.
+// Meter measures a run from outside its policy: it sees the cluster as every round left it
+// and adds what it measured to the run's result.
+type Meter interface {
+	Measure(snap *cluster.Snapshot)
+	Report(r *Result)
+}
+
+// Name is the policy's name in results.
 func (p *PipelinePolicy) Name() string { return p.PolicyName }
 
 // NeedsOracle asks the engine for true runtimes, which the policy only ever sees through
 // Estimates.
 func (p *PipelinePolicy) NeedsOracle() bool { return !p.Estimates.Off }
 
-// PartialGangPins counts the gangs the rounds pinned in part (GangCounter; must stay 0).
+// PartialGangPins counts the gangs the rounds pinned in part (must stay 0).
 func (p *PipelinePolicy) PartialGangPins() int { return p.partialGangPins }
 
-// Schedule implements Policy.
-func (p *PipelinePolicy) Schedule(ctx context.Context, s *State) error {
-	c := estimating{s: s, est: p.Estimates}
+// round runs one pipeline round on the engine (its lock held).
+func (p *PipelinePolicy) round(ctx context.Context, e *Engine) error {
+	c := estimating{e: e, est: p.Estimates}
 	r, err := p.Stages.Pipeline(c).RunRound(ctx)
 	if r != nil {
 		p.partialGangPins += r.PartialGangPins
@@ -58,15 +60,18 @@ func (p *PipelinePolicy) Schedule(ctx context.Context, s *State) error {
 	if err != nil {
 		return err
 	}
-	p.wake(c.s, r)
+	p.wake(e, r)
+	if p.Meter != nil {
+		p.Meter.Measure(e.snapshot())
+	}
 	return nil
 }
 
 // wake asks for the round the time-driven stages (sched.Waker) want, after this one.
-func (p *PipelinePolicy) wake(s *State, r *sched.Round) {
+func (p *PipelinePolicy) wake(e *Engine, r *sched.Round) {
 	var ws []sched.Waker
 	for _, st := range []any{p.Ranker, p.Preemptor, p.Placer} {
-		if w, ok := st.(sched.Waker); ok {
+		if w, ok := st.(sched.Waker); ok && !slices.Contains(ws, w) {
 			ws = append(ws, w)
 		}
 	}
@@ -77,10 +82,10 @@ func (p *PipelinePolicy) wake(s *State, r *sched.Round) {
 	next := math.Inf(1)
 	for _, w := range ws {
 		if t := w.NextRound(snap); !t.IsZero() {
-			next = math.Min(next, t.Sub(s.e.cfg.Epoch).Seconds())
+			next = math.Min(next, t.Sub(e.cfg.Epoch).Seconds())
 		}
 	}
-	s.WakeAt(next)
+	e.wakeAt(next)
 }
 
 // Observe implements sched.Learner by forwarding to Learner.
@@ -99,175 +104,22 @@ func (p *PipelinePolicy) ObserveAll(ctx context.Context, obs []cluster.Observati
 	return sched.ObserveAll(ctx, p.Learner, obs)
 }
 
-// State is the engine as a policy sees it during a round. It implements cluster.Cluster, so the
-// production pipeline can use it as its backend.
-type State struct{ e *Engine }
-
-var _ cluster.Cluster = (*State)(nil)
-var _ cluster.Cluster = (*Engine)(nil)
-
-// Now is the simulated time in seconds.
-func (s *State) Now() float64 { return s.e.now }
-
-// Pending returns the waiting jobs in arrival order. The slice is valid until the next Start,
-// Preempt or Pin; callers must not modify it.
-func (s *State) Pending() []*JobState {
-	s.e.compact()
-	return s.e.pending
-}
-
-// Running returns the running jobs (in no particular order); callers must not modify it.
-func (s *State) Running() []*JobState { return s.e.running }
-
-// Oracle reports whether the policy may use true runtimes (Config.Oracle).
-func (s *State) Oracle() bool { return s.e.cfg.Oracle }
-
-// Start runs a pending job on a placement.
-func (s *State) Start(j *JobState, p Placement) error {
-	typ, nodes, err := s.e.validate(j, p)
-	if err != nil {
-		return err
-	}
-	s.e.start(j, p, typ, nodes)
-	return nil
-}
-
-// PreemptJob stops a running job and returns it to the queue (hook for native preemptive
-// baselines; pipeline policies preempt through cluster.Preempter).
-func (s *State) PreemptJob(j *JobState) error { return s.e.preempt(j) }
-
-// WakeAt asks for a scheduling round at time t (round-based policies, LAS queue demotions). It
-// replaces the previous request; +Inf cancels it. Rounds also follow every arrival and
-// completion.
-func (s *State) WakeAt(t float64) {
-	if t > s.e.now && !math.IsNaN(t) {
-		s.e.wake = t
+// wakeAt asks for a round at time t (round-based stages, LAS queue demotions). It replaces
+// the previous request; +Inf cancels it. Rounds also follow every arrival and completion.
+func (e *Engine) wakeAt(t float64) {
+	if t > e.now && !math.IsNaN(t) {
+		e.wake = t
 	} else if math.IsInf(t, 1) {
-		s.e.wake = t
+		e.wake = t
 	}
 }
 
-// Rate is the oracle throughput of a job on gpus GPUs of a type over nodes nodes (0: cannot run).
-func (s *State) Rate(j *JobState, gpuType string, gpus, nodes int) float64 {
-	return s.e.Rate(j, gpuType, gpus, nodes)
-}
-
-// NodeInfo describes one node for native policies.
-type NodeInfo struct {
-	ID, Class, GPUType string
-	GPUs, Free         int
-}
-
-// Nodes lists the nodes with their free GPU counts, in spec order.
-func (s *State) Nodes() []NodeInfo {
-	out := make([]NodeInfo, len(s.e.nodes))
-	for i, n := range s.e.nodes {
-		out[i] = NodeInfo{ID: n.id, Class: n.class, GPUType: n.gpuType, GPUs: len(n.gpus), Free: n.free}
-	}
-	return out
-}
-
-// GPUTypes lists the cluster's GPU types, sorted.
-func (s *State) GPUTypes() []string { return s.e.cfg.Spec.GPUTypes() }
-
-// FreeGPUs counts free GPUs per type.
-func (s *State) FreeGPUs() map[string]int {
-	m := map[string]int{}
-	for _, n := range s.e.nodes {
-		m[n.gpuType] += n.free
-	}
-	return m
-}
-
-// Capacity counts GPUs per type.
-func (s *State) Capacity() map[string]int {
-	m := make(map[string]int, len(s.e.typeTotal))
-	for k, v := range s.e.typeTotal {
-		m[k] = v
-	}
-	return m
-}
-
-// TotalGPUs is the cluster's size.
-func (s *State) TotalGPUs() int { return s.e.totalGPUs }
-
-// BestFit finds free GPUs for a job on one GPU type ("" = any type, in spec order of node
-// classes): the single node with the fewest free GPUs that still fits (Nomad's bin-packing), or,
-// when no node fits and the job may span nodes, the fewest nodes of one type taken fullest-free
-// first. It skips types the job cannot run on. ok is false when nothing fits now.
-func (s *State) BestFit(j *JobState, gpuType string) (Placement, bool) {
-	e := s.e
-	best := -1
-	for i, n := range e.nodes {
-		if gpuType != "" && n.gpuType != gpuType {
-			continue
-		}
-		if n.free < j.GPUs || (best >= 0 && n.free >= e.nodes[best].free) {
-			continue
-		}
-		if e.rate(j.JobType, n.gpuType, j.GPUs, false) <= 0 {
-			continue
-		}
-		best = i
-		if n.free == j.GPUs {
-			break
-		}
-	}
-	if best >= 0 {
-		return Placement{GPUs: freeOn(e.nodes[best], best, j.GPUs)}, true
-	}
-	if j.MaxNodes <= 1 {
-		return Placement{}, false
-	}
-	types := []string{gpuType}
-	if gpuType == "" {
-		types = e.cfg.Spec.GPUTypes()
-	}
-	for _, t := range types {
-		if e.rate(j.JobType, t, j.GPUs, true) <= 0 {
-			continue
-		}
-		var idx []int
-		total := 0
-		for i, n := range e.nodes {
-			if n.gpuType == t && n.free > 0 {
-				idx = append(idx, i)
-				total += n.free
-			}
-		}
-		if total < j.GPUs {
-			continue
-		}
-		sort.SliceStable(idx, func(a, b int) bool { return e.nodes[idx[a]].free > e.nodes[idx[b]].free })
-		var p Placement
-		need := j.GPUs
-		for k, i := range idx {
-			if k >= j.MaxNodes {
-				break
-			}
-			take := min(need, e.nodes[i].free)
-			p.GPUs = append(p.GPUs, freeOn(e.nodes[i], i, take)...)
-			need -= take
-			if need == 0 {
-				return p, true
-			}
-		}
-	}
-	return Placement{}, false
-}
-
-func freeOn(n *simNode, ni, k int) []GPURef {
-	out := make([]GPURef, 0, k)
-	for g := range n.gpus {
-		if n.gpus[g].n == 0 {
-			out = append(out, GPURef{ni, g})
-			if len(out) == k {
-				break
-			}
-		}
-	}
-	return out
-}
+var (
+	_ cluster.Cluster   = estimating{}
+	_ cluster.Preempter = estimating{}
+	_ cluster.Cluster   = (*Engine)(nil)
+	_ cluster.Preempter = (*Engine)(nil)
+)
 
 // --- cluster.Cluster ---
 
@@ -283,14 +135,6 @@ func (e *Engine) Pin(ctx context.Context, ds []cluster.Decision) ([]cluster.PinR
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.pin(ds), nil
-}
-
-// Snapshot implements cluster.Cluster inside a round.
-func (s *State) Snapshot(ctx context.Context) (*cluster.Snapshot, error) { return s.e.snapshot(), nil }
-
-// Pin implements cluster.Cluster inside a round.
-func (s *State) Pin(ctx context.Context, ds []cluster.Decision) ([]cluster.PinResult, error) {
-	return s.e.pin(ds), nil
 }
 
 // buildNodes renders the static part of snapshots once: nodes, device groups named as NVML
@@ -445,13 +289,10 @@ func (e *Engine) placementOf(d cluster.Decision) (Placement, error) {
 
 // Run replays the submitted jobs under a policy until every job has finished (or can never
 // start), or ctx ends. progress, when set, is called with the number of finished jobs.
-func (e *Engine) Run(ctx context.Context, p Policy, progress func(done int)) error {
+func (e *Engine) Run(ctx context.Context, p *PipelinePolicy, progress func(done int)) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if l, ok := p.(sched.Learner); ok {
-		e.observers = append(e.observers, l)
-	}
-	st := &State{e: e}
+	e.observers = append(e.observers, p)
 	lastDone := -1
 	for {
 		if err := ctx.Err(); err != nil {
@@ -465,7 +306,7 @@ func (e *Engine) Run(ctx context.Context, p Policy, progress func(done int)) err
 		if changed && (e.nPending > 0 || len(e.running) > 0) {
 			waiting := e.nPending
 			t0 := time.Now()
-			if err := p.Schedule(ctx, st); err != nil {
+			if err := p.round(ctx, e); err != nil {
 				return fmt.Errorf("policy %s at t=%.0fs: %w", p.Name(), e.now, err)
 			}
 			if waiting > 0 {
@@ -485,16 +326,6 @@ func (e *Engine) Run(ctx context.Context, p Policy, progress func(done int)) err
 	}
 	return nil
 }
-
-var _ cluster.Preempter = (*State)(nil)
-
-// Preempt implements cluster.Preempter inside a round: each listed running job is preempted
-// (progress kept) and queued again.
-func (s *State) Preempt(ctx context.Context, ps []cluster.Preemption) ([]cluster.PinResult, error) {
-	return s.e.preemptAll(ps), nil
-}
-
-var _ cluster.Preempter = (*Engine)(nil)
 
 // Preempt implements cluster.Preempter for the engine driven from outside.
 func (e *Engine) Preempt(ctx context.Context, ps []cluster.Preemption) ([]cluster.PinResult, error) {

@@ -36,6 +36,31 @@ type JobResult struct {
 	EnergyJ     float64 `json:"energy_j"`
 }
 
+// QueueResult is one queue's outcome of a run (hetgpu sim with queues).
+type QueueResult struct {
+	Name      string  `json:"name"`
+	Weight    float64 `json:"weight"`
+	Guarantee int     `json:"guarantee"`
+	Jobs      int     `json:"jobs"`
+	// GPUHours is what the queue's jobs held over the run; GuaranteeGPUHours the guarantee
+	// times the run's span.
+	GPUHours          float64 `json:"gpu_hours"`
+	GuaranteeGPUHours float64 `json:"guarantee_gpu_hours"`
+	// BelowGuaranteeS is the time the queue held fewer GPUs than its guarantee while it had
+	// pending work the guarantee admits (a waiting job that would not take it above its
+	// guarantee, queue.Admitted), after each round's decisions; BelowGuaranteePct that over the
+	// span. BelowAnyS counts any pending work (jobs larger than what the guarantee has left
+	// too, which start on borrowed GPUs).
+	BelowGuaranteeS   float64 `json:"below_guarantee_s"`
+	BelowGuaranteePct float64 `json:"below_guarantee_pct"`
+	BelowAnyS         float64 `json:"below_any_s"`
+	// PendingS is the time it had pending work at all.
+	PendingS float64 `json:"pending_s"`
+	AvgJCTS  float64 `json:"avg_jct_s"`
+	// Share is GPU-hours over weight, normalised so that the queues' mean is 1.
+	Share float64 `json:"share"`
+}
+
 // Result is what one policy achieved on one trace and cluster. JSON keys are the CLI's
 // contract (hetgpu sim --json).
 type Result struct {
@@ -78,12 +103,12 @@ type Result struct {
 	TMinJobs int `json:"tmin_jobs,omitempty"`
 	TMinMet  int `json:"tmin_met,omitempty"`
 
-	// Queues are the per-queue outcomes of a policy run with queues (QueueMeter), and
+	// Queues are the per-queue outcomes of a policy run with queues (policies.QueueMeter), and
 	// QueueJain Jain's index over their shares (GPU-hours over weight).
 	Queues    []QueueResult `json:"queues,omitempty"`
 	QueueJain float64       `json:"queue_jain,omitempty"`
 	// PartialGangPins counts gangs a pipeline pinned in part over the run (must be 0; counted
-	// by pipelines that report it, see GangCounter).
+	// by the pipeline).
 	PartialGangPins int `json:"partial_gang_pins,omitempty"`
 
 	JobResults []JobResult `json:"-"`
@@ -178,9 +203,6 @@ func Jain(xs []float64) float64 {
 	return s * s / (float64(len(xs)) * s2)
 }
 
-// OracleUser is implemented by policies that need true runtimes (Config.Oracle).
-type OracleUser interface{ NeedsOracle() bool }
-
 // Setup is what every run of a comparison shares.
 type Setup struct {
 	Spec       *Spec
@@ -193,12 +215,8 @@ type Setup struct {
 }
 
 // Simulate replays the setup's trace under one policy on a fresh engine.
-func Simulate(ctx context.Context, su Setup, p Policy, progress func(done int)) (*Result, error) {
-	oracle := false
-	if o, ok := p.(OracleUser); ok {
-		oracle = o.NeedsOracle()
-	}
-	e, err := New(Config{Spec: su.Spec, Throughput: su.Throughput, Oracle: oracle, Logger: su.Logger,
+func Simulate(ctx context.Context, su Setup, p *PipelinePolicy, progress func(done int)) (*Result, error) {
+	e, err := New(Config{Spec: su.Spec, Throughput: su.Throughput, Oracle: p.NeedsOracle(), Logger: su.Logger,
 		RestartPenaltyS: su.RestartPenaltyS, NoSeries: su.NoSeries})
 	if err != nil {
 		return nil, err
@@ -212,13 +230,9 @@ func Simulate(ctx context.Context, su Setup, p Policy, progress func(done int)) 
 	}
 	r := e.Result(p.Name())
 	r.Trace = su.Trace.Name
-	if g, ok := p.(GangCounter); ok {
-		r.PartialGangPins = g.PartialGangPins()
-	}
-	if q, ok := p.(QueueReporter); ok {
-		var jain float64
-		r.Queues, jain = q.QueueResults(r)
-		r.QueueJain = jainOrNaN(jain)
+	r.PartialGangPins = p.PartialGangPins()
+	if p.Meter != nil {
+		p.Meter.Report(r)
 	}
 	r.WallS = time.Since(t0).Seconds()
 	return r, nil
@@ -226,7 +240,7 @@ func Simulate(ctx context.Context, su Setup, p Policy, progress func(done int)) 
 
 // SimulateAll runs each policy on its own engine, up to parallel at a time (GOMAXPROCS when <=
 // 0), and returns results in the policies' order. progress gets (policy index, finished jobs).
-func SimulateAll(ctx context.Context, su Setup, policies []Policy, parallel int, progress func(i, done int)) ([]*Result, error) {
+func SimulateAll(ctx context.Context, su Setup, policies []*PipelinePolicy, parallel int, progress func(i, done int)) ([]*Result, error) {
 	if parallel <= 0 {
 		parallel = runtime.GOMAXPROCS(0)
 	}

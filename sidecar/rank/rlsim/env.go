@@ -16,7 +16,7 @@ import (
 
 // PolicyFunc builds the simulator policy under training around a ranker (for hetgpu: the
 // production pipeline with the predictor and the placement MILP).
-type PolicyFunc func(r sched.Ranker) (sim.Policy, error)
+type PolicyFunc func(r sched.Ranker) (*sim.PipelinePolicy, error)
 
 // EnvConfig describes a training environment.
 type EnvConfig struct {
@@ -30,7 +30,7 @@ type EnvConfig struct {
 	// Policy is the pipeline under training; Baseline the scheduler the reward compares with on
 	// the same job sequence.
 	Policy   PolicyFunc
-	Baseline func() (sim.Policy, error)
+	Baseline func() (*sim.PipelinePolicy, error)
 }
 
 // Env is a ppo.Env: episode i replays the i-th window of the trace on the cluster under the

@@ -41,10 +41,10 @@ func testEnv(t testing.TB, jobs int) *Env {
 	}
 	tr.Jobs = tr.Jobs[:min(len(tr.Jobs), 3*jobs)]
 	env, err := NewEnv(EnvConfig{Spec: spec, Throughput: tab, Trace: tr, EpisodeJobs: jobs,
-		Policy: func(r sched.Ranker) (sim.Policy, error) {
+		Policy: func(r sched.Ranker) (*sim.PipelinePolicy, error) {
 			return rankedFirstFit("learned", r, tab), nil
 		},
-		Baseline: func() (sim.Policy, error) {
+		Baseline: func() (*sim.PipelinePolicy, error) {
 			h, err := rank.New(nil)
 			return rankedFirstFit("heuristic", h, tab), err
 		}})

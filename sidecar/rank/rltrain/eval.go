@@ -142,10 +142,10 @@ func (o EvalOptions) compare(ctx context.Context, cluster, traceRef string) (*co
 	if err != nil {
 		return nil, err
 	}
-	ps := make([]sim.Policy, 0, len(o.Policies))
+	ps := make([]*sim.PipelinePolicy, 0, len(o.Policies))
 	for _, name := range o.Policies {
 		po := policies.Options{Spec: spec, Throughput: tab, Seed: o.Seed, Logger: o.Logger.Named(name)}
-		var p sim.Policy
+		var p *sim.PipelinePolicy
 		switch {
 		case name == "hetgpu" && o.Policy != nil:
 			r, err := rank.New(o.Policy, rank.WithExplain(false))

@@ -65,7 +65,7 @@ type TrainOptions struct {
 	MinBSLD float64
 	Workers int
 	// Pipeline builds the policy under training around a ranker (policies.HetgpuPipeline).
-	Pipeline func(o policies.Options, r sched.Ranker) (sim.Policy, error)
+	Pipeline func(o policies.Options, r sched.Ranker) (*sim.PipelinePolicy, error)
 	// Checkpoint, when set, is called after every epoch with the trainer's state (saving it
 	// makes an interrupted run resumable).
 	Checkpoint func(*rank.Checkpoint) error
@@ -153,7 +153,7 @@ func Train(ctx context.Context, o TrainOptions) (*Result, error) {
 	var env ppo.MultiEnv
 	for _, spec := range specs {
 		popts := policies.Options{Spec: spec, Throughput: tab, Seed: o.Seed, Logger: o.Logger}
-		baseline := func() (sim.Policy, error) {
+		baseline := func() (*sim.PipelinePolicy, error) {
 			if o.Baseline == DefaultBaseline {
 				h, err := rank.New(nil, rank.WithExplain(false))
 				if err != nil {
@@ -168,7 +168,7 @@ func Train(ctx context.Context, o TrainOptions) (*Result, error) {
 		}
 		e, err := rlsim.NewEnv(rlsim.EnvConfig{Spec: spec, Throughput: tab, Trace: trc, EpisodeJobs: o.EpisodeJobs,
 			Stride: o.Stride, Score: o.Score,
-			Policy:   func(r sched.Ranker) (sim.Policy, error) { return o.Pipeline(popts, r) },
+			Policy:   func(r sched.Ranker) (*sim.PipelinePolicy, error) { return o.Pipeline(popts, r) },
 			Baseline: baseline})
 		if err != nil {
 			return nil, err
