@@ -20,8 +20,6 @@ import (
 	"github.com/hetgpu/hetgpu/sidecar/place"
 	"github.com/hetgpu/hetgpu/sidecar/policies"
 	"github.com/hetgpu/hetgpu/sidecar/predict"
-	"github.com/hetgpu/hetgpu/sidecar/preempt"
-	"github.com/hetgpu/hetgpu/sidecar/queue"
 	"github.com/hetgpu/hetgpu/sidecar/rank"
 	"github.com/hetgpu/hetgpu/sidecar/rank/ppo"
 	"github.com/hetgpu/hetgpu/sidecar/rank/rlsim"
@@ -143,32 +141,19 @@ func StagesWithRanker(c *Config, stateDir string, log hclog.Logger) (service.Sta
 		return st, nil, err
 	}
 	rs := &RankerState{status: ch.status}
-	pcfg, err := place.Preset(c.Placement.Preset)
+	// The registry's hetgpu policy, as every baseline (policyStages), around this ranker and
+	// the placement, preemption and queue settings.
+	o := policies.Options{Predictor: pred, Ranker: rk, Logger: log, Placement: c.Placement.Preset, Queues: c.QueueConfig}
+	if c.Preempt != nil {
+		o.Preempt, o.NoPreempt = &c.Preempt.Parsed, !boolOr(c.Preempt.Enabled, true)
+	}
+	stages, err := policies.Live(DefaultPolicy, o)
 	if err != nil {
 		return st, nil, err
 	}
-	pl, err := place.New(pcfg, log)
-	if err != nil {
-		return st, nil, fmt.Errorf("placer: %w", err)
-	}
-	stages := service.Stages{Ranker: rk, Predictor: pred, Placer: pl, Learner: pred}
 	if c.Ranker.onlineTuning() && ch.ck != nil && ch.ck.Training != nil {
 		if stages.Tuner, err = liveTuner(c, ch.ck, rk, tunedPath, rs, log); err != nil {
 			return st, nil, err
-		}
-	}
-	pc, enabled := preempt.Default(), true
-	if c.Preempt != nil {
-		pc, enabled = c.Preempt.Parsed, boolOr(c.Preempt.Enabled, true)
-	}
-	if enabled {
-		if stages.Preemptor, err = preempt.New(pc); err != nil {
-			return st, nil, err
-		}
-	}
-	if c.QueueConfig.Enabled() {
-		if stages.Queues, err = queue.New(c.QueueConfig); err != nil {
-			return st, nil, fmt.Errorf("queues: %w", err)
 		}
 	}
 	return stages, rs, nil

@@ -3,6 +3,8 @@ package policies
 import (
 	"fmt"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/hetgpu/hetgpu/sidecar/place"
 	"github.com/hetgpu/hetgpu/sidecar/preempt"
 	"github.com/hetgpu/hetgpu/sidecar/queue"
@@ -44,34 +46,57 @@ func HetgpuPipeline(o Options, r sched.Ranker) (*sim.PipelinePolicy, error) {
 	return p.Sim(), nil
 }
 
-// hetgpuStages are the stages of HetgpuPipeline.
+// hetgpuStages builds the hetgpu policy around a ranker, for both backends: the predictor
+// (Options.Predictor, else a fresh one), the placement MILP (Options.Placement's preset, hetgpu
+// by default), the preemption planner (Options.Preempt, unless NoPreempt) and the queue stage
+// when Options.Queues enables it. The simulator, training (HetgpuPipeline) and the live sidecar
+// (Live("hetgpu") with its own predictor and Options.Ranker) all build hetgpu here.
 func hetgpuStages(o Options, r sched.Ranker) (Policy, error) {
+	st, err := hetgpuPipelineStages(o, r)
+	if err != nil {
+		return Policy{}, err
+	}
+	return Policy{Stages: st, Estimates: sim.Estimates{Seed: o.Seed}}, nil
+}
+
+func hetgpuPipelineStages(o Options, r sched.Ranker) (sched.Stages, error) {
+	if o.Logger == nil {
+		o.Logger = hclog.NewNullLogger()
+	}
 	pred, err := productionPredictor(o)
 	if err != nil {
-		return Policy{}, fmt.Errorf("predictor: %w", err)
+		return sched.Stages{}, fmt.Errorf("predictor: %w", err)
 	}
-	pcfg := o.placement(place.PresetHetgpu())
+	preset, err := place.Preset(o.Placement)
+	if err != nil {
+		return sched.Stages{}, err
+	}
+	pcfg := o.placement(preset)
 	// The simulator co-locates on whole GPUs (its slots); Nomad gives a whole GPU to one
 	// allocation, so the live sidecar shares only through the device plugin's slot groups.
 	pcfg.PairIdleGPUs = !o.Live
 	pl, err := place.New(pcfg, o.Logger)
 	if err != nil {
-		return Policy{}, fmt.Errorf("placer: %w", err)
+		return sched.Stages{}, fmt.Errorf("placer: %w", err)
 	}
-	pre, err := preempt.New(preempt.Default())
-	if err != nil {
-		return Policy{}, fmt.Errorf("preemption planner: %w", err)
+	st := sched.Stages{Ranker: r, Predictor: pred, Placer: pl, Learner: learnerOf(pred)}
+	if !o.NoPreempt {
+		pc := preempt.Default()
+		if o.Preempt != nil {
+			pc = *o.Preempt
+		}
+		if st.Preemptor, err = preempt.New(pc); err != nil {
+			return sched.Stages{}, fmt.Errorf("preemption planner: %w", err)
+		}
 	}
-	p := Policy{Stages: sched.Stages{Ranker: r, Predictor: pred, Placer: pl, Learner: learnerOf(pred), Preemptor: pre},
-		Estimates: sim.Estimates{Seed: o.Seed}}
 	if o.Queues.Enabled() {
 		set, err := queue.New(o.Queues)
 		if err != nil {
-			return Policy{}, fmt.Errorf("queues: %w", err)
+			return sched.Stages{}, fmt.Errorf("queues: %w", err)
 		}
-		p.Stages.Queues = set
+		st.Queues = set
 	}
-	return p, nil
+	return st, nil
 }
 
 // HetgpuHeuristic is the hetgpu pipeline with the ranker's fallback heuristic order
@@ -88,9 +113,12 @@ func newHetgpuHeuristic(o Options) (Policy, error) {
 }
 
 // newHetgpu is the policy the sidecar runs by default: the bundled pretrained prioritiser
-// (or its fallback heuristic when a build has none) in HetgpuPipeline. (The live sidecar builds
-// its own hetgpu stages from its configuration: app.StagesWithRanker.)
+// (or its fallback heuristic when a build has none) in HetgpuPipeline, or Options.Ranker (the
+// live sidecar chooses its ranker from its configuration and evidence, app.StagesWithRanker).
 func newHetgpu(o Options) (Policy, error) {
+	if o.Ranker != nil {
+		return hetgpuStages(o, o.Ranker)
+	}
 	r, err := rank.NewDefault(rank.WithExplain(false))
 	if err != nil {
 		return Policy{}, err

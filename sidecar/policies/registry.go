@@ -18,6 +18,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/hetgpu/hetgpu/sidecar/preempt"
 	"github.com/hetgpu/hetgpu/sidecar/queue"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
 	"github.com/hetgpu/hetgpu/sidecar/sim"
@@ -41,6 +42,15 @@ type Options struct {
 	// Live says the stages drive the live sidecar (Live sets it): production placement limits,
 	// no co-location on whole GPUs.
 	Live bool
+	// Placement is the hetgpu policy's placement preset (place.Preset; "" is hetgpu), Preempt
+	// its preemption settings (preempt.Default when nil) and NoPreempt turns its preemption
+	// stage off: the live sidecar's placement and preempt blocks.
+	Placement string
+	Preempt   *preempt.Config
+	NoPreempt bool
+	// Ranker, when set, is the hetgpu policy's ranker instead of the bundled learned one (the
+	// live sidecar's choice, app.StagesWithRanker).
+	Ranker sched.Ranker
 }
 
 // Policy is what a constructor builds: the stages, and what the simulator shows them.

@@ -83,7 +83,7 @@ const (
 // GPURef names one GPU: node index and GPU index within the node.
 type GPURef struct{ Node, Index int }
 
-// Placement is where a native policy starts a job: exactly Job.GPUs GPUs of one type.
+// Placement is where a decision starts a job: exactly Job.GPUs GPUs of one type.
 type Placement struct {
 	GPUs []GPURef
 	// Shared allows GPUs already held by one other shared job (co-location).

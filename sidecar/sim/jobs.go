@@ -107,7 +107,7 @@ func (e *Engine) complete(j *JobState) {
 	e.done++
 }
 
-// Validate checks that a native placement is legal for the job; it returns the GPU type.
+// validate checks that a placement (a decision's GPUs) is legal for the job; it returns the GPU type.
 func (e *Engine) validate(j *JobState, p Placement) (string, int, error) {
 	if j.Status != StatusPending {
 		return "", 0, fmt.Errorf("job %s is not pending", j.Key)
