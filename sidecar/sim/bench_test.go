@@ -45,3 +45,8 @@ func BenchmarkSynthetic100k1024GPUs(b *testing.B) {
 		})
 	}
 }
+
+// Gavel (place.Gavel through the pipeline) on make run's cluster and trace.
+func BenchmarkGavelModernMix(b *testing.B) {
+	benchRun(b, "modern-mix", "bundled:default", "gavel")
+}
