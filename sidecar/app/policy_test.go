@@ -1,6 +1,7 @@
 package app
 
 import (
+	"reflect"
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
@@ -17,10 +18,15 @@ func TestPolicySetting(t *testing.T) {
 	for _, tt := range []struct {
 		src    string
 		policy string
+		// hetgpu only: the placement preset's config and whether it preempts
+		preset    place.Config
+		noPreempt bool
 	}{
-		{src: ``, policy: DefaultPolicy},
+		{src: ``, policy: DefaultPolicy, preset: place.PresetHetgpu()},
+		{src: "placement {\n preset = \"gogh\"\n}\npreemption {\n enabled = false\n}", policy: DefaultPolicy, preset: place.PresetGOGH(), noPreempt: true},
 		{src: `policy = "tiresias"`, policy: "tiresias"},
 		{src: `policy = "fifo"`, policy: "fifo"},
+		{src: `policy = "gavel"`, policy: "gavel"},
 	} {
 		c, err := ParseConfig("t.hcl", []byte(tt.src))
 		if err != nil {
@@ -45,9 +51,24 @@ func TestPolicySetting(t *testing.T) {
 			if _, ok := st.Ranker.(*rank.Ranker); !ok || st.Tuner == nil {
 				t.Fatalf("hetgpu: ranker %T, tuner %v", st.Ranker, st.Tuner)
 			}
+			if (st.Preemptor == nil) != tt.noPreempt {
+				t.Fatalf("%q: preemptor %T, want none: %v", tt.src, st.Preemptor, tt.noPreempt)
+			}
+			pl, ok := st.Placer.(*place.Placer)
+			// Live: the preset's production limits, no pairing on whole GPUs.
+			want := tt.preset
+			want.PairIdleGPUs = false
+			if !ok || !reflect.DeepEqual(pl.Config(), want) {
+				t.Fatalf("%q: placer %T config %+v, want %+v", tt.src, st.Placer, pl.Config(), want)
+			}
 		case "tiresias":
 			if _, ok := st.Ranker.(*rank.LAS); !ok || any(st.Preemptor) != any(st.Ranker) || st.Tuner != nil {
 				t.Fatalf("tiresias: ranker %T, preemptor %T, tuner %v", st.Ranker, st.Preemptor, st.Tuner)
+			}
+		case "gavel":
+			g, ok := st.Ranker.(*place.Gavel)
+			if !ok || any(st.Preemptor) != any(g) || any(st.Placer) != any(g) {
+				t.Fatalf("gavel: ranker %T, preemptor %T, placer %T; want one place.Gavel", st.Ranker, st.Preemptor, st.Placer)
 			}
 		case "fifo":
 			if _, ok := st.Placer.(place.FirstFit); !ok || st.Preemptor != nil {
