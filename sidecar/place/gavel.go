@@ -147,7 +147,7 @@ func (g *Gavel) Rank(ctx context.Context, snap *cluster.Snapshot, pred sched.Pre
 		}
 	}
 	slices.SortStableFunc(g.pairs, func(a, b gavelPair) int {
-		if a.prio != b.prio {
+		if !samePrio(a.prio, b.prio) {
 			return -cmp.Compare(a.prio, b.prio)
 		}
 		if a.x != b.x {
@@ -311,6 +311,19 @@ func typeCapacity(snap *cluster.Snapshot) map[string]int {
 		}
 	}
 	return out
+}
+
+// samePrio tells priorities apart only beyond rounding: identical jobs that ran the same time
+// tie exactly in theory, but a share computed from different time stamps can differ in its last
+// bit, and a tie must fall to the allocation and then to submission order, not to that bit.
+func samePrio(a, b float64) bool {
+	if a == b {
+		return true
+	}
+	if math.IsInf(a, 0) || math.IsInf(b, 0) {
+		return false
+	}
+	return math.Abs(a-b) <= 1e-9*math.Max(math.Abs(a), math.Abs(b))
 }
 
 func sameKeys(a, b map[string]bool) bool {
