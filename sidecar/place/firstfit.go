@@ -67,8 +67,9 @@ func RunsOn(pred sched.Predictor, j *cluster.Job) func(gpuType string) bool {
 // place (job, type) pairs through it, so there is one bin-packing rule.
 type Packer struct {
 	nodes []packNode
-	types []string // GPU types with free GPUs, sorted
-	free  int      // GPUs left: a job that needs more cannot fit anywhere
+	types  []string       // GPU types of the groups, sorted
+	free   int            // GPUs left: a job that needs more cannot fit anywhere
+	byType map[string]int // GPUs left per GPU type
 }
 
 type packNode struct {
@@ -80,11 +81,12 @@ type packNode struct {
 // NewPacker is the snapshot's free healthy GPUs.
 func NewPacker(snap *cluster.Snapshot) *Packer {
 	groups := sched.FreeGroups(snap)
-	p := &Packer{nodes: make([]packNode, len(groups))}
+	p := &Packer{nodes: make([]packNode, len(groups)), byType: map[string]int{}}
 	seen := map[string]bool{}
 	for i, fg := range groups {
 		p.nodes[i] = packNode{n: fg.Node, g: fg.Group, free: fg.IDs}
 		p.free += len(fg.IDs)
+		p.byType[fg.Group.GPUType] += len(fg.IDs)
 		if t := fg.Group.GPUType; !seen[t] {
 			seen[t] = true
 			p.types = append(p.types, t)
@@ -96,6 +98,9 @@ func NewPacker(snap *cluster.Snapshot) *Packer {
 
 // Free is the number of free GPUs left.
 func (p *Packer) Free() int { return p.free }
+
+// FreeOf is the number of free GPUs of a type left (whether a job may use them or not).
+func (p *Packer) FreeOf(gpuType string) int { return p.byType[gpuType] }
 
 // Fit places j by first-fit on the GPU types canRun accepts and takes its GPUs; ok is false
 // when nothing fits now. The error says the job's constraints do not compile: it can never be
@@ -129,6 +134,7 @@ func (p *Packer) Fit(j *cluster.Job, canRun func(gpuType string) bool) (d cluste
 		ids := append([]string(nil), avail(nd)[:k]...)
 		nd.free = without(nd.free, ids)
 		p.free -= k
+		p.byType[nd.g.GPUType] -= k
 		return cluster.Assignment{NodeID: nd.n.ID, DeviceGroup: nd.g.ID(), InstanceIDs: ids}
 	}
 	nodes := p.nodes

@@ -70,24 +70,30 @@ var (
 	_ sched.Waker     = (*Gavel)(nil)
 )
 
+// activeJob is a job Gavel allocates, with its key.
+type activeJob struct {
+	*cluster.Job
+	key string
+}
+
 // activeJobs are the jobs Gavel allocates: the waiting and the preemptible running ones (the
 // pipeline ranks both together before preempting), once each, in submission order.
-func activeJobs(snap *cluster.Snapshot) []*cluster.Job {
+func activeJobs(snap *cluster.Snapshot) []activeJob {
 	seen := make(map[string]bool, len(snap.Pending)+len(snap.Preemptible))
-	out := make([]*cluster.Job, 0, len(snap.Pending)+len(snap.Preemptible))
+	out := make([]activeJob, 0, len(snap.Pending)+len(snap.Preemptible))
 	for _, jobs := range [][]cluster.Job{snap.Pending, snap.Preemptible} {
 		for i := range jobs {
 			if k := jobs[i].Key(); !seen[k] {
 				seen[k] = true
-				out = append(out, &jobs[i])
+				out = append(out, activeJob{&jobs[i], k})
 			}
 		}
 	}
-	slices.SortStableFunc(out, func(a, b *cluster.Job) int {
+	slices.SortStableFunc(out, func(a, b activeJob) int {
 		if c := a.SubmitTime.Compare(b.SubmitTime); c != 0 {
 			return c
 		}
-		return cmp.Compare(a.Key(), b.Key())
+		return cmp.Compare(a.key, b.key)
 	})
 	return out
 }
@@ -109,7 +115,7 @@ func (g *Gavel) Rank(ctx context.Context, snap *cluster.Snapshot, pred sched.Pre
 	jobs := activeJobs(snap)
 	active := make(map[string]bool, len(jobs))
 	for _, j := range jobs {
-		active[j.Key()] = true
+		active[j.key] = true
 	}
 	if !sameKeys(active, g.active) {
 		if err := g.solve(snap, jobs, pred); err != nil {
@@ -133,7 +139,7 @@ func (g *Gavel) Rank(ctx context.Context, snap *cluster.Snapshot, pred sched.Pre
 	}
 	g.pairs = g.pairs[:0]
 	for ord, j := range jobs {
-		k := j.Key()
+		k := j.key
 		age := math.Max(now.Sub(j.SubmitTime).Seconds(), 1)
 		for t, x := range g.alloc[k] {
 			if x <= 1e-6 {
@@ -163,7 +169,7 @@ func (g *Gavel) Rank(ctx context.Context, snap *cluster.Snapshot, pred sched.Pre
 		g.granted = map[string]string{}
 		gpus := make(map[string]int, len(jobs))
 		for _, j := range jobs {
-			gpus[j.Key()] = j.GPUs
+			gpus[j.key] = j.GPUs
 		}
 		for _, p := range g.pairs {
 			if _, done := g.granted[p.key]; done || capLeft[p.typ] < gpus[p.key] {
@@ -261,7 +267,7 @@ func (g *Gavel) Place(_ context.Context, snap *cluster.Snapshot, ranked []sched.
 	var out []cluster.Decision
 	fit := func(p gavelPair) {
 		j := waiting[p.key]
-		if j == nil || pk.Free() == 0 {
+		if j == nil || pk.FreeOf(p.typ) < j.GPUs {
 			return
 		}
 		d, ok, err := pk.Fit(j, func(t string) bool { return t == p.typ })

@@ -23,7 +23,7 @@ type SpreadPredictor interface {
 // job can run on (it fits the type's nodes within its distribution degree and the predictor
 // gives a throughput), then z. Rows: per job sum_t X <= 1; per type sum_j gpus_j X <= cap; per
 // job sum_t thr X / equal_j - z >= 0.
-func (g *Gavel) solve(snap *cluster.Snapshot, jobs []*cluster.Job, pred sched.Predictor) error {
+func (g *Gavel) solve(snap *cluster.Snapshot, jobs []activeJob, pred sched.Predictor) error {
 	g.alloc = map[string]map[string]float64{}
 	if len(jobs) == 0 {
 		return nil
@@ -63,9 +63,9 @@ func (g *Gavel) solve(snap *cluster.Snapshot, jobs []*cluster.Job, pred sched.Pr
 			}
 			var thr float64
 			if sp, ok := pred.(SpreadPredictor); ok {
-				thr = sp.PredictSpread(j, t, j.GPUs, nodes).Throughput
+				thr = sp.PredictSpread(j.Job, t, j.GPUs, nodes).Throughput
 			} else {
-				thr = pred.Predict(j, t, j.GPUs).Throughput
+				thr = pred.Predict(j.Job, t, j.GPUs).Throughput
 			}
 			if thr <= 0 {
 				continue
@@ -151,7 +151,7 @@ func (g *Gavel) solve(snap *cluster.Snapshot, jobs []*cluster.Job, pred sched.Pr
 		if val <= 1e-9 {
 			continue
 		}
-		k := jobs[x.j].Key()
+		k := jobs[x.j].key
 		if g.alloc[k] == nil {
 			g.alloc[k] = map[string]float64{}
 		}
