@@ -66,7 +66,7 @@ func RunsOn(pred sched.Predictor, j *cluster.Job) func(gpuType string) bool {
 // jobs through it one at a time, and placers that bind a job to a GPU type (Gavel's grants)
 // place (job, type) pairs through it, so there is one bin-packing rule.
 type Packer struct {
-	nodes []packNode
+	nodes  []packNode
 	types  []string       // GPU types of the groups, sorted
 	free   int            // GPUs left: a job that needs more cannot fit anywhere
 	byType map[string]int // GPUs left per GPU type
