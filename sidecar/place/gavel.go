@@ -33,7 +33,9 @@ import (
 // granted greedily while the type has GPUs; running jobs not granted their current type are
 // preempted (progress kept) and granted jobs start on their type. Between rounds, and after the
 // grants, waiting jobs take free GPUs in pair priority order (no preemption), so GPUs do not
-// idle until the next round. Placement on a type is first-fit (Packer).
+// idle until the next round. Placement on a type is first-fit (Packer). The simulator runs a
+// round at each boundary (NextRound); the live sidecar at its first reconcile after it. Only
+// preemptible running jobs take part; the others just hold their GPUs.
 type Gavel struct {
 	// Round is the round length (Gavel: 6 minutes).
 	Round time.Duration
@@ -46,8 +48,7 @@ type Gavel struct {
 	received  map[string]map[string]float64 // job key -> GPU type -> seconds run
 	lastSeen  map[string]time.Time          // last accounting time of running jobs
 	active    map[string]bool
-	perNode   map[string]int // largest node per GPU type
-	pairs     []gavelPair    // this round's (job, type) pairs, best first
+	pairs     []gavelPair // this round's (job, type) pairs, best first
 	granted   map[string]string
 	runningOn map[string]string // running job key -> its GPU type
 }

@@ -29,12 +29,11 @@ func (g *Gavel) solve(snap *cluster.Snapshot, jobs []activeJob, pred sched.Predi
 		return nil
 	}
 	capacity := typeCapacity(snap)
-	if g.perNode == nil {
-		g.perNode = map[string]int{}
-		for i := range snap.Nodes {
-			for _, d := range snap.Nodes[i].Devices {
-				g.perNode[d.GPUType] = max(g.perNode[d.GPUType], len(d.Instances))
-			}
+	// The largest node per type (live, nodes come and go).
+	perNode := map[string]int{}
+	for i := range snap.Nodes {
+		for _, d := range snap.Nodes[i].Devices {
+			perNode[d.GPUType] = max(perNode[d.GPUType], len(d.Instances))
 		}
 	}
 	types := make([]string, 0, len(capacity))
@@ -53,7 +52,7 @@ func (g *Gavel) solve(snap *cluster.Snapshot, jobs []activeJob, pred sched.Predi
 	equal := make([]float64, len(jobs))
 	for ji, j := range jobs {
 		for _, t := range types {
-			per := g.perNode[t]
+			per := perNode[t]
 			if per == 0 {
 				continue
 			}

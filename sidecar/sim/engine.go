@@ -90,7 +90,7 @@ type Placement struct {
 	Shared bool
 }
 
-// JobState is a job in the engine. Policies read it; only the engine writes it.
+// JobState is a job in the engine; only the engine writes it (policies see cluster.Job in snapshots).
 type JobState struct {
 	trace.Job
 	// Key is "namespace/id/group", as cluster.Job.Key.

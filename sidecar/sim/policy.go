@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"slices"
 	"sort"
 	"time"
 
@@ -71,7 +70,7 @@ func (p *PipelinePolicy) round(ctx context.Context, e *Engine) error {
 func (p *PipelinePolicy) wake(e *Engine, r *sched.Round) {
 	var ws []sched.Waker
 	for _, st := range []any{p.Ranker, p.Preemptor, p.Placer} {
-		if w, ok := st.(sched.Waker); ok && !slices.Contains(ws, w) {
+		if w, ok := st.(sched.Waker); ok {
 			ws = append(ws, w)
 		}
 	}

@@ -33,12 +33,6 @@ func (e *Engine) rate(jobType, gpuType string, n int, spread bool) float64 {
 	return v
 }
 
-// Rate is the oracle throughput (steps/s) of a job on gpus GPUs of gpuType spread over nodes
-// nodes, alone; 0 when it cannot run there.
-func (e *Engine) Rate(j *JobState, gpuType string, gpus, nodes int) float64 {
-	return e.rate(j.JobType, gpuType, gpus, nodes > 1)
-}
-
 // minNodes is the fewest nodes of a type that hold n GPUs, or 0 if the type cannot host n.
 func (e *Engine) minNodes(gpuType string, n int) int {
 	per := e.classMaxPerNod[gpuType]
