@@ -61,6 +61,9 @@ type Snapshot struct {
 	// their queue's guarantee: a preemption may stop those only for a job of the same queue
 	// (or to move them to faster GPUs). Nil without queues.
 	Tenancy *Tenancy
+
+	// free is the free-capacity index Indexed built (see Free).
+	free *freeMemo
 }
 
 // Tenancy maps namespaces to queues and names the running groups within their queue's

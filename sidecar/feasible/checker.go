@@ -58,7 +58,7 @@ func (c *Checker) Triage(snap *cluster.Snapshot, pred sched.Predictor) []Verdict
 		if !ok {
 			e.req, e.err = compile(j)
 			if e.err == nil {
-				e.cap = capacityOf(snap, e.req, Ever, nil)
+				e.cap = capacityOf(snap, e.req, Ever)
 			}
 			c.mu.Lock()
 			if c.shape == shape {
@@ -79,7 +79,6 @@ func (c *Checker) Triage(snap *cluster.Snapshot, pred sched.Predictor) []Verdict
 // Now checks jobs against what is free in snap now: nodes open to new work, healthy GPUs no
 // running allocation holds. Jobs with the same request share the work.
 func (c *Checker) Now(snap *cluster.Snapshot, jobs []*cluster.Job, pred sched.Predictor) []Verdict {
-	used := usedInstances(snap)
 	memo := map[string]cached{}
 	out := make([]Verdict, len(jobs))
 	for i, j := range jobs {
@@ -88,7 +87,7 @@ func (c *Checker) Now(snap *cluster.Snapshot, jobs []*cluster.Job, pred sched.Pr
 		if !ok {
 			e.req, e.err = compile(j)
 			if e.err == nil {
-				e.cap = capacityOf(snap, e.req, Now, used)
+				e.cap = capacityOf(snap, e.req, Now)
 			}
 			memo[sig] = e
 		}

@@ -15,7 +15,6 @@ import (
 	"strings"
 
 	"github.com/hetgpu/hetgpu/model/cluster"
-	"github.com/hetgpu/hetgpu/model/gpuspec"
 	"github.com/hetgpu/hetgpu/sidecar/constraint"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
 )
@@ -86,7 +85,7 @@ func Check(snap *cluster.Snapshot, job *cluster.Job, view View, pred sched.Predi
 	if err != nil {
 		return Verdict{Invalid: true, Reason: err.Error()}
 	}
-	return req.judge(capacityOf(snap, req, view, nil), job, view, pred, opts)
+	return req.judge(capacityOf(snap, req, view), job, view, pred, opts)
 }
 
 // request is a job's placement request, compiled.
@@ -166,22 +165,12 @@ func open(n *cluster.Node, view View) bool {
 	return n.Status == "ready"
 }
 
-// GPUType is a device group's canonical GPU type, as the placer keys it.
-func GPUType(g *cluster.DeviceGroup) string {
-	switch {
-	case g.GPUType != "":
-		return g.GPUType
-	case gpuspec.TypeOf(g.Name) != "":
-		return gpuspec.TypeOf(g.Name)
-	}
-	return g.Name
-}
-
-// capacityOf counts what req can get on snap; used is the instances running allocations hold
-// ("node\x00instance"), computed once per snapshot by the caller or here when nil.
-func capacityOf(snap *cluster.Snapshot, req *request, view View, used map[string]bool) *capacity {
-	if view == Now && used == nil {
-		used = usedInstances(snap)
+// capacityOf counts what req can get on snap; the Now view leaves out the instances running
+// allocations hold (the snapshot's free-capacity index).
+func capacityOf(snap *cluster.Snapshot, req *request, view View) *capacity {
+	var free *cluster.FreeIndex
+	if view == Now {
+		free = snap.Free()
 	}
 	j, cj := req.job, req.cj
 	var own map[string]bool
@@ -232,11 +221,11 @@ func capacityOf(snap *cluster.Snapshot, req *request, view View, used map[string
 			groupsOK++
 			usable := 0
 			for _, in := range g.Instances {
-				if in.Healthy && !used[n.ID+"\x00"+in.ID] && cj.InstanceAllowed(g, in.ID) {
+				if in.Healthy && (free == nil || free.Holders(n.ID, in.ID) == 0) && cj.InstanceAllowed(g, in.ID) {
 					usable++
 				}
 			}
-			t := GPUType(g)
+			t := g.TypeKey()
 			best[t] = max(best[t], usable)
 		}
 		for t, u := range best {
@@ -299,16 +288,6 @@ func admits(cj *constraint.Job, n *cluster.Node, own map[string]bool) bool {
 		}
 	}
 	return !own[n.ID]
-}
-
-func usedInstances(snap *cluster.Snapshot) map[string]bool {
-	used := map[string]bool{}
-	for _, a := range snap.Running {
-		for _, id := range a.DeviceIDs {
-			used[a.NodeID+"\x00"+id] = true
-		}
-	}
-	return used
 }
 
 // fits reports whether per-node counts (most first) hold the request.

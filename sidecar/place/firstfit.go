@@ -75,22 +75,20 @@ type Packer struct {
 type packNode struct {
 	n    *cluster.Node
 	g    *cluster.DeviceGroup
-	free []string
+	typ  string   // the group's canonical GPU type
+	free []string // what is left of the index's IDs (never written into)
 }
 
-// NewPacker is the snapshot's free healthy GPUs.
+// NewPacker is the snapshot's free healthy GPUs, from its free-capacity index.
 func NewPacker(snap *cluster.Snapshot) *Packer {
-	groups := sched.FreeGroups(snap)
-	p := &Packer{nodes: make([]packNode, len(groups)), byType: map[string]int{}}
-	seen := map[string]bool{}
-	for i, fg := range groups {
-		p.nodes[i] = packNode{n: fg.Node, g: fg.Group, free: fg.IDs}
-		p.free += len(fg.IDs)
-		p.byType[fg.Group.GPUType] += len(fg.IDs)
-		if t := fg.Group.GPUType; !seen[t] {
-			seen[t] = true
-			p.types = append(p.types, t)
+	idx := snap.Free()
+	p := &Packer{nodes: make([]packNode, len(idx.Groups())), free: idx.GPUs(), byType: map[string]int{}}
+	for i, fg := range idx.Groups() {
+		p.nodes[i] = packNode{n: fg.Node, g: fg.Group, typ: fg.Type, free: fg.IDs}
+		if _, seen := p.byType[fg.Type]; !seen {
+			p.types = append(p.types, fg.Type)
 		}
+		p.byType[fg.Type] += len(fg.IDs)
 	}
 	sort.Strings(p.types)
 	return p
@@ -134,7 +132,7 @@ func (p *Packer) Fit(j *cluster.Job, canRun func(gpuType string) bool) (d cluste
 		ids := append([]string(nil), avail(nd)[:k]...)
 		nd.free = without(nd.free, ids)
 		p.free -= k
-		p.byType[nd.g.GPUType] -= k
+		p.byType[nd.typ] -= k
 		return cluster.Assignment{NodeID: nd.n.ID, DeviceGroup: nd.g.ID(), InstanceIDs: ids}
 	}
 	nodes := p.nodes
@@ -145,7 +143,7 @@ func (p *Packer) Fit(j *cluster.Job, canRun func(gpuType string) bool) (d cluste
 		if n < j.GPUs || (best >= 0 && n >= bestFree) {
 			continue
 		}
-		if !canRun(nd.g.GPUType) {
+		if !canRun(nd.typ) {
 			continue
 		}
 		best, bestFree = i, n
@@ -155,7 +153,7 @@ func (p *Packer) Fit(j *cluster.Job, canRun func(gpuType string) bool) (d cluste
 	}
 	d = cluster.Decision{Namespace: j.Namespace, JobID: j.ID, Group: j.Group}
 	if best >= 0 {
-		d.GPUType = nodes[best].g.GPUType
+		d.GPUType = nodes[best].typ
 		d.Assign = []cluster.Assignment{take(&nodes[best], j.GPUs)}
 		return d, true, nil
 	}
@@ -166,7 +164,7 @@ func (p *Packer) Fit(j *cluster.Job, canRun func(gpuType string) bool) (d cluste
 		var idx []int
 		total := 0
 		for i := range nodes {
-			if n := len(avail(&nodes[i])); nodes[i].g.GPUType == t && n > 0 {
+			if n := len(avail(&nodes[i])); nodes[i].typ == t && n > 0 {
 				idx = append(idx, i)
 				total += n
 			}

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/hetgpu/hetgpu/model/cluster"
-	"github.com/hetgpu/hetgpu/model/gpuspec"
 	"github.com/hetgpu/hetgpu/sidecar/constraint"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
 )
@@ -209,13 +208,7 @@ func newModel(cfg Config, snap *cluster.Snapshot, ranked []sched.Ranked, pred sc
 		n := &snap.Nodes[ni]
 		for gi := range n.Devices {
 			g := &n.Devices[gi]
-			typ := g.GPUType
-			if typ == "" {
-				typ = gpuspec.TypeOf(g.Name)
-			}
-			if typ == "" {
-				typ = g.Name
-			}
+			typ := g.TypeKey()
 			ti, ok := m.typeIdx[typ]
 			if !ok {
 				ti = len(m.types)

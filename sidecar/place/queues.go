@@ -39,11 +39,7 @@ func (m *model) initCaps(st *state) {
 		for ns, name := range m.nsNames {
 			r.member[ns] = c.Covers(name)
 		}
-		for _, a := range m.snap.Running {
-			if c.Covers(a.Namespace) && (c.GPUType == "" || a.GPUType == c.GPUType) {
-				r.held += len(a.DeviceIDs)
-			}
-		}
+		r.held = c.Held(m.snap, nil)
 		m.caps = append(m.caps, r)
 	}
 	st.capUsed = make([]int, len(m.caps))

@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	"github.com/hetgpu/hetgpu/model/cluster"
-	"github.com/hetgpu/hetgpu/model/gpuspec"
 	"github.com/hetgpu/hetgpu/sidecar/constraint"
 )
 
@@ -201,13 +200,7 @@ func Verify(snap *cluster.Snapshot, decisions []cluster.Decision, cfg Config) er
 			if !cj.GroupFeasible(g) {
 				return fmt.Errorf("job %s: device group %s on %s fails its device request or constraints", key, g.ID(), n.ID)
 			}
-			t := g.GPUType
-			if t == "" {
-				t = gpuspec.TypeOf(g.Name)
-			}
-			if t == "" {
-				t = g.Name
-			}
+			t := g.TypeKey()
 			if gpuType == "" {
 				gpuType = t
 			} else if gpuType != t {

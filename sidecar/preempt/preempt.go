@@ -153,12 +153,7 @@ func (p *Planner) Plan(ctx context.Context, snap *cluster.Snapshot, ranked []sch
 	}
 	// A GPU k jobs share (co-location) counts as k slots, as the device plugin's GPU slots
 	// do: each job holds one, and stopping it frees one for a job that shares.
-	holders := map[string]int{}
-	for _, a := range snap.Running {
-		for _, id := range a.DeviceIDs {
-			holders[a.NodeID+"\x00"+id]++
-		}
-	}
+	free := snap.Free()
 	counted := map[string]bool{}
 	held := map[string][]spot{} // running preemptible job -> its GPUs
 	for _, a := range snap.Running {
@@ -173,7 +168,7 @@ func (p *Planner) Plan(ctx context.Context, snap *cluster.Snapshot, ranked []sch
 		n := len(a.DeviceIDs)
 		for _, id := range a.DeviceIDs {
 			key := a.NodeID + "\x00" + id
-			if h := holders[key]; h > 1 && !counted[key] {
+			if h := free.Holders(a.NodeID, id); h > 1 && !counted[key] {
 				counted[key] = true
 				st.units[u].virt += h - 1
 				st.units[u].now += h - 1
@@ -317,25 +312,20 @@ func (p *Planner) rate(j *cluster.Job, gpuType string, nodes int, pred sched.Pre
 func newState(snap *cluster.Snapshot) *state {
 	st := &state{byInst: map[[2]string]int{}}
 	seen := map[string]bool{}
-	for ni := range snap.Nodes {
-		n := &snap.Nodes[ni]
-		if !n.Ready() {
+	// The groups of the nodes open to new work; running allocations are subtracted by Plan.
+	for _, fg := range snap.Free().Groups() {
+		n, g := fg.Node, fg.Group
+		healthy := g.Healthy()
+		if healthy == 0 || g.GPUType == "" {
 			continue
 		}
-		for gi := range n.Devices {
-			g := &n.Devices[gi]
-			healthy := g.Healthy()
-			if healthy == 0 || g.GPUType == "" {
-				continue
-			}
-			for _, in := range g.Instances {
-				st.byInst[[2]string{n.ID, in.ID}] = len(st.units)
-			}
-			st.units = append(st.units, unit{node: n, nodeID: n.ID, group: g, gpuType: g.GPUType, virt: healthy, now: healthy})
-			if !seen[g.GPUType] {
-				seen[g.GPUType] = true
-				st.types = append(st.types, g.GPUType)
-			}
+		for _, in := range g.Instances {
+			st.byInst[[2]string{n.ID, in.ID}] = len(st.units)
+		}
+		st.units = append(st.units, unit{node: n, nodeID: n.ID, group: g, gpuType: g.GPUType, virt: healthy, now: healthy})
+		if !seen[g.GPUType] {
+			seen[g.GPUType] = true
+			st.types = append(st.types, g.GPUType)
 		}
 	}
 	slices.Sort(st.types)

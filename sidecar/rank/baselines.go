@@ -110,15 +110,7 @@ func (s *Slurm) Rank(ctx context.Context, snap *cluster.Snapshot, _ sched.Predic
 		return nil, err
 	}
 	wa, wf, ws, maxAge, half := s.defaults()
-	total := 0
-	for i := range snap.Nodes {
-		if !snap.Nodes[i].Ready() {
-			continue
-		}
-		for _, g := range snap.Nodes[i].Devices {
-			total += g.Healthy()
-		}
-	}
+	total := snap.Free().Healthy()
 	s.mu.Lock()
 	if s.usage == nil {
 		s.usage = map[string]float64{}
@@ -417,7 +409,7 @@ func runningKeys(snap *cluster.Snapshot) map[string]bool {
 // gpuCapacity is the GPUs the jobs (by key) may share among themselves: the free healthy GPUs
 // of ready nodes and those the jobs' own running allocations hold.
 func gpuCapacity(snap *cluster.Snapshot, keys iter.Seq[string]) int {
-	total := sched.FreeGPUs(snap)
+	total := snap.Free().GPUs()
 	if len(snap.Running) == 0 {
 		return total
 	}

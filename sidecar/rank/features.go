@@ -42,7 +42,6 @@ type Extractor struct {
 	demand  []float64
 	// per ready node and GPU type: free GPUs
 	slots []slot
-	used  map[string]struct{}
 	ns    map[string]float64
 	// per window job: candidate mask, throughput and power per type, flat [job*maxTypes+type]
 	cand []uint64
@@ -277,7 +276,6 @@ func (x *Extractor) predict(pred sched.Predictor, job *cluster.Job, gpuType stri
 func (x *Extractor) prepare(snap *cluster.Snapshot, pred sched.Predictor, n int) {
 	if x.typeIdx == nil {
 		x.typeIdx = map[string]int{}
-		x.used = map[string]struct{}{}
 		x.ns = map[string]float64{}
 		x.known = map[memoKey]jobMemo{}
 		x.predMem = map[predKey]sched.Estimate{}
@@ -288,65 +286,43 @@ func (x *Extractor) prepare(snap *cluster.Snapshot, pred sched.Predictor, n int)
 		x.instPool = map[string]int{}
 	}
 	clear(x.instPool)
-	clear(x.used)
 	clear(x.ns)
 	clear(x.predMem)
 	x.types = x.types[:0]
 	x.groups = x.groups[:0]
 	x.slots = x.slots[:0]
-	for i := range snap.Running {
-		for _, id := range snap.Running[i].DeviceIDs {
-			x.used[id] = struct{}{}
-		}
-	}
-	for ni := range snap.Nodes {
-		nd := &snap.Nodes[ni]
-		if !nd.Ready() {
+	for _, fg := range snap.Free().Groups() {
+		nd, g := fg.Node, fg.Group
+		if g.Type != "gpu" && g.Type != annot.SlotType && g.Type != "" {
 			continue
 		}
-		for gi := range nd.Devices {
-			g := &nd.Devices[gi]
-			if g.Type != "gpu" && g.Type != annot.SlotType && g.Type != "" {
+		typ := fg.Type
+		key := poolKey(typ, g.Type)
+		t, ok := x.typeIdx[key]
+		if !ok {
+			if len(x.types) == maxTypes {
 				continue
 			}
-			typ := g.GPUType
-			if typ == "" {
-				typ = gpuspec.Canonical(g.Name)
+			t = len(x.types)
+			x.typeIdx[key] = t
+			x.types = append(x.types, typ)
+			if t < cap(x.groups) {
+				x.groups = x.groups[:t+1]
+				x.groups[t] = x.groups[t][:0]
+			} else {
+				x.groups = append(x.groups, nil)
 			}
-			key := poolKey(typ, g.Type)
-			t, ok := x.typeIdx[key]
-			if !ok {
-				if len(x.types) == maxTypes {
-					continue
-				}
-				t = len(x.types)
-				x.typeIdx[key] = t
-				x.types = append(x.types, typ)
-				if t < cap(x.groups) {
-					x.groups = x.groups[:t+1]
-					x.groups[t] = x.groups[t][:0]
-				} else {
-					x.groups = append(x.groups, nil)
-				}
-			}
-			if !slices.ContainsFunc(x.groups[t], func(o cluster.DeviceGroup) bool {
-				return o.Vendor == g.Vendor && o.Type == g.Type && o.Name == g.Name
-			}) {
-				x.groups[t] = append(x.groups[t], cluster.DeviceGroup{Vendor: g.Vendor, Type: g.Type, Name: g.Name})
-			}
-			s := slot{typ: t, nvlinkNode: nd.Interconnect == "nvlink"}
-			for ii := range g.Instances {
-				x.instPool[g.Instances[ii].ID] = t
-				if !g.Instances[ii].Healthy {
-					continue
-				}
-				s.cap++
-				if _, busy := x.used[g.Instances[ii].ID]; !busy {
-					s.free++
-				}
-			}
-			x.slots = append(x.slots, s)
 		}
+		if !slices.ContainsFunc(x.groups[t], func(o cluster.DeviceGroup) bool {
+			return o.Vendor == g.Vendor && o.Type == g.Type && o.Name == g.Name
+		}) {
+			x.groups[t] = append(x.groups[t], cluster.DeviceGroup{Vendor: g.Vendor, Type: g.Type, Name: g.Name})
+		}
+		s := slot{typ: t, nvlinkNode: nd.Interconnect == "nvlink", cap: g.Healthy(), free: len(fg.IDs)}
+		for ii := range g.Instances {
+			x.instPool[g.Instances[ii].ID] = t
+		}
+		x.slots = append(x.slots, s)
 	}
 	T := len(x.types)
 	x.supply = resize(x.supply, T)

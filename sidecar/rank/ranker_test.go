@@ -97,7 +97,7 @@ func bigSnapshot(n int, seed uint64) *cluster.Snapshot {
 			Priority: 50, SubmitTime: snap.Now.Add(-time.Duration(rng.IntN(36000)) * time.Second), GPUs: 1 << rng.IntN(4),
 			DeviceName: "nvidia/gpu", Hetgpu: cluster.Annotations{ModelName: fmt.Sprintf("m%d", rng.IntN(10)), EstRuntime: time.Duration(60+rng.IntN(36000)) * time.Second}})
 	}
-	return snap
+	return snap.Indexed() // as the pipeline hands it to the ranker
 }
 
 func randomPolicy(t testing.TB) *Policy {

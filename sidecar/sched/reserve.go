@@ -93,7 +93,7 @@ func toFront(ranked []Ranked, gs Gangs, g string) []Ranked {
 // then running allocations' GPUs as they are expected to end. It also returns the GPUs
 // expected free then beyond need. ok is false when the cluster never frees enough.
 func shadowTime(snap *cluster.Snapshot, need int) (at time.Time, extra int, ok bool) {
-	free := FreeGPUs(snap)
+	free := snap.Free().GPUs()
 	if free >= need {
 		return snap.Now, free - need, true
 	}

@@ -57,8 +57,8 @@ func pendingJob(id, group string, gpus int, submitted time.Duration, runtime tim
 
 func TestShadowTime(t *testing.T) {
 	snap := &cluster.Snapshot{Now: t0, Nodes: []cluster.Node{node8()}, Running: []cluster.Alloc{
-		{Namespace: "default", JobID: "a", Group: "g", DeviceIDs: []string{"g0", "g1", "g2", "g3"}, StartTime: t0.Add(-10 * time.Minute)},
-		{Namespace: "default", JobID: "b", Group: "g", DeviceIDs: []string{"g4", "g5"}, StartTime: t0.Add(-time.Minute)},
+		{Namespace: "default", JobID: "a", Group: "g", NodeID: "n", DeviceIDs: []string{"g0", "g1", "g2", "g3"}, StartTime: t0.Add(-10 * time.Minute)},
+		{Namespace: "default", JobID: "b", Group: "g", NodeID: "n", DeviceIDs: []string{"g4", "g5"}, StartTime: t0.Add(-time.Minute)},
 	}, Preemptible: []cluster.Job{pendingJob("b", "g", 2, 0, 3*time.Hour)}}
 	for _, tt := range []struct {
 		need  int
@@ -84,7 +84,7 @@ func TestShadowTime(t *testing.T) {
 func TestReservationBackfill(t *testing.T) {
 	snap := func() *cluster.Snapshot {
 		return &cluster.Snapshot{Now: t0, Nodes: []cluster.Node{node8()},
-			Running: []cluster.Alloc{{Namespace: "default", JobID: "run", Group: "g", DeviceIDs: []string{"g0", "g1", "g2", "g3"},
+			Running: []cluster.Alloc{{Namespace: "default", JobID: "run", Group: "g", NodeID: "n", DeviceIDs: []string{"g0", "g1", "g2", "g3"},
 				StartTime: t0.Add(-time.Hour)}},
 			Pending: []cluster.Job{
 				pendingJob("gang", "a", 4, 2*time.Hour, time.Hour), pendingJob("gang", "b", 4, 2*time.Hour, time.Hour),

@@ -149,6 +149,7 @@ func (p *Pipeline) RunRound(ctx context.Context) (*Round, error) {
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}
+	snap = snap.Indexed() // every stage reads this round's free capacity from one index
 	if p.Queues != nil {
 		snap = p.Queues.Prepare(snap)
 	}
@@ -201,6 +202,7 @@ func (p *Pipeline) RunRound(ctx context.Context) (*Round, error) {
 // Decide ranks and places the pending jobs of a snapshot without pinning (shadow mode; it
 // never preempts).
 func (p *Pipeline) Decide(ctx context.Context, snap *cluster.Snapshot) (*Round, error) {
+	snap = snap.Indexed()
 	if p.Queues != nil {
 		snap = p.Queues.Prepare(snap)
 	}
@@ -241,7 +243,7 @@ func AfterPreemption(snap *cluster.Snapshot, res []cluster.PinResult) *cluster.S
 		}
 	}
 	out.Preemptible, out.Pending = moveJobs(snap.Preemptible, snap.Pending, gone, nil)
-	return &out
+	return out.Indexed() // the freed GPUs are free
 }
 
 // moveJobs returns from without the jobs keys names, and a copy of to with those of them

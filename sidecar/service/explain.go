@@ -87,39 +87,28 @@ type capacity struct {
 
 func freeCapacity(snap *cluster.Snapshot) capacity {
 	c := capacity{free: map[string]int{}, byNode: map[string]map[string]int{}, names: map[string]string{}}
-	used := map[string]bool{}
-	for _, a := range snap.Running {
-		for _, id := range a.DeviceIDs {
-			used[id] = true
-		}
-	}
+	gpu := func(g *cluster.DeviceGroup) bool { return g.Type == "gpu" && g.GPUType != "" }
 	seen := map[string]bool{}
 	for i := range snap.Nodes {
 		n := &snap.Nodes[i]
 		c.names[n.ID] = n.Name
-		for _, g := range n.Devices {
-			if g.Type != "gpu" || g.GPUType == "" {
-				continue
-			}
-			if !seen[g.GPUType] {
+		for k := range n.Devices {
+			if g := &n.Devices[k]; gpu(g) && !seen[g.GPUType] {
 				seen[g.GPUType] = true
 				c.types = append(c.types, g.GPUType)
 			}
-			if !n.Ready() {
-				continue
-			}
-			free := 0
-			for _, in := range g.Instances {
-				if in.Healthy && !used[in.ID] {
-					free++
-				}
-			}
-			c.free[g.GPUType] += free
-			if c.byNode[g.GPUType] == nil {
-				c.byNode[g.GPUType] = map[string]int{}
-			}
-			c.byNode[g.GPUType][n.ID] += free
 		}
+	}
+	for _, fg := range snap.Free().Groups() {
+		if !gpu(fg.Group) {
+			continue
+		}
+		t := fg.Group.GPUType
+		c.free[t] += len(fg.IDs)
+		if c.byNode[t] == nil {
+			c.byNode[t] = map[string]int{}
+		}
+		c.byNode[t][fg.Node.ID] += len(fg.IDs)
 	}
 	sort.Strings(c.types)
 	return c

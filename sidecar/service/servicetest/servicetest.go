@@ -7,6 +7,7 @@ package servicetest
 import (
 	"context"
 	"math"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -69,32 +70,14 @@ type FirstFit struct{ Pred sched.Predictor }
 // Place implements sched.Placer.
 func (f FirstFit) Place(_ context.Context, snap *cluster.Snapshot, ranked []sched.Ranked, pred sched.Predictor) ([]cluster.Decision, sched.PlaceStats, error) {
 	t0 := time.Now()
-	used := map[string]bool{}
-	for _, a := range snap.Running {
-		for _, id := range a.DeviceIDs {
-			used[id] = true
-		}
-	}
-	type grp struct {
-		node *cluster.Node
-		g    *cluster.DeviceGroup
-	}
-	var groups []grp
-	for i := range snap.Nodes {
-		n := &snap.Nodes[i]
-		if !n.Ready() {
-			continue
-		}
-		for k := range n.Devices {
-			groups = append(groups, grp{n, &n.Devices[k]})
-		}
-	}
-	sort.SliceStable(groups, func(a, b int) bool { return Speeds[groups[a].g.GPUType][0] > Speeds[groups[b].g.GPUType][0] })
-	free := func(g *cluster.DeviceGroup) []string {
+	groups := slices.Clone(snap.Free().Groups())
+	sort.SliceStable(groups, func(a, b int) bool { return Speeds[groups[a].Group.GPUType][0] > Speeds[groups[b].Group.GPUType][0] })
+	used := map[string]bool{} // taken by this round's decisions
+	free := func(fg *cluster.FreeGroup) []string {
 		var ids []string
-		for _, in := range g.Instances {
-			if in.Healthy && !used[in.ID] {
-				ids = append(ids, in.ID)
+		for _, id := range fg.IDs {
+			if !used[id] {
+				ids = append(ids, id)
 			}
 		}
 		return ids
@@ -108,19 +91,19 @@ func (f FirstFit) Place(_ context.Context, snap *cluster.Snapshot, ranked []sche
 		}
 		var d *cluster.Decision
 		for gi := 0; gi < len(groups) && d == nil; gi++ {
-			typ := groups[gi].g.GPUType
+			typ := groups[gi].Group.GPUType
 			e := pred.Predict(j, typ, j.GPUs)
 			if e.Throughput <= 0 || e.Throughput < j.Hetgpu.MinThroughput {
 				continue
 			}
 			var as []cluster.Assignment
 			for gj := gi; gj < len(groups) && len(as) < nodes; gj++ {
-				if groups[gj].g.GPUType != typ {
+				if groups[gj].Group.GPUType != typ {
 					continue
 				}
-				ids := free(groups[gj].g)
+				ids := free(&groups[gj])
 				if len(ids) >= per {
-					as = append(as, cluster.Assignment{NodeID: groups[gj].node.ID, DeviceGroup: groups[gj].g.ID(), InstanceIDs: ids[:per]})
+					as = append(as, cluster.Assignment{NodeID: groups[gj].Node.ID, DeviceGroup: groups[gj].Group.ID(), InstanceIDs: ids[:per]})
 				}
 			}
 			if len(as) == nodes {
