@@ -127,35 +127,33 @@ func WriteSpec(dir string, spec *Spec) (string, error) {
 
 // ReadSpec loads a spec written by WriteSpec.
 func ReadSpec(path string) (*Spec, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read shim spec: %w", err)
-	}
-	var s Spec
-	if err := json.Unmarshal(data, &s); err != nil {
-		return nil, fmt.Errorf("decode shim spec %s: %w", path, err)
-	}
-	if s.Version > specVersion {
+	s, err := readJSON[Spec](path, "spec")
+	switch {
+	case err != nil:
+		return nil, err
+	case s.Version > specVersion:
 		return nil, fmt.Errorf("shim spec %s has version %d, this binary understands up to %d", path, s.Version, specVersion)
-	}
-	if s.Command == "" {
+	case s.Command == "":
 		return nil, fmt.Errorf("shim spec %s: command is empty", path)
 	}
-	return &s, nil
+	return s, nil
 }
 
 // ReadState loads the state file; it returns an error wrapping os.ErrNotExist before the
 // shim wrote it.
-func ReadState(path string) (*State, error) {
+func ReadState(path string) (*State, error) { return readJSON[State](path, "state") }
+
+// readJSON decodes the shim file at path; what names it in errors.
+func readJSON[T any](path, what string) (*T, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("read shim state: %w", err)
+		return nil, fmt.Errorf("read shim %s: %w", what, err)
 	}
-	var s State
-	if err := json.Unmarshal(data, &s); err != nil {
-		return nil, fmt.Errorf("decode shim state %s: %w", path, err)
+	var v T
+	if err := json.Unmarshal(data, &v); err != nil {
+		return nil, fmt.Errorf("decode shim %s %s: %w", what, path, err)
 	}
-	return &s, nil
+	return &v, nil
 }
 
 func writeState(path string, s *State) error {

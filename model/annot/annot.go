@@ -255,9 +255,9 @@ func parseKey(a *cluster.Annotations, key, raw string) error {
 		}
 		a.ModelFamily, a.ModelName = fam, name
 	case KeyBatchSize:
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxBatchSize {
-			return errInvalid
+		n, err := intWithin(v, 1, maxBatchSize)
+		if err != nil {
+			return err
 		}
 		a.BatchSize = n
 	case KeyParams:
@@ -290,9 +290,9 @@ func parseKey(a *cluster.Annotations, key, raw string) error {
 		}
 		a.MinThroughput = f
 	case KeyMaxNodes:
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > MaxNodesLimit {
-			return errInvalid
+		n, err := intWithin(v, 1, MaxNodesLimit)
+		if err != nil {
+			return err
 		}
 		a.MaxNodes = n
 	case KeyEnergyWeight:
@@ -314,6 +314,15 @@ func parseKey(a *cluster.Annotations, key, raw string) error {
 		return errors.New("unknown key")
 	}
 	return nil
+}
+
+// intWithin parses an integer in [lo, hi]; errInvalid otherwise.
+func intWithin(v string, lo, hi int) (int, error) {
+	n, err := strconv.Atoi(v)
+	if err != nil || n < lo || n > hi {
+		return 0, errInvalid
+	}
+	return n, nil
 }
 
 // Steps returns hetgpu.steps (total work) of a group, 0 when absent or malformed.

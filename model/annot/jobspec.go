@@ -144,13 +144,10 @@ func ParseJobspec(filename string, src []byte) (*Jobspec, error) {
 		if gb.Type != "group" || len(gb.Labels) != 1 {
 			continue
 		}
-		g := SpecGroup{Name: gb.Labels[0], Count: 1, Range: gb.DefRange()}
-		if c := r.str(gb.Body, "count"); c.Text != "" {
-			n, err := strconv.Atoi(c.Text)
-			if err != nil || n < 0 {
-				return nil, fmt.Errorf("%s: group %q count = %q: expected a non-negative integer", c.Range, g.Name, c.Text)
-			}
-			g.Count = n
+		g := SpecGroup{Name: gb.Labels[0], Range: gb.DefRange()}
+		var err error
+		if g.Count, err = r.count(gb.Body, "group", g.Name); err != nil {
+			return nil, err
 		}
 		g.Meta = r.meta(gb.Body, g.Name)
 		g.Constraints = r.constraints(gb.Body, "constraint")
@@ -168,13 +165,9 @@ func ParseJobspec(filename string, src []byte) (*Jobspec, error) {
 					if db.Type != "device" || len(db.Labels) != 1 {
 						continue
 					}
-					d := SpecDevice{Name: db.Labels[0], Count: 1, Range: db.DefRange()}
-					if c := r.str(db.Body, "count"); c.Text != "" {
-						n, err := strconv.Atoi(c.Text)
-						if err != nil || n < 0 {
-							return nil, fmt.Errorf("%s: device %q count = %q: expected a non-negative integer", c.Range, d.Name, c.Text)
-						}
-						d.Count = n
+					d := SpecDevice{Name: db.Labels[0], Range: db.DefRange()}
+					if d.Count, err = r.count(db.Body, "device", d.Name); err != nil {
+						return nil, err
 					}
 					d.Constraints = r.constraints(db.Body, "constraint")
 					d.Affinities = r.constraints(db.Body, "affinity")
@@ -190,6 +183,20 @@ func ParseJobspec(filename string, src []byte) (*Jobspec, error) {
 	}
 	js.MetaDups = r.dups
 	return js, nil
+}
+
+// count reads the count of a group or device block (1 when absent); what and name say which
+// block in the error.
+func (r *reader) count(body *hclsyntax.Body, what, name string) (int, error) {
+	c := r.str(body, "count")
+	if c.Text == "" {
+		return 1, nil
+	}
+	n, err := strconv.Atoi(c.Text)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%s: %s %q count = %q: expected a non-negative integer", c.Range, what, name, c.Text)
+	}
+	return n, nil
 }
 
 type reader struct {

@@ -2,7 +2,6 @@ package dashboard_test
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -15,40 +14,17 @@ import (
 	"github.com/hetgpu/hetgpu/sidecar/service/servicetest"
 )
 
-type client struct {
-	t     *testing.T
-	url   string
-	token string
-}
+type client struct{ servicetest.Client }
 
 func (c client) get(path string) (int, string, http.Header) {
-	c.t.Helper()
-	req, err := http.NewRequest(http.MethodGet, c.url+path, nil)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b), resp.Header
+	c.T.Helper()
+	return c.Do(http.MethodGet, path, "")
 }
 
 func (c client) post(path, body string) int {
-	c.t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, c.url+path, strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	resp.Body.Close()
-	return resp.StatusCode
+	c.T.Helper()
+	code, _, _ := c.Do(http.MethodPost, path, body)
+	return code
 }
 
 // nomadSidecar is the service on the Nomad backend against the fake Nomad (4x T4, 8x V100,
@@ -61,7 +37,7 @@ func nomadSidecar(t *testing.T) (*servicetest.Harness, client) {
 	h.Round()
 	srv := httptest.NewServer(server.New(server.Config{Token: "s3cret", NomadURL: "http://nomad.example:4646"}, h.Service).Handler())
 	t.Cleanup(srv.Close)
-	return h, client{t: t, url: srv.URL, token: "s3cret"}
+	return h, client{servicetest.Client{T: t, URL: srv.URL, Token: "s3cret"}}
 }
 
 func TestFleetEndpointOnNomad(t *testing.T) {
@@ -176,7 +152,7 @@ func TestRunsEndpoints(t *testing.T) {
 // Every dashboard route sits behind the API's token, as the other read endpoints.
 func TestPagesAndAuth(t *testing.T) {
 	_, c := nomadSidecar(t)
-	anon := client{t: t, url: c.url}
+	anon := client{servicetest.Client{T: t, URL: c.URL}}
 	for _, tc := range []struct {
 		path, contains string
 	}{

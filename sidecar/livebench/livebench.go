@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -687,11 +688,7 @@ func (c *CallCounter) Total() int {
 func (c *CallCounter) ByRoute() map[string]int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make(map[string]int, len(c.byRoute))
-	for k, v := range c.byRoute {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(c.byRoute)
 }
 
 // Reset zeroes the counts.

@@ -251,25 +251,12 @@ func (n *net) backward(sc *scratch, dout float64, g []float64) {
 		for j := range dz1 {
 			dz1[j] = 0
 		}
-		for r := 0; r < H; r++ {
-			g[l.b2+r] += dz2[r]
-			row := l.w2 + r*H
-			for c := 0; c < H; c++ {
-				g[row+c] += dz2[r] * a1[c]
-				dz1[c] += dz2[r] * w[row+c]
-			}
-		}
+		denseGrad(g, l.b2, l.w2, dz2, a1)
+		denseBack(dz1, w, l.w2, H, dz2)
 		for j := 0; j < H; j++ {
 			dz1[j] *= 1 - a1[j]*a1[j]
 		}
-		in := sc.in[:nin]
-		for r := 0; r < H; r++ {
-			g[l.b1+r] += dz1[r]
-			row := l.w1 + r*nin
-			for c := 0; c < nin; c++ {
-				g[row+c] += dz1[r] * in[c]
-			}
-		}
+		denseGrad(g, l.b1, l.w1, dz1, sc.in[:nin])
 	case ArchRNN:
 		// The head's input was [h_K, xq].
 		dh := sc.dq[:H]
@@ -356,15 +343,29 @@ func (n *net) headBackward(sc *scratch, dout float64, g, dsum []float64) {
 	for j := range dsum {
 		dsum[j] = 0
 	}
-	in := sc.in[:nin]
-	for r := 0; r < H; r++ {
-		g[l.b1+r] += dz1[r]
-		row := l.w1 + r*nin
-		for c := 0; c < nin; c++ {
-			g[row+c] += dz1[r] * in[c]
+	denseGrad(g, l.b1, l.w1, dz1, sc.in[:nin])
+	denseBack(dsum, w, l.w1, nin, dz1)
+}
+
+// denseGrad adds a dense layer's parameter gradients to g: dz (the gradient at its outputs'
+// pre-activations) to the biases at b, dz x in to the row-major weights at w (len(in) a row).
+func denseGrad(g []float64, b, w int, dz, in []float64) {
+	for r, d := range dz {
+		g[b+r] += d
+		row := w + r*len(in)
+		for c, x := range in {
+			g[row+c] += d * x
 		}
-		for c := 0; c < H; c++ {
-			dsum[c] += dz1[r] * w[row+c]
+	}
+}
+
+// denseBack adds to din the gradient at the first len(din) inputs of a dense layer whose
+// row-major weights (rowLen a row) start at w[off]: the weights' transpose times dz.
+func denseBack(din, w []float64, off, rowLen int, dz []float64) {
+	for r, d := range dz {
+		row := off + r*rowLen
+		for c := range din {
+			din[c] += d * w[row+c]
 		}
 	}
 }

@@ -39,7 +39,7 @@ func secured(t *testing.T, cfg server.Config) apiClient {
 	h.Round()
 	srv := httptest.NewServer(server.New(cfg, h.Service).Handler())
 	t.Cleanup(srv.Close)
-	return apiClient{t: t, url: srv.URL}
+	return apiClient{servicetest.Client{T: t, URL: srv.URL}}
 }
 
 const goodObs = `{"namespace":"default","job_id":"j","group":"train","gpu_type":"a100","gpus":2,"throughput":812.5,"runtime_s":600,"exit_code":0}`
@@ -75,7 +75,7 @@ func TestTokenScopes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%s %s as %q", tt.method, tt.path, tt.token), func(t *testing.T) {
 			cl := c
-			cl.t, cl.token = t, tt.token
+			cl.T, cl.Token = t, tt.token
 			body := ""
 			if tt.method == "POST" {
 				body = goodObs
@@ -133,7 +133,7 @@ func TestSignedExplainLinks(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cl := c
-			cl.t = t
+			cl.T = t
 			code, body, _ := cl.do("GET", tt.path, "", "")
 			if code != tt.want || !strings.Contains(body, tt.contains) {
 				t.Errorf("GET %s = %d %.300s, want %d with %q", tt.path, code, body, tt.want, tt.contains)
@@ -184,7 +184,7 @@ func TestRequestLimits(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cl := c
-			cl.t = t
+			cl.T = t
 			code, body, _ := cl.do(tt.method, tt.path, "", tt.body)
 			if code != tt.want || !strings.Contains(body, tt.contains) {
 				t.Errorf("%s %s = %d %.300s, want %d with %q", tt.method, tt.path, code, body, tt.want, tt.contains)

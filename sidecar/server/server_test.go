@@ -3,7 +3,6 @@ package server_test
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -15,57 +14,25 @@ import (
 	"github.com/hetgpu/hetgpu/sidecar/store"
 )
 
-type apiClient struct {
-	t     *testing.T
-	url   string
-	token string
-}
+type apiClient struct{ servicetest.Client }
 
 func (c apiClient) do(method, path, accept, body string) (int, string, http.Header) {
-	c.t.Helper()
-	req, err := http.NewRequest(method, c.url+path, strings.NewReader(body))
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	if accept != "" {
-		req.Header.Set("Accept", accept)
-	}
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b), resp.Header
+	c.T.Helper()
+	return c.Do(method, path, body, "Accept", accept)
 }
 
 // post sends a body with an optional Idempotency-Key.
 func (c apiClient) post(path, body, key string) (int, string) {
-	c.t.Helper()
-	req, err := http.NewRequest("POST", c.url+path, strings.NewReader(body))
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	if key != "" {
-		req.Header.Set("Idempotency-Key", key)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	c.T.Helper()
+	code, b, _ := c.Do(http.MethodPost, path, body, "Idempotency-Key", key)
+	return code, b
 }
 
 func setup(t *testing.T, token string) (*servicetest.Harness, apiClient) {
 	h := servicetest.NewHarness(t, nil)
 	srv := httptest.NewServer(server.New(server.Config{Token: token}, h.Service).Handler())
 	t.Cleanup(srv.Close)
-	return h, apiClient{t: t, url: srv.URL, token: token}
+	return h, apiClient{servicetest.Client{T: t, URL: srv.URL, Token: token}}
 }
 
 func TestEndpoints(t *testing.T) {
@@ -222,7 +189,7 @@ func TestObservationKeys(t *testing.T) {
 func TestToken(t *testing.T) {
 	_, c := setup(t, "s3cret")
 	anon := c
-	anon.token = ""
+	anon.Token = ""
 	if code, _, _ := anon.do("GET", "/v1/health", "", ""); code != 200 && code != 503 {
 		t.Errorf("health without token = %d, want it open", code)
 	}
@@ -232,7 +199,7 @@ func TestToken(t *testing.T) {
 		}
 	}
 	wrong := c
-	wrong.token = "guess"
+	wrong.Token = "guess"
 	if code, _, _ := wrong.do("POST", "/v1/observations", "", "{}"); code != 401 {
 		t.Errorf("wrong token = %d", code)
 	}

@@ -269,6 +269,25 @@ func (s *Store) AddObservations(recs []NewObservation, received time.Time) ([]Ou
 
 // trimObservations drops the observations older than the newest max, with their claims.
 func trimObservations(b, cl *bolt.Bucket, newest uint64, max int) error {
+	return trimEach(b, newest, max, func(v []byte) error {
+		var r ObservationRecord
+		if json.Unmarshal(v, &r) != nil {
+			return nil
+		}
+		for _, claim := range r.Claims {
+			if err := cl.Delete([]byte(claim)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// trim drops the entries older than the newest max of a sequence-keyed bucket.
+func trim(b *bolt.Bucket, newest uint64, max int) error { return trimEach(b, newest, max, nil) }
+
+// trimEach is trim that first calls drop (when set) with each entry it drops.
+func trimEach(b *bolt.Bucket, newest uint64, max int, drop func(v []byte) error) error {
 	if newest <= uint64(max) {
 		return nil
 	}
@@ -277,33 +296,11 @@ func trimObservations(b, cl *bolt.Bucket, newest uint64, max int) error {
 	c := b.Cursor()
 	for k, v := c.First(); k != nil && bytes.Compare(k, cutoff) <= 0; k, v = c.Next() {
 		old = append(old, append([]byte(nil), k...))
-		var r ObservationRecord
-		if json.Unmarshal(v, &r) == nil {
-			for _, claim := range r.Claims {
-				if err := cl.Delete([]byte(claim)); err != nil {
-					return err
-				}
+		if drop != nil {
+			if err := drop(v); err != nil {
+				return err
 			}
 		}
-	}
-	for _, k := range old {
-		if err := b.Delete(k); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// trim drops the entries older than the newest max of a sequence-keyed bucket.
-func trim(b *bolt.Bucket, newest uint64, max int) error {
-	if newest <= uint64(max) {
-		return nil
-	}
-	cutoff := seqKey(newest - uint64(max))
-	var old [][]byte
-	c := b.Cursor()
-	for k, _ := c.First(); k != nil && bytes.Compare(k, cutoff) <= 0; k, _ = c.Next() {
-		old = append(old, append([]byte(nil), k...))
 	}
 	for _, k := range old {
 		if err := b.Delete(k); err != nil {

@@ -285,11 +285,7 @@ func (s *Server) RecordRequests(on bool) {
 func (s *Server) Calls() map[string]int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make(map[string]int, len(s.calls))
-	for k, v := range s.calls {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(s.calls)
 }
 
 // TotalCalls is the number of requests since the last ResetCalls, the event stream's
