@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hetgpu/hetgpu/internal/wanterr"
 	"github.com/hetgpu/hetgpu/plugin"
 )
 
@@ -74,10 +75,7 @@ fake {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg, err := ParseConfig(encodeConfig(t, tt.hcl))
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("got %v, want error containing %q", err, tt.wantErr)
-				}
+			if wanterr.Done(t, err, tt.wantErr) {
 				return
 			}
 			if err != nil {

@@ -65,6 +65,14 @@ func (s *sidecar) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusAccepted)
 }
 
+// startSidecar serves a fake sidecar in mode until the test ends; addr is its URL.
+func startSidecar(t *testing.T, mode string) (sc *sidecar, addr string) {
+	sc = &sidecar{mode: mode}
+	srv := httptest.NewServer(sc)
+	t.Cleanup(srv.Close)
+	return sc, srv.URL
+}
+
 func obs(job string, energy float64) cluster.Observation {
 	return cluster.Observation{Namespace: "default", JobID: job, Group: "train", GPUType: "a100", GPUs: 2,
 		Throughput: 812.5, EnergyJ: energy, RuntimeS: 60, Time: time.Unix(1_700_000_000, 0).UTC()}
@@ -81,12 +89,10 @@ func newReporter(t *testing.T, addr, spool string) *Reporter {
 }
 
 func TestSpoolSurvivesOutageAndRestart(t *testing.T) {
-	sc := &sidecar{mode: "503"}
-	srv := httptest.NewServer(sc)
-	defer srv.Close()
+	sc, addr := startSidecar(t, "503")
 	spool := t.TempDir()
 
-	r1 := newReporter(t, srv.URL, spool)
+	r1 := newReporter(t, addr, spool)
 	for i, job := range []string{"resnet", "bert", "gpt"} {
 		if _, err := r1.Submit("", obs(job, float64(1000*(i+1)))); err != nil {
 			t.Fatal(err)
@@ -101,7 +107,7 @@ func TestSpoolSurvivesOutageAndRestart(t *testing.T) {
 	}
 	// The driver restarts: a new reporter on the same spool; the sidecar recovers.
 	sc.set("ok")
-	r2 := newReporter(t, srv.URL, spool)
+	r2 := newReporter(t, addr, spool)
 	if err := r2.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -126,10 +132,8 @@ func TestSpoolSurvivesOutageAndRestart(t *testing.T) {
 }
 
 func TestRunRetriesWithBackoffUntilDelivered(t *testing.T) {
-	sc := &sidecar{mode: "503"}
-	srv := httptest.NewServer(sc)
-	defer srv.Close()
-	r := newReporter(t, srv.URL, t.TempDir())
+	sc, addr := startSidecar(t, "503")
+	r := newReporter(t, addr, t.TempDir())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { r.Run(ctx); close(done) }()
@@ -171,11 +175,9 @@ func TestRunRetriesWithBackoffUntilDelivered(t *testing.T) {
 // time.Duration value would be a bare nanosecond count that Nomad re-logs as a float
 // (retry_in="1.6688645394e+10").
 func TestRetryDelayLoggedAsDuration(t *testing.T) {
-	sc := &sidecar{mode: "503"}
-	srv := httptest.NewServer(sc)
-	defer srv.Close()
+	_, addr := startSidecar(t, "503")
 	var out syncbuf.Buffer
-	r, err := New(Config{Addr: srv.URL, SpoolDir: t.TempDir(), MinBackoff: 5 * time.Millisecond, MaxBackoff: 40 * time.Millisecond,
+	r, err := New(Config{Addr: addr, SpoolDir: t.TempDir(), MinBackoff: 5 * time.Millisecond, MaxBackoff: 40 * time.Millisecond,
 		Client: &http.Client{Timeout: 2 * time.Second}, Logger: hclog.New(&hclog.LoggerOptions{JSONFormat: true, Output: &out})})
 	if err != nil {
 		t.Fatal(err)
@@ -210,11 +212,9 @@ func TestRetryDelayLoggedAsDuration(t *testing.T) {
 }
 
 func TestRejectedRecordKeptAside(t *testing.T) {
-	sc := &sidecar{mode: "400"}
-	srv := httptest.NewServer(sc)
-	defer srv.Close()
+	_, addr := startSidecar(t, "400")
 	spool := t.TempDir()
-	r := newReporter(t, srv.URL, spool)
+	r := newReporter(t, addr, spool)
 	name, err := r.Submit("bad", obs("bad", 1))
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hetgpu/hetgpu/internal/wanterr"
 )
 
 func TestParseLine(t *testing.T) {
@@ -31,10 +33,7 @@ func TestParseLine(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.in, func(t *testing.T) {
 			got, err := ParseLine([]byte(tc.in))
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("err = %v, want %q", err, tc.wantErr)
-				}
+			if wanterr.Done(t, err, tc.wantErr) {
 				return
 			}
 			if err != nil {

@@ -10,6 +10,8 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+
+	"github.com/hetgpu/hetgpu/internal/wanterr"
 )
 
 // fakeGPU is a mock device whose power follows curve(t) (W, t in seconds since t0) on a
@@ -250,10 +252,7 @@ func TestResolveGPUs(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.in, func(t *testing.T) {
 			g, err := ResolveGPUs(lib, tc.in)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("err = %v, want %q", err, tc.wantErr)
-				}
+			if wanterr.Done(t, err, tc.wantErr) {
 				return
 			}
 			if err != nil || len(g) != tc.want {

@@ -1,9 +1,10 @@
 package app
 
 import (
-	"strings"
 	"testing"
 	"time"
+
+	"github.com/hetgpu/hetgpu/internal/wanterr"
 )
 
 func TestHAConfig(t *testing.T) {
@@ -32,10 +33,7 @@ func TestHAConfig(t *testing.T) {
 			if err == nil {
 				err = c.Finish()
 			}
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("err = %v, want %q", err, tc.wantErr)
-				}
+			if wanterr.Done(t, err, tc.wantErr) {
 				return
 			}
 			if err != nil || !tc.check(c.HA) {

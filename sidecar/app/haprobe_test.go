@@ -2,10 +2,10 @@ package app
 
 import (
 	"net/http"
-	"strings"
 	"testing"
 
 	"github.com/hetgpu/hetgpu/internal/testcerts"
+	"github.com/hetgpu/hetgpu/internal/wanterr"
 )
 
 // The standby's probe follows the tls block: plain without it, the CA (probe_ca_file, else
@@ -34,10 +34,7 @@ func TestHAProbeClient(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := &Config{TLS: tc.tls, HA: &HAConfig{ProbeCAFile: tc.probeCA}}
 			cl, err := probeClient(c)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("err = %v, want %q", err, tc.wantErr)
-				}
+			if wanterr.Done(t, err, tc.wantErr) {
 				return
 			}
 			if err != nil {

@@ -121,6 +121,12 @@ func ineligible(n cluster.Node) cluster.Node {
 
 func TestPlan(t *testing.T) {
 	long := 100 * time.Hour
+	// two 1-hour jobs and one of 100 hours wait for one node of 2 GPUs.
+	twoShortOneHuge := func() *cluster.Snapshot {
+		s := &cluster.Snapshot{Now: now, Nodes: []cluster.Node{node("n1", "v100", 2)}}
+		s.Pending = []cluster.Job{job("a", 1, time.Hour), job("b", 1, time.Hour), job("huge", 1, long)}
+		return s
+	}
 	cases := []struct {
 		name    string
 		cfg     func(*Config)
@@ -222,23 +228,15 @@ func TestPlan(t *testing.T) {
 			order: []string{"new"},
 		},
 		{
-			name: "long-job guard: the job longer than the backlog goes first",
-			build: func() *cluster.Snapshot {
-				s := &cluster.Snapshot{Now: now, Nodes: []cluster.Node{node("n1", "v100", 2)}}
-				s.Pending = []cluster.Job{job("a", 1, time.Hour), job("b", 1, time.Hour), job("huge", 1, long)}
-				return s
-			},
+			name:  "long-job guard: the job longer than the backlog goes first",
+			build: twoShortOneHuge,
 			rank:  []string{"a", "b", "huge"},
 			order: []string{"huge", "a", "b"},
 		},
 		{
-			name: "long-job guard off: rank order",
-			cfg:  func(c *Config) { c.LongJobGuard = false },
-			build: func() *cluster.Snapshot {
-				s := &cluster.Snapshot{Now: now, Nodes: []cluster.Node{node("n1", "v100", 2)}}
-				s.Pending = []cluster.Job{job("a", 1, time.Hour), job("b", 1, time.Hour), job("huge", 1, long)}
-				return s
-			},
+			name:  "long-job guard off: rank order",
+			cfg:   func(c *Config) { c.LongJobGuard = false },
+			build: twoShortOneHuge,
 			rank:  []string{"a", "b", "huge"},
 			order: []string{"a", "b", "huge"},
 		},

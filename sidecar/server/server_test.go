@@ -141,11 +141,17 @@ func TestObservations(t *testing.T) {
 			}
 		})
 	}
-	if n := h.Store.ObservationCount(); n != 2 {
-		t.Errorf("stored %d observations, want 2 (bad input and duplicates never stored)", n)
+	wantRuns(t, h, 2, 2) // bad input and duplicates are never stored
+}
+
+// wantRuns checks how many runs the store holds and the predictor learned.
+func wantRuns(t *testing.T, h *servicetest.Harness, stored, learned int) {
+	t.Helper()
+	if n := h.Store.ObservationCount(); n != stored {
+		t.Errorf("stored %d observations, want %d", n, stored)
 	}
-	if n := len(h.Pred.Learned()); n != 2 {
-		t.Errorf("learner got %d, want 2", n)
+	if n := len(h.Pred.Learned()); n != learned {
+		t.Errorf("learned %d observations, want %d", n, learned)
 	}
 }
 
@@ -178,12 +184,7 @@ func TestObservationKeys(t *testing.T) {
 			}
 		}
 	}
-	if n := h.Store.ObservationCount(); n != 6 {
-		t.Errorf("stored %d, want 6", n)
-	}
-	if n := len(h.Pred.Learned()); n != 4 {
-		t.Errorf("learned %d, want 4 (not the partial or failed runs)", n)
-	}
+	wantRuns(t, h, 6, 4) // the partial and failed runs are stored, not learned
 }
 
 func TestToken(t *testing.T) {
