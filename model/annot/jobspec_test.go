@@ -1,6 +1,7 @@
 package annot
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -82,6 +83,35 @@ func TestParseJobspec(t *testing.T) {
 	}
 }
 
+// Pieces of the jobspecs TestCheck checks: the job-level hold, a group without GPUs, and a
+// group "name" whose task asks for gpus GPUs (with the hold on the group when held).
+const (
+	jobHold = `  constraint {
+    attribute = "${meta.hetgpu.queue}"
+    value = "waiting-for-hetgpu"
+  }
+`
+	launcherGroup = `  group "launcher" {
+    task "t" { driver = "exec" }
+  }
+`
+)
+
+func gpuGroup(name string, gpus int, held bool) string {
+	hold := ""
+	if held {
+		hold = jobHold // HCL does not mind the indentation
+	}
+	return fmt.Sprintf(`  group %q {
+%s    task "t" {
+      resources {
+        device "nvidia/gpu" { count = %d }
+      }
+    }
+  }
+`, name, hold, gpus)
+}
+
 func TestCheck(t *testing.T) {
 	tests := []struct {
 		name string
@@ -93,18 +123,7 @@ func TestCheck(t *testing.T) {
 			name: "held with hetgpu.enable false",
 			spec: `job "j" {
   meta = { "hetgpu.enable" = "false" }
-  constraint {
-    attribute = "${meta.hetgpu.queue}"
-    value = "waiting-for-hetgpu"
-  }
-  group "g" {
-    task "t" {
-      resources {
-        device "nvidia/gpu" { count = 2 }
-      }
-    }
-  }
-}`,
+` + jobHold + gpuGroup("g", 2, false) + "}",
 			want: []string{"warning", "the hold wins and hetgpu decides for it"},
 		},
 		{
@@ -113,18 +132,7 @@ func TestCheck(t *testing.T) {
 			name: "held without hetgpu.enable is fine",
 			spec: `job "j" {
   meta = { "hetgpu.model" = "resnet/ResNet-50" }
-  constraint {
-    attribute = "${meta.hetgpu.queue}"
-    value = "waiting-for-hetgpu"
-  }
-  group "g" {
-    task "t" {
-      resources {
-        device "nvidia/gpu" { count = 2 }
-      }
-    }
-  }
-}`,
+` + jobHold + gpuGroup("g", 2, false) + "}",
 		},
 		{
 			name: "bad annotation names key value and line",
@@ -165,49 +173,19 @@ func TestCheck(t *testing.T) {
 		},
 		{
 			name: "launcher beside gpu groups under the job hold",
-			spec: `job "j" {
-  constraint {
-    attribute = "${meta.hetgpu.queue}"
-    value = "waiting-for-hetgpu"
-  }
-  group "launcher" {
-    task "t" { driver = "exec" }
-  }
-  group "workers" {
-    task "t" {
-      resources {
-        device "nvidia/gpu" { count = 2 }
-      }
-    }
-  }
-}`,
+			spec: "job \"j\" {\n" + jobHold + launcherGroup + gpuGroup("workers", 2, false) + "}",
 			want: nil,
 		},
 		{
 			name: "job hold without any gpu group",
-			spec: `job "j" {
-  constraint {
-    attribute = "${meta.hetgpu.queue}"
-    value = "waiting-for-hetgpu"
-  }
-  group "launcher" {
-    task "t" { driver = "exec" }
-  }
-}`,
+			spec: "job \"j\" {\n" + jobHold + launcherGroup + "}",
 			want: []string{"requests no GPU"},
 		},
 		{
 			name: "enabled without hold is shadow only",
 			spec: `job "j" {
   meta = { "hetgpu.enable" = "true" }
-  group "g" {
-    task "t" {
-      resources {
-        device "nvidia/gpu" { count = 1 }
-      }
-    }
-  }
-}`,
+` + gpuGroup("g", 1, false) + "}",
 			want: []string{"warning", "shadow"},
 		},
 		{
@@ -240,36 +218,14 @@ func TestCheck(t *testing.T) {
 			name: "max nodes without count",
 			spec: `job "j" {
   meta = { "hetgpu.enable" = "true", "hetgpu.max_nodes" = "4" }
-  group "g" {
-    constraint {
-      attribute = "${meta.hetgpu.queue}"
-      value = "waiting-for-hetgpu"
-    }
-    task "t" {
-      resources {
-        device "nvidia/gpu" { count = 2 }
-      }
-    }
-  }
-}`,
+` + gpuGroup("g", 2, true) + "}",
 			want: []string{"has no effect"},
 		},
 		{
 			name: "non-literal value",
 			spec: `job "j" {
   meta = { "hetgpu.enable" = "true", "hetgpu.model" = upper("bert") }
-  group "g" {
-    constraint {
-      attribute = "${meta.hetgpu.queue}"
-      value = "waiting-for-hetgpu"
-    }
-    task "t" {
-      resources {
-        device "nvidia/gpu" { count = 2 }
-      }
-    }
-  }
-}`,
+` + gpuGroup("g", 2, true) + "}",
 			want: []string{"not a literal"},
 		},
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -28,12 +29,14 @@ func TestValidateJobspecs(t *testing.T) {
 	}
 }
 
-func TestValidateReportsBadAnnotations(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "bad.nomad.hcl")
-	spec := `job "bad" {
+// writeHeldSpec writes a held jobspec for job id with the given job meta (lines after the
+// first indented by four spaces) and one task asking for a GPU; it returns its path.
+func writeHeldSpec(t *testing.T, id, meta string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), id+".nomad.hcl")
+	spec := fmt.Sprintf(`job %q {
   meta = {
-    "hetgpu.enable"     = "true"
-    "hetgpu.batch_size" = "sixty-four"
+    %s
   }
   constraint {
     attribute = "${meta.hetgpu.queue}"
@@ -47,10 +50,16 @@ func TestValidateReportsBadAnnotations(t *testing.T) {
       }
     }
   }
-}`
+}`, id, meta)
 	if err := os.WriteFile(path, []byte(spec), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return path
+}
+
+func TestValidateReportsBadAnnotations(t *testing.T) {
+	path := writeHeldSpec(t, "bad", `"hetgpu.enable"     = "true"
+    "hetgpu.batch_size" = "sixty-four"`)
 	var out, errb bytes.Buffer
 	code := run(context.Background(), []string{"validate", path}, &out, &errb)
 	if code != 1 || !strings.Contains(out.String(), `bad.nomad.hcl:4: error: group "g": hetgpu.batch_size = "sixty-four"`) ||
@@ -72,36 +81,15 @@ func TestValidateKeyCaseAndDuplicates(t *testing.T) {
 		name, meta string
 		want       []string
 	}{
-		{"title case", `"Hetgpu.batch_size" = "64"`, []string{`meta key "Hetgpu.batch_size": hetgpu keys are lower case; write "hetgpu.batch_size"`}},
-		{"upper case", `"HETGPU.BATCH_SIZE" = "64"`, []string{`meta key "HETGPU.BATCH_SIZE": hetgpu keys are lower case`}},
+		{"title case", `"hetgpu.enable" = "true"
+    "Hetgpu.batch_size" = "64"`, []string{`meta key "Hetgpu.batch_size": hetgpu keys are lower case; write "hetgpu.batch_size"`}},
+		{"upper case", `"hetgpu.enable" = "true"
+    "HETGPU.BATCH_SIZE" = "64"`, []string{`meta key "HETGPU.BATCH_SIZE": hetgpu keys are lower case`}},
 		{"duplicate", `"hetgpu.batch_size" = "64"
     "hetgpu.batch_size" = "128"`, []string{`hetgpu.batch_size is given twice in one meta (first at line 3)`}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "job.nomad.hcl")
-			spec := `job "j" {
-  meta = {
-    "hetgpu.enable" = "true"
-    ` + tt.meta + `
-  }
-  constraint {
-    attribute = "${meta.hetgpu.queue}"
-    value     = "waiting-for-hetgpu"
-  }
-  group "g" {
-    task "t" {
-      driver = "hetgpu"
-      resources {
-        device "nvidia/gpu" { count = 1 }
-      }
-    }
-  }
-}`
-			spec = strings.Replace(spec, `"hetgpu.enable" = "true"
-    "hetgpu.batch_size" = "64"`, `"hetgpu.batch_size" = "64"`, 1)
-			if err := os.WriteFile(path, []byte(spec), 0o644); err != nil {
-				t.Fatal(err)
-			}
+			path := writeHeldSpec(t, "j", tt.meta)
 			var out, errb bytes.Buffer
 			code := run(context.Background(), []string{"validate", path}, &out, &errb)
 			if code != 1 {
