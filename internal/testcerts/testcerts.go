@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"testing"
 	"time"
 )
 
@@ -32,6 +33,16 @@ type issuer struct {
 
 // Write creates the files in dir.
 func Write(dir string) (Files, error) { return WriteFor(dir) }
+
+// MustWrite is Write for a test: it fails the test when the files cannot be written.
+func MustWrite(t testing.TB, dir string) Files {
+	t.Helper()
+	f, err := Write(dir)
+	if err != nil {
+		t.Fatalf("write test certificates: %v", err)
+	}
+	return f
+}
 
 // WriteFor creates the files in dir with a server certificate that also names ips (a
 // listener on a node's address, as a Nomad job gets it).

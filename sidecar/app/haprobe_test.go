@@ -11,10 +11,7 @@ import (
 // The standby's probe follows the tls block: plain without it, the CA (probe_ca_file, else
 // client_ca_file) and, under mTLS, the replica's own certificate with it.
 func TestHAProbeClient(t *testing.T) {
-	certs, err := testcerts.Write(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	certs := testcerts.MustWrite(t, t.TempDir())
 	for _, tc := range []struct {
 		name      string
 		tls       *TLSConfig

@@ -10,10 +10,7 @@ import (
 )
 
 func TestSecurityConfig(t *testing.T) {
-	f, err := testcerts.Write(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := testcerts.MustWrite(t, t.TempDir())
 	src := fmt.Sprintf(`
 listen      = "0.0.0.0:4656"
 read_token  = "r"
@@ -43,10 +40,7 @@ tls {
 }
 
 func TestSecurityConfigErrors(t *testing.T) {
-	f, err := testcerts.Write(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := testcerts.MustWrite(t, t.TempDir())
 	tests := []struct{ name, src, want string }{
 		{"exposed", `listen = "0.0.0.0:4656"`, `s.hcl: config listen = "0.0.0.0:4656" is not a loopback address and the API has no TLS`},
 		{"exposed with a token", "listen = \"10.1.2.3:4656\"\ntoken = \"t\"", "or set insecure = true"},

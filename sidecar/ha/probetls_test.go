@@ -51,10 +51,7 @@ func tlsReplicaAPI(t *testing.T, certs testcerts.Files, answering *atomic.Value)
 // certificate reads who answers and takes over at once; a probe without them fails the
 // handshake, which proves nothing, so the lock stays until Nomad's TTL.
 func TestElectorFastTakeoverOverTLS(t *testing.T) {
-	certs, err := testcerts.Write(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	certs := testcerts.MustWrite(t, t.TempDir())
 	for _, tc := range []struct {
 		name     string
 		probe    ha.ProbeTLS

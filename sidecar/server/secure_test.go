@@ -239,10 +239,7 @@ func TestServeRefusesExposedListener(t *testing.T) {
 
 func TestLoadTLSErrors(t *testing.T) {
 	dir := t.TempDir()
-	f, err := testcerts.Write(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := testcerts.MustWrite(t, dir)
 	junk := filepath.Join(dir, "junk.pem")
 	if err := os.WriteFile(junk, []byte("not pem"), 0o600); err != nil {
 		t.Fatal(err)
@@ -275,10 +272,7 @@ func TestLoadTLSErrors(t *testing.T) {
 // certificate of the configured CA gets through, then its token decides.
 func TestServeTLS(t *testing.T) {
 	dir := t.TempDir()
-	f, err := testcerts.Write(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := testcerts.MustWrite(t, dir)
 	h := servicetest.NewHarness(t, nil)
 	srv := server.New(server.Config{Listen: "127.0.0.1:0", ReadToken: "reader",
 		TLS: server.TLSFiles{CertFile: f.ServerCert, KeyFile: f.ServerKey, ClientCAFile: f.CA}}, h.Service)

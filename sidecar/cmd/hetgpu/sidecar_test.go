@@ -14,10 +14,7 @@ import (
 // non-loopback listen address acceptable.
 func TestTLSFlagsBeforeChecks(t *testing.T) {
 	dir := t.TempDir()
-	certs, err := testcerts.Write(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	certs := testcerts.MustWrite(t, dir)
 	path := filepath.Join(dir, "sidecar.hcl")
 	if err := os.WriteFile(path, []byte("listen = \"0.0.0.0:4656\"\ntoken = \"t\"\n"), 0o600); err != nil {
 		t.Fatal(err)
