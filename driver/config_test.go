@@ -26,6 +26,16 @@ func encodeTask(t testing.TB, src string) []byte {
 	return b
 }
 
+// encodePlugin encodes a plugin block's config as the Nomad client hands it to the driver.
+func encodePlugin(t testing.TB, src string) []byte {
+	t.Helper()
+	b, err := plugin.EncodeHCLConfig(pluginConfigSpec(), []byte(src))
+	if err != nil {
+		t.Fatalf("encode plugin config %q: %v", src, err)
+	}
+	return b
+}
+
 func TestTaskConfigDecode(t *testing.T) {
 	b := encodeTask(t, `
 command = "python3"
@@ -148,14 +158,7 @@ sharing {
 }
 
 func TestPluginConfig(t *testing.T) {
-	enc := func(src string) []byte {
-		b, err := plugin.EncodeHCLConfig(pluginConfigSpec(), []byte(src))
-		if err != nil {
-			t.Fatalf("encode %q: %v", src, err)
-		}
-		return b
-	}
-	c, err := decodePluginConfig(enc(`
+	c, err := decodePluginConfig(encodePlugin(t, `
 sidecar_addr    = "http://127.0.0.1:4656"
 state_dir       = "/var/lib/hetgpu-driver"
 sample_interval = "500ms"
@@ -167,7 +170,7 @@ sample_interval = "500ms"
 		c.NVML != "auto" || c.CgroupParent != "hetgpu.slice" || c.StartTimeout != 30*time.Second {
 		t.Fatalf("decoded %+v", c)
 	}
-	empty, err := decodePluginConfig(enc(``), "")
+	empty, err := decodePluginConfig(encodePlugin(t, ``), "")
 	if err != nil || empty.StateDir == "" || empty.NVML != "auto" {
 		t.Fatalf("empty config: %+v, %v", empty, err)
 	}
@@ -180,7 +183,7 @@ sample_interval = "500ms"
 		{`state_dir = "relative/dir"`, `"state_dir": got "relative/dir", want an absolute path`},
 		{`cgroup_parent = "../escape"`, `"cgroup_parent"`},
 	} {
-		if _, err := decodePluginConfig(enc(tc.src), ""); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := decodePluginConfig(encodePlugin(t, tc.src), ""); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error %v, want %q", tc.src, err, tc.want)
 		}
 	}
@@ -189,17 +192,10 @@ sample_interval = "500ms"
 // Several Nomad clients on one host run their own driver from their own plugin_dir: each gets
 // its own default state_dir (and spool), stable across restarts; an explicit state_dir wins.
 func TestDefaultStateDirPerClient(t *testing.T) {
-	enc := func(src string) []byte {
-		b, err := plugin.EncodeHCLConfig(pluginConfigSpec(), []byte(src))
-		if err != nil {
-			t.Fatalf("encode %q: %v", src, err)
-		}
-		return b
-	}
 	base := "/var/lib/nomad-driver-hetgpu"
 	dirs := func(src, pluginPath string) (string, string) {
 		t.Helper()
-		c, err := decodePluginConfig(enc(src), clientStateDir(base, pluginPath))
+		c, err := decodePluginConfig(encodePlugin(t, src), clientStateDir(base, pluginPath))
 		if err != nil {
 			t.Fatal(err)
 		}

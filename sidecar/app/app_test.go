@@ -20,13 +20,18 @@ import (
 )
 
 // simConfig parses a test config and finishes it on a fresh state directory.
-func simConfig(t *testing.T, src string) *Config {
+func simConfig(t *testing.T, src string) *Config { return mustConfig(t, src, t.TempDir()) }
+
+// mustConfig parses a test config and finishes it with stateDir (the default when "").
+func mustConfig(t *testing.T, src, stateDir string) *Config {
 	t.Helper()
-	c, err := ParseConfig("sim.hcl", []byte(src))
+	c, err := ParseConfig("t.hcl", []byte(src))
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.StateDir = t.TempDir()
+	if stateDir != "" {
+		c.StateDir = stateDir
+	}
 	if err := c.Finish(); err != nil {
 		t.Fatal(err)
 	}
@@ -129,17 +134,7 @@ simulator {
 // preferred to the bundled one.
 func TestStagesTuningAndPreemption(t *testing.T) {
 	dir := t.TempDir()
-	load := func(src string) *Config {
-		c, err := ParseConfig("t.hcl", []byte(src))
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.StateDir = dir
-		if err := c.Finish(); err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
+	load := func(src string) *Config { return mustConfig(t, src, dir) }
 	st, ref, err := Stages(load(""), dir, hclog.NewNullLogger())
 	if err != nil {
 		t.Fatal(err)
@@ -246,14 +241,7 @@ func TestChooseRanker(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
-			cfg, err := ParseConfig("t.hcl", []byte(c.config))
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg.StateDir = dir
-			if err := cfg.Finish(); err != nil {
-				t.Fatal(err)
-			}
+			cfg := mustConfig(t, c.config, dir)
 			tunedPath := filepath.Join(dir, TunedPolicyFile)
 			if c.tuned != nil {
 				ck := *real
@@ -283,11 +271,7 @@ func TestChooseRanker(t *testing.T) {
 			}
 		})
 	}
-	cfg, _ := ParseConfig("t.hcl", []byte(`ranker { policy = "bundled:default" }`))
-	cfg.StateDir = t.TempDir()
-	if err := cfg.Finish(); err != nil {
-		t.Fatal(err)
-	}
+	cfg := mustConfig(t, `ranker { policy = "bundled:default" }`, t.TempDir())
 	if _, err := chooseRanker(cfg, filepath.Join(cfg.StateDir, TunedPolicyFile), none); err == nil || !strings.Contains(err.Error(), "no bundled policy") {
 		t.Fatalf("forcing a bundled policy the build lacks: %v", err)
 	}
@@ -297,14 +281,7 @@ func TestChooseRanker(t *testing.T) {
 // step's evidence, and the tuner requires a step to beat the heuristic.
 func TestTunerAdoptionUpdatesRankerState(t *testing.T) {
 	dir := t.TempDir()
-	c, err := ParseConfig("t.hcl", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.StateDir = dir
-	if err := c.Finish(); err != nil {
-		t.Fatal(err)
-	}
+	c := mustConfig(t, "", dir)
 	st, rs, err := StagesWithRanker(c, dir, hclog.NewNullLogger())
 	if err != nil {
 		t.Fatal(err)

@@ -50,13 +50,7 @@ gang {
   reserve_after = "2h"
 }
 `
-	c, err := ParseConfig("s.hcl", []byte(src))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Finish(); err != nil {
-		t.Fatal(err)
-	}
+	c := mustConfig(t, src, "")
 	if c.Listen != "0.0.0.0:9000" || c.Token != "t0k" || !c.Insecure || !c.Shadow || c.ReconcileD != 2*time.Second || c.DebounceD != 100*time.Millisecond ||
 		c.Nomad.Address != "https://nomad:4646" || c.Nomad.Namespace != "ml" || *c.Nomad.SampleDeviceStats || c.ResyncD != 30*time.Second ||
 		c.Simulator.Cluster != "gavel-108" || c.Simulator.Speed != 60 || c.Simulator.Trace != "bundled:default" ||

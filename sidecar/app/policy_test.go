@@ -28,14 +28,7 @@ func TestPolicySetting(t *testing.T) {
 		{src: `policy = "fifo"`, policy: "fifo"},
 		{src: `policy = "gavel"`, policy: "gavel"},
 	} {
-		c, err := ParseConfig("t.hcl", []byte(tt.src))
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.StateDir = dir
-		if err := c.Finish(); err != nil {
-			t.Fatal(err)
-		}
+		c := mustConfig(t, tt.src, dir)
 		if c.Policy != tt.policy {
 			t.Fatalf("%q: policy %q, want %q", tt.src, c.Policy, tt.policy)
 		}

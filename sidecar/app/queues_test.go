@@ -26,13 +26,7 @@ queue "team-b" {
   parent     = "research"
 }
 `
-	c, err := ParseConfig("q.hcl", []byte(src))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Finish(); err != nil {
-		t.Fatal(err)
-	}
+	c := mustConfig(t, src, "")
 	qc := c.QueueConfig
 	if !qc.Enabled() || qc.HalfLife != 72*time.Hour || len(qc.Queues) != 3 {
 		t.Fatalf("queue config %+v", qc)

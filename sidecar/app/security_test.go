@@ -25,13 +25,7 @@ tls {
   client_ca_file = %q
 }
 `, f.ServerCert, f.ServerKey, f.CA)
-	c, err := ParseConfig("s.hcl", []byte(src))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Finish(); err != nil {
-		t.Fatal(err)
-	}
+	c := mustConfig(t, src, "")
 	sc := c.serverConfig()
 	if sc.ReadToken != "r" || sc.WriteToken != "w" || sc.TLS.ClientCAFile != f.CA || !sc.PublicExplain ||
 		sc.MaxBodyBytes != 65536 || sc.MaxObservations != 50 || c.ExplainLinkTTLD != 48*time.Hour || c.publicURL() != "https://0.0.0.0:4656" {
