@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -308,14 +309,23 @@ func TestMultiNodePin(t *testing.T) {
 	}
 }
 
-func TestEventStreamResume(t *testing.T) {
-	f := newFixture(t, func(c *Config) { c.ResyncEvery = -1 })
+// watchedFixture is a fixture without periodic resyncs whose backend watches the fake until
+// stop, which returns Watch's answer; it returns once the first resync is done.
+func watchedFixture(t *testing.T) (f *fixture, stop func() error) {
+	t.Helper()
+	f = newFixture(t, func(c *Config) { c.ResyncEvery = -1 })
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	var changes atomic.Int64
 	done := make(chan error, 1)
 	go func() { done <- f.b.Watch(ctx, func() { changes.Add(1) }) }()
+	stop = sync.OnceValue(func() error { cancel(); return <-done })
+	t.Cleanup(func() { _ = stop() })
 	poll.Until(t, "first resync", func() bool { return changes.Load() > 0 })
+	return f, stop
+}
+
+func TestEventStreamResume(t *testing.T) {
+	f, stop := watchedFixture(t)
 
 	f.srv.Register(heldJob("first", 1, 1, nil))
 	poll.Until(t, "job from the stream", func() bool { return len(f.snapshot(t).Pending) == 1 })
@@ -370,19 +380,13 @@ func TestEventStreamResume(t *testing.T) {
 			break
 		}
 	}
-	cancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Errorf("Watch returned %v", err)
 	}
 }
 
 func TestResyncCatchesEventsOutsideTheBuffer(t *testing.T) {
-	f := newFixture(t, func(c *Config) { c.ResyncEvery = -1 })
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var changes atomic.Int64
-	go func() { _ = f.b.Watch(ctx, func() { changes.Add(1) }) }()
-	poll.Until(t, "first resync", func() bool { return changes.Load() > 0 })
+	f, _ := watchedFixture(t)
 	// While disconnected, a job arrives and its event falls out of the server's buffer.
 	f.srv.DropStreams()
 	f.srv.Register(heldJob("missed", 1, 1, nil))

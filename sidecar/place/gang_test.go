@@ -28,17 +28,11 @@ func (s staticCluster) Pin(_ context.Context, ds []cluster.Decision) ([]cluster.
 // 1 to 4 groups: no round decides a gang in part, every answer passes Verify, and gangs are
 // deferred (the property is exercised).
 func TestGangsWithThePlacer(t *testing.T) {
-	variants := configVariants()
 	dec, _ := Preset("hetgpu")
 	dec.DecomposeAbove = 1
-	variants["decomposed"] = dec
 	deferred, decided := 0, 0
-	for name, cfg := range variants {
-		for seed := range uint64(6) {
-			snap, err := RandomSnapshot(BenchSpec{Jobs: 48, GPUs: 64, Types: 3, Seed: 300 + seed})
-			if err != nil {
-				t.Fatal(err)
-			}
+	onRandomSnapshots(t, map[string]Config{"decomposed": dec}, 6, BenchSpec{Jobs: 48, GPUs: 64, Types: 3, Seed: 300},
+		func(name string, cfg Config, seed uint64, snap *cluster.Snapshot, pl *Placer) {
 			rng := rand.New(rand.NewPCG(seed, 18))
 			for i := 0; i < len(snap.Pending); {
 				n := 1 + rng.IntN(4)
@@ -47,10 +41,6 @@ func TestGangsWithThePlacer(t *testing.T) {
 					snap.Pending[i].ID, snap.Pending[i].Group = id, fmt.Sprintf("g%d", k)
 					i++
 				}
-			}
-			pl, err := New(cfg, nil)
-			if err != nil {
-				t.Fatal(err)
 			}
 			p := sched.Pipeline{Cluster: staticCluster{snap}, Ranker: FIFO{}, Placer: pl}
 			r, err := p.RunRound(context.Background())
@@ -66,8 +56,7 @@ func TestGangsWithThePlacer(t *testing.T) {
 			}
 			deferred += len(r.DeferredGangs)
 			decided += len(r.Decisions)
-		}
-	}
+		})
 	if deferred == 0 || decided == 0 {
 		t.Fatalf("%d gangs deferred, %d groups decided: the property was not exercised", deferred, decided)
 	}

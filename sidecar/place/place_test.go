@@ -3,6 +3,7 @@ package place
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -38,6 +39,31 @@ func placePred(t testing.TB, cfg Config, snap *cluster.Snapshot, pred sched.Pred
 }
 
 // configVariants are the configurations property tests run under.
+// onRandomSnapshots runs check for every config variant and every extra one (replacing a
+// variant of its name) on seeds random snapshots of spec (seeds spec.Seed, spec.Seed+1, …),
+// each with a fresh placer of the variant.
+func onRandomSnapshots(t *testing.T, extra map[string]Config, seeds uint64, spec BenchSpec,
+	check func(name string, cfg Config, seed uint64, snap *cluster.Snapshot, pl *Placer)) {
+	t.Helper()
+	variants := configVariants()
+	maps.Copy(variants, extra)
+	for name, cfg := range variants {
+		for seed := range seeds {
+			s := spec
+			s.Seed += seed
+			snap, err := RandomSnapshot(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pl, err := New(cfg, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			check(name, cfg, seed, snap, pl)
+		}
+	}
+}
+
 func configVariants() map[string]Config {
 	out := map[string]Config{}
 	for _, name := range []string{"hetgpu", "rltune", "gogh"} {

@@ -74,23 +74,13 @@ func heldUnder(snap *cluster.Snapshot, c cluster.GPUCap, ds []cluster.Decision) 
 // none at all under a cap that running jobs already exceed. Verify accepts every answer and
 // rejects one that breaks a cap.
 func TestQueueCapsHoldInEverySolution(t *testing.T) {
-	variants := configVariants()
 	dec := Default()
 	dec.DecomposeAbove = 1
-	variants["auto-decomposed"] = dec
 	bound, placed := 0, 0
-	for name, cfg := range variants {
-		for seed := range uint64(8) {
-			snap, err := RandomSnapshot(BenchSpec{Jobs: 40, GPUs: 96, Types: 3, Seed: 900 + seed})
-			if err != nil {
-				t.Fatal(err)
-			}
+	onRandomSnapshots(t, map[string]Config{"auto-decomposed": dec}, 8, BenchSpec{Jobs: 40, GPUs: 96, Types: 3, Seed: 900},
+		func(name string, cfg Config, seed uint64, snap *cluster.Snapshot, pl *Placer) {
 			rng := rand.New(rand.NewPCG(seed, 77))
 			snap.Caps = randomCaps(rng, snap)
-			pl, err := New(cfg, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
 			ranked, _ := FIFO{}.Rank(context.Background(), snap, NewPriorPredictor())
 			ds, _, err := pl.Place(context.Background(), snap, ranked, NewPriorPredictor())
 			if err != nil {
@@ -119,8 +109,7 @@ func TestQueueCapsHoldInEverySolution(t *testing.T) {
 					}
 				}
 			}
-		}
-	}
+		})
 	if bound == 0 || placed == 0 {
 		t.Fatalf("%d binding caps, %d jobs placed: the property was not exercised", bound, placed)
 	}
