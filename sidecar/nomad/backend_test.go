@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -318,7 +317,16 @@ func watchedFixture(t *testing.T) (f *fixture, stop func() error) {
 	var changes atomic.Int64
 	done := make(chan error, 1)
 	go func() { done <- f.b.Watch(ctx, func() { changes.Add(1) }) }()
-	stop = sync.OnceValue(func() error { cancel(); return <-done })
+	var err error
+	stopped := false
+	stop = func() error { // called by the test and by its cleanup, one after the other
+		if !stopped {
+			stopped = true
+			cancel()
+			err = <-done
+		}
+		return err
+	}
 	t.Cleanup(func() { _ = stop() })
 	poll.Until(t, "first resync", func() bool { return changes.Load() > 0 })
 	return f, stop
