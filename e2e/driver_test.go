@@ -26,35 +26,11 @@ func TestDriverOnRealAgent(t *testing.T) {
 	c := a.API
 
 	t.Run("toy training job completes with telemetry", func(t *testing.T) {
-		job := registerJob(t, c, fmt.Sprintf(`
-job "hetgpu-driver-e2e" {
-  type = "batch"
+		job := registerJob(t, c, oneShotJob("hetgpu-driver-e2e", "trainers", "train", `
   meta = {
     "hetgpu.model"      = "resnet/ResNet-50"
     "hetgpu.batch_size" = "64"
-  }
-  group "trainers" {
-    restart {
-      attempts = 0
-      mode     = "fail"
-    }
-    reschedule {
-      attempts  = 0
-      unlimited = false
-    }
-    task "train" {
-      driver = "hetgpu"
-      config {
-        command = %q
-        args    = ["-steps", "30", "-step-time", "100ms", "-batch", "64"]
-      }
-      resources {
-        cpu    = 100
-        memory = 64
-      }
-    }
-  }
-}`, bins.Toy))
+  }`, toyTask(bins.Toy, `"-steps", "30", "-step-time", "100ms", "-batch", "64"`, "")))
 		alloc := waitAlloc(t, c, *job.ID, "complete")
 		ts := alloc.TaskStates["train"]
 		if ts == nil || ts.Failed {
@@ -84,27 +60,11 @@ job "hetgpu-driver-e2e" {
 	})
 
 	t.Run("task survives an agent restart with its exit code", func(t *testing.T) {
-		job := registerJob(t, c, fmt.Sprintf(`
-job "hetgpu-driver-e2e-restart" {
-  type = "batch"
-  group "g" {
-    restart {
-      attempts = 0
-      mode     = "fail"
-    }
-    reschedule {
-      attempts  = 0
-      unlimited = false
-    }
-    task "t" {
-      driver = "hetgpu"
+		job := registerJob(t, c, oneShotJob("hetgpu-driver-e2e-restart", "g", "t", "", fmt.Sprintf(`
       config {
         command = %q
         args    = ["-steps", "80", "-step-time", "100ms", "-exit-code", "3"]
-      }
-    }
-  }
-}`, bins.Toy))
+      }`, bins.Toy)))
 		alloc := driverE2EWaitTaskState(t, c, job, "t", "running")
 		// Stop the whole agent (client and driver plugin) mid-task, then start it again on
 		// the same data dir: the client restores the alloc and calls RecoverTask.
@@ -128,29 +88,13 @@ job "hetgpu-driver-e2e-restart" {
 	})
 
 	t.Run("driver-side config error names the field", func(t *testing.T) {
-		job := registerJob(t, c, fmt.Sprintf(`
-job "hetgpu-driver-e2e-badregex" {
-  type = "batch"
-  group "g" {
-    restart {
-      attempts = 0
-      mode     = "fail"
-    }
-    reschedule {
-      attempts  = 0
-      unlimited = false
-    }
-    task "t" {
-      driver = "hetgpu"
+		job := registerJob(t, c, oneShotJob("hetgpu-driver-e2e-badregex", "g", "t", "", fmt.Sprintf(`
       config {
         command = %q
         metrics {
           regex = "throughput ([0-9.]+)"
         }
-      }
-    }
-  }
-}`, bins.Toy))
+      }`, bins.Toy)))
 		alloc := waitAlloc(t, c, *job.ID, "failed")
 		if !driverE2EHasEvent(alloc.TaskStates["t"], "metrics.regex") {
 			t.Errorf("no task event naming metrics.regex: %+v", alloc.TaskStates["t"])
@@ -158,26 +102,10 @@ job "hetgpu-driver-e2e-badregex" {
 	})
 
 	t.Run("schema error is a Failed Validation naming the field", func(t *testing.T) {
-		job := registerJob(t, c, `
-job "hetgpu-driver-e2e-nocommand" {
-  type = "batch"
-  group "g" {
-    restart {
-      attempts = 0
-      mode     = "fail"
-    }
-    reschedule {
-      attempts  = 0
-      unlimited = false
-    }
-    task "t" {
-      driver = "hetgpu"
+		job := registerJob(t, c, oneShotJob("hetgpu-driver-e2e-nocommand", "g", "t", "", `
       config {
         args = ["x"]
-      }
-    }
-  }
-}`)
+      }`))
 		alloc := waitAlloc(t, c, *job.ID, "failed")
 		ts := alloc.TaskStates["t"]
 		found := false
@@ -190,6 +118,42 @@ job "hetgpu-driver-e2e-nocommand" {
 			t.Errorf("no Failed Validation event naming command: %+v", ts.Events)
 		}
 	})
+}
+
+// oneShotJob is a batch job of one hetgpu task that is neither restarted nor rescheduled:
+// head is job-level HCL (meta), task the task block's body after its driver line.
+func oneShotJob(id, group, task, head, body string) string {
+	return fmt.Sprintf(`
+job %q {
+  type = "batch"%s
+  group %q {
+    restart {
+      attempts = 0
+      mode     = "fail"
+    }
+    reschedule {
+      attempts  = 0
+      unlimited = false
+    }
+    task %q {
+      driver = "hetgpu"%s
+    }
+  }
+}`, id, head, group, task, body)
+}
+
+// toyTask is the body of a task (after its driver line) that runs the toy trainer with args
+// (HCL list items) on 100 MHz and 64 MB, with more HCL inside its resources block (devices).
+func toyTask(toy, args, resources string) string {
+	return fmt.Sprintf(`
+      config {
+        command = %q
+        args    = [%s]
+      }
+      resources {
+        cpu    = 100
+        memory = 64%s
+      }`, toy, args, resources)
 }
 
 // startDriverAgent starts a server+client agent with the driver installed and waits until the

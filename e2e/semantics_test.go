@@ -23,7 +23,7 @@ func TestJobUpdateSemantics(t *testing.T) {
 	c := startCluster(t, nomadBin, bins, []clusterClient{{Name: "v100", Fake: []string{"2x V100"}}}, "")
 	killToys(t, c, bins)
 
-	job, err := c.API.Jobs().ParseHCL(fmt.Sprintf(`
+	registerJob(t, c.API, `
 job "semantics" {
   type = "batch"
   group "train" {
@@ -32,25 +32,13 @@ job "semantics" {
       mode     = "fail"
     }
     task "train" {
-      driver = "hetgpu"
-      config {
-        command = %q
-        args    = ["-steps", "3000", "-step-time", "100ms", "-batch", "64"]
-      }
-      resources {
-        cpu    = 100
-        memory = 64
+      driver = "hetgpu"`+toyTask(bins.Toy, `"-steps", "3000", "-step-time", "100ms", "-batch", "64"`, `
         device "nvidia/gpu" {
           count = 1
-        }
-      }
+        }`)+`
     }
   }
-}`, bins.Toy), true)
-	must(t, err)
-	_, _, err = c.API.Jobs().Register(job, nil)
-	must(t, err)
-	t.Cleanup(func() { _, _, _ = c.API.Jobs().Deregister("semantics", true, nil) })
+}`)
 	for _, tc := range nomadtest.UpdateCases() {
 		a := waitAlloc(t, c.API, "semantics", "running")
 		var devs []string
@@ -73,27 +61,15 @@ job "semantics" {
 	}
 
 	// A finished batch group runs again when a later job version is registered.
-	rerun, err := c.API.Jobs().ParseHCL(fmt.Sprintf(`
+	registerJob(t, c.API, `
 job "rerun" {
   type = "batch"
   group "a" {
     task "a" {
-      driver = "hetgpu"
-      config {
-        command = %q
-        args    = ["-steps", "5", "-step-time", "100ms", "-batch", "64"]
-      }
-      resources {
-        cpu    = 100
-        memory = 64
-      }
+      driver = "hetgpu"`+toyTask(bins.Toy, `"-steps", "5", "-step-time", "100ms", "-batch", "64"`, "")+`
     }
   }
-}`, bins.Toy), true)
-	must(t, err)
-	_, _, err = c.API.Jobs().Register(rerun, nil)
-	must(t, err)
-	t.Cleanup(func() { _, _, _ = c.API.Jobs().Deregister("rerun", true, nil) })
+}`)
 	waitDead(t, c.API, "rerun", 90*time.Second)
 	j, _, err := c.API.Jobs().Info("rerun", nil)
 	must(t, err)
