@@ -72,19 +72,13 @@ func convertSpec(s *hclspec.Spec, key, path string) (hcldec.Spec, error) {
 		}
 		return &hcldec.BlockAttrsSpec{TypeName: b.BlockAttrs.GetName(), ElementType: ty, Required: b.BlockAttrs.GetRequired()}, nil
 	case *hclspec.Spec_BlockList:
-		nested, err := convertNested(b.BlockList.GetNested(), path)
-		if err != nil {
-			return nil, err
-		}
-		return &hcldec.BlockListSpec{TypeName: b.BlockList.GetName(), Nested: nested,
-			MinItems: int(b.BlockList.GetMinItems()), MaxItems: int(b.BlockList.GetMaxItems())}, nil
+		return convertBlocks(b.BlockList, path, func(name string, nested hcldec.Spec, lo, hi int) hcldec.Spec {
+			return &hcldec.BlockListSpec{TypeName: name, Nested: nested, MinItems: lo, MaxItems: hi}
+		})
 	case *hclspec.Spec_BlockSet:
-		nested, err := convertNested(b.BlockSet.GetNested(), path)
-		if err != nil {
-			return nil, err
-		}
-		return &hcldec.BlockSetSpec{TypeName: b.BlockSet.GetName(), Nested: nested,
-			MinItems: int(b.BlockSet.GetMinItems()), MaxItems: int(b.BlockSet.GetMaxItems())}, nil
+		return convertBlocks(b.BlockSet, path, func(name string, nested hcldec.Spec, lo, hi int) hcldec.Spec {
+			return &hcldec.BlockSetSpec{TypeName: name, Nested: nested, MinItems: lo, MaxItems: hi}
+		})
 	case *hclspec.Spec_BlockMap:
 		nested, err := convertNested(b.BlockMap.GetNested(), path)
 		if err != nil {
@@ -175,4 +169,21 @@ func EncodeHCLConfig(s *hclspec.Spec, src []byte) ([]byte, error) {
 		return nil, err
 	}
 	return EncodeCty(val)
+}
+
+// repeatedBlock is a block list or set of the schema.
+type repeatedBlock interface {
+	GetName() string
+	GetNested() *hclspec.Spec
+	GetMinItems() uint64
+	GetMaxItems() uint64
+}
+
+// convertBlocks converts a block list or set: spec builds the hcldec spec of its kind.
+func convertBlocks(b repeatedBlock, path string, spec func(name string, nested hcldec.Spec, lo, hi int) hcldec.Spec) (hcldec.Spec, error) {
+	nested, err := convertNested(b.GetNested(), path)
+	if err != nil {
+		return nil, err
+	}
+	return spec(b.GetName(), nested, int(b.GetMinItems()), int(b.GetMaxItems())), nil
 }
