@@ -13,25 +13,27 @@ import (
 	"github.com/hetgpu/hetgpu/plugin"
 	"github.com/hetgpu/hetgpu/plugin/proto/base"
 	"github.com/hetgpu/hetgpu/plugin/proto/drivers"
+	"github.com/hetgpu/hetgpu/plugin/proto/hclspec"
 )
 
 // encodeTask parses a job's task config block the way the Nomad client does and encodes it
 // as msgpack_driver_config.
 func encodeTask(t testing.TB, src string) []byte {
 	t.Helper()
-	b, err := plugin.EncodeHCLConfig(taskConfigSpec(), []byte(src))
-	if err != nil {
-		t.Fatalf("encode task config: %v\n%s", err, src)
-	}
-	return b
+	return encodeHCL(t, taskConfigSpec(), src)
 }
 
 // encodePlugin encodes a plugin block's config as the Nomad client hands it to the driver.
 func encodePlugin(t testing.TB, src string) []byte {
 	t.Helper()
-	b, err := plugin.EncodeHCLConfig(pluginConfigSpec(), []byte(src))
+	return encodeHCL(t, pluginConfigSpec(), src)
+}
+
+func encodeHCL(t testing.TB, spec *hclspec.Spec, src string) []byte {
+	t.Helper()
+	b, err := plugin.EncodeHCLConfig(spec, []byte(src))
 	if err != nil {
-		t.Fatalf("encode plugin config %q: %v", src, err)
+		t.Fatalf("encode config: %v\n%s", err, src)
 	}
 	return b
 }
