@@ -40,15 +40,12 @@ func runBenchLive(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	verbose := fs.Bool("v", false, "log each round to stderr")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (setup included) to this file")
 	memProfile := fs.String("memprofile", "", "write a heap profile at the end to this file")
-	fs.Usage = func() {
-		fmt.Fprint(stderr, benchLiveUsage+"\n\n"+
-			"Runs the sidecar's real Nomad backend and service, with the production ranker, predictor and\n"+
-			"placer, against an in-process fake of the Nomad HTTP API that adds --latency to every call, on a\n"+
-			"cluster of --nodes x --gpus-per-node GPUs already running --running allocations; before each\n"+
-			"round --pending held groups are submitted. Reports per phase p50/p99, calls per round, pins/s,\n"+
-			"CPU and memory (the fake runs in the same process: its CPU and memory are included).\n\nFlags:\n")
-		fs.PrintDefaults()
-	}
+	setUsage(fs, benchLiveUsage+"\n\n"+
+		"Runs the sidecar's real Nomad backend and service, with the production ranker, predictor and\n"+
+		"placer, against an in-process fake of the Nomad HTTP API that adds --latency to every call, on a\n"+
+		"cluster of --nodes x --gpus-per-node GPUs already running --running allocations; before each\n"+
+		"round --pending held groups are submitted. Reports per phase p50/p99, calls per round, pins/s,\n"+
+		"CPU and memory (the fake runs in the same process: its CPU and memory are included).")
 	if err := parseFlags(fs, args, "hetgpu bench live", " (all options are flags)"); err != nil {
 		return err
 	}

@@ -91,6 +91,14 @@ func usage(w io.Writer, cmds []command) {
 }
 
 // newFlagSet returns a FlagSet that reports errors instead of exiting.
+// setUsage makes -h (and a usage error) print text, then the flags with their defaults.
+func setUsage(fs *flag.FlagSet, text string) {
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), text+"\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+}
+
 func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("hetgpu "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)

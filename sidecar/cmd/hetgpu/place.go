@@ -48,12 +48,9 @@ func runPlaceBench(ctx context.Context, args []string, stdout, stderr io.Writer)
 	compare := fs.Bool("compare-full", false, "also solve each round as one full MILP without time limit and report the objective lost")
 	asJSON := fs.Bool("json", false, "print JSON instead of the table")
 	warm := fs.Bool("warm", true, "warm the placer with one untimed synthetic round first, as the sidecar does at start-up")
-	fs.Usage = func() {
-		fmt.Fprint(stderr, "Usage: hetgpu place bench --jobs N --gpus M --types K --seed S [--json]\n\n"+
-			"Generates random heterogeneous clusters and queues of that size and reports the placement\n"+
-			"decision time (p50/p99 wall clock and CPU), objective, MIP gap, fallbacks and HiGHS statistics.\n\nFlags:\n")
-		fs.PrintDefaults()
-	}
+	setUsage(fs, "Usage: hetgpu place bench --jobs N --gpus M --types K --seed S [--json]\n\n"+
+		"Generates random heterogeneous clusters and queues of that size and reports the placement\n"+
+		"decision time (p50/p99 wall clock and CPU), objective, MIP gap, fallbacks and HiGHS statistics.")
 	if err := parseFlags(fs, args, "hetgpu place bench", " (all options are flags)"); err != nil {
 		return err
 	}

@@ -15,17 +15,11 @@ func runRelease(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	namespace := fs.String("namespace", "", "the job's namespace (default NOMAD_NAMESPACE, else default)")
 	address := fs.String("address", "", "Nomad address (default NOMAD_ADDR)")
 	configPath := fs.String("config", "", "sidecar configuration file whose nomad block to use")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, `Usage: hetgpu release [flags] JOB
+	setUsage(fs, `Usage: hetgpu release [flags] JOB
 
 Hands a held job back to plain Nomad scheduling: removes the hetgpu hold constraint and keeps
 everything else (meta is untouched, so nothing restarts). Uses NOMAD_ADDR, NOMAD_TOKEN and the
-NOMAD_* TLS variables.
-
-Flags:
-`)
-		fs.PrintDefaults()
-	}
+NOMAD_* TLS variables.`)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -20,19 +20,13 @@ func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	tlsKey := fs.String("tls-key", "", "the certificate's PEM private key (config tls.key_file)")
 	tlsClientCA := fs.String("tls-client-ca", "", "require client certificates signed by this PEM CA (mTLS; config tls.client_ca_file)")
 	insecure := fs.Bool("insecure", false, "serve a non-loopback address without TLS or tokens anyway (config insecure)")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, `Usage: hetgpu sidecar [-config FILE] [flags]
+	setUsage(fs, `Usage: hetgpu sidecar [-config FILE] [flags]
 
 Runs the scheduler sidecar beside the Nomad servers: holds annotated jobs until it pins them
 to a node and exact GPUs, and serves the API (queue, decisions, explain, observations,
 metrics) and a GPU fleet dashboard at /ui/fleet. Nomad is reached through NOMAD_ADDR, NOMAD_TOKEN, NOMAD_NAMESPACE and the NOMAD_*
 TLS variables, or the config file's nomad block. Without a Nomad address it runs on the
-embedded simulated cluster (accelerated clock) and serves the same API.
-
-Flags:
-`)
-		fs.PrintDefaults()
-	}
+embedded simulated cluster (accelerated clock) and serves the same API.`)
 	if err := parseFlags(fs, args, "hetgpu sidecar", " (use -config FILE)"); err != nil {
 		return err
 	}

@@ -34,10 +34,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	penalty := fs.Float64("restart-penalty", policies.DefaultRestartPenaltyS, "seconds of work a preempted job loses per restart (preemptive baselines)")
 	logLevel := fs.String("log-level", "warn", "log level on stderr: trace, debug, info, warn, error")
 	queues := fs.String("queues", "", "queues for the hetgpu policies: auto (one per namespace, guarantees splitting 80 % of the cluster by demand), auto:F, or an HCL file of queue blocks; reports per queue")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: hetgpu sim [flags]\n\nReplays a trace on a simulated GPU cluster under each policy and compares them.\nBundled traces: %s\n\nFlags:\n", strings.Join(trace.BundledNames(), ", "))
-		fs.PrintDefaults()
-	}
+	setUsage(fs, fmt.Sprintf("Usage: hetgpu sim [flags]\n\nReplays a trace on a simulated GPU cluster under each policy and compares them.\nBundled traces: %s", strings.Join(trace.BundledNames(), ", ")))
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -26,8 +26,7 @@ func runState(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	simulated := fs.Bool("simulated", false, "the embedded simulated cluster's state (<state_dir>/simulated)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	force := fs.Bool("rebuild-catalog", false, "repair: rebuild the catalog from the store even when it reads fine")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, `Usage: hetgpu state check|repair [flags]
+	setUsage(fs, `Usage: hetgpu state check|repair [flags]
 
 check inspects the sidecar's state file (sidecar.db) and the predictor's catalog
 (catalog.jsonl) without changing them: bbolt's meta pages against the file size, every
@@ -35,12 +34,7 @@ page, key and record, and every catalog line's checksum. It exits 1 when somethi
 repair copies what can be read into a fresh state file (the damaged one is kept as
 sidecar.db.corrupt-<time>) and rebuilds the catalog from the stored runs when it is damaged
 or the store was repaired (the old one kept as catalog.jsonl.old-<time>).
-Stop the sidecar first: it holds the state file locked.
-
-Flags:
-`)
-		fs.PrintDefaults()
-	}
+Stop the sidecar first: it holds the state file locked.`)
 	if err := parseFlags(fs, args[1:], "hetgpu state "+sub, ""); err != nil {
 		return err
 	}

@@ -47,13 +47,10 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	minBSLD := fs.Float64("min-bsld", rltrain.DefaultMinBSLD, "train only on episodes whose baseline mean bounded slowdown reaches this (<0: all)")
 	workers := fs.Int("workers", 0, "parallel rollouts (0: one per CPU; results do not depend on it)")
 	logLevel := fs.String("log-level", "warn", "log level on stderr")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: hetgpu train --cluster NAME --trace REF --epochs N --out FILE [flags]\n"+
-			"       hetgpu train eval [flags]   (held-out comparison; -h for its flags)\n"+
-			"       hetgpu train verdict --policy FILE [flags]   (held-out verdict into the policy's meta)\n\n"+
-			"Trains the prioritiser (PPO) in the simulator, episodes being windows of the trace.\n\nFlags:\n")
-		fs.PrintDefaults()
-	}
+	setUsage(fs, "Usage: hetgpu train --cluster NAME --trace REF --epochs N --out FILE [flags]\n"+
+		"       hetgpu train eval [flags]   (held-out comparison; -h for its flags)\n"+
+		"       hetgpu train verdict --policy FILE [flags]   (held-out verdict into the policy's meta)\n\n"+
+		"Trains the prioritiser (PPO) in the simulator, episodes being windows of the trace.")
 	if err := parseFlags(fs, args, "hetgpu train", ""); err != nil {
 		return err
 	}
@@ -133,10 +130,7 @@ func runTrainEval(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	seed := fs.Uint64("seed", 1, "seed")
 	parallel := fs.Int("parallel", 0, "policies simulated at once (0: one per CPU)")
 	asJSON := fs.Bool("json", false, "print JSON")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: hetgpu train eval [flags]\n\nCompares hetgpu with every baseline on held-out traces and checks the prioritiser's targets.\n\nFlags:\n")
-		fs.PrintDefaults()
-	}
+	setUsage(fs, "Usage: hetgpu train eval [flags]\n\nCompares hetgpu with every baseline on held-out traces and checks the prioritiser's targets.")
 	if err := parseFlags(fs, args, "hetgpu train eval", ""); err != nil {
 		return err
 	}
@@ -187,10 +181,7 @@ func runTrainVerdict(ctx context.Context, args []string, stdout, stderr io.Write
 	evalFile := fs.String("eval", "", "judge from this `hetgpu train eval --json` output of the same policy instead of simulating (it must hold hetgpu and "+rltrain.HeuristicVariant+")")
 	pooledMax := fs.Float64("pooled-max", rank.VerdictPooledMax, "highest pooled learned/heuristic ratio that still beats")
 	windowMax := fs.Float64("window-max", rank.VerdictWindowMax, "highest per-window learned/heuristic ratio that still beats")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: hetgpu train verdict --policy FILE [flags]\n\nCompares the policy with the fallback heuristic (hetgpu vs %s) on held-out traces and writes the verdict into the checkpoint's meta.\n\nFlags:\n", rltrain.HeuristicVariant)
-		fs.PrintDefaults()
-	}
+	setUsage(fs, fmt.Sprintf("Usage: hetgpu train verdict --policy FILE [flags]\n\nCompares the policy with the fallback heuristic (hetgpu vs %s) on held-out traces and writes the verdict into the checkpoint's meta.", rltrain.HeuristicVariant))
 	if err := parseFlags(fs, args, "hetgpu train verdict", ""); err != nil {
 		return err
 	}

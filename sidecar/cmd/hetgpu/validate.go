@@ -11,16 +11,10 @@ import (
 func runValidate(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("validate", stderr)
 	strict := fs.Bool("strict", false, "treat warnings as errors")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, `Usage: hetgpu validate [-strict] FILE...
+	setUsage(fs, `Usage: hetgpu validate [-strict] FILE...
 
 Parses Nomad jobspecs (HCL2) and checks their hetgpu annotations and hold constraint: every
-malformed hetgpu.* meta value is reported with its key, value and what is expected.
-
-Flags:
-`)
-		fs.PrintDefaults()
-	}
+malformed hetgpu.* meta value is reported with its key, value and what is expected.`)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
