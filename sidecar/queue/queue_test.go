@@ -126,9 +126,9 @@ func TestOrder(t *testing.T) {
 		t.Errorf("order %s, want %s", got, want)
 	}
 	// After an hour with b's 6 GPUs running and c's jobs waiting, b used all and c nothing:
-	// b's share is 2 (factor 2), c's 0 (factor 1/2).
+	// b's share is 2, c's 0.
 	snap.Running = snap.Running[:1]
-	snap.Pending = []cluster.Job{pend("b", "b1", 1), pend("b", "b2", 1), pend("c", "c1", 1), pend("c", "c2", 1)}
+	snap.Pending = []cluster.Job{pend("b", "b1", 1), pend("b", "b2", 1), pend("b", "b3", 1), pend("c", "c1", 1)}
 	s.Prepare(snap)
 	snap.Now = t0.Add(time.Hour)
 	s.Prepare(snap)
@@ -145,8 +145,9 @@ func TestOrder(t *testing.T) {
 	if math.Abs(shareB-2) > 1e-9 || shareC != 0 {
 		t.Fatalf("shares b %v, c %v; want 2 and 0", shareB, shareC)
 	}
-	// Positions: b1 0, b2 1 x 2, c1 2 x 1/2, c2 3 x 1/2.
-	if got, want := keys(s.Order(snap, ranked(snap.Pending...))), "b1,c1,c2,b2"; got != want {
+	// Factors sqrt 2 (b) and 1/sqrt 2 (c); positions: b1 0, b2 1.41, b3 2.83, c1 3 x 0.71 = 2.12:
+	// c1 passes b3 but not b2 (with the old factors 2 and 1/2 it passed b2 as well).
+	if got, want := keys(s.Order(snap, ranked(snap.Pending...))), "b1,b2,c1,b3"; got != want {
 		t.Errorf("order by share %s, want %s", got, want)
 	}
 }
