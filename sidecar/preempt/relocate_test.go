@@ -89,3 +89,42 @@ func TestGuaranteedJobsMoveToMakeRoom(t *testing.T) {
 		})
 	}
 }
+
+// TestSpreadJobRelocation: an 8-GPU job that may spread over two nodes finds at most 6 GPUs on
+// any two of three 4-GPU nodes, because guaranteed 1-GPU jobs of two other queues sit on n0
+// and n1; both move to n2 (2 GPUs left there beside a job that stays), and it takes n0 and n1.
+func TestSpreadJobRelocation(t *testing.T) {
+	snap := &cluster.Snapshot{Now: now, Nodes: []cluster.Node{node("n0", "a100", 4), node("n1", "a100", 4), node("n2", "a100", 4)}}
+	for _, x := range []struct{ id, ns, node string }{{"g", "team-a", "n0"}, {"g2", "team-b", "n1"}} {
+		j := job(x.id, 1, 50*time.Hour)
+		j.Namespace = x.ns
+		running(snap, j, x.node, "a100", now.Add(-2*time.Hour))
+	}
+	h := job("h", 2, 50*time.Hour)
+	h.Namespace = "team-b"
+	h.Hetgpu.Preemptible = false
+	running(snap, h, "n2", "a100", now.Add(-2*time.Hour))
+	w := job("w", 8, time.Hour)
+	w.Namespace = "team-c"
+	w.Hetgpu.MaxNodes = 2
+	snap.Pending = []cluster.Job{w}
+	snap.Tenancy = &cluster.Tenancy{Queue: map[string]string{"team-a": "a", "team-b": "b", "team-c": "c"}, DefaultQueue: "default",
+		Guaranteed: map[string]bool{"team-a/g/train": true, "team-b/g2/train": true}, Owed: map[string]int{}}
+	p, err := New(Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := p.Plan(context.Background(), snap, rankAll(snap, "w", "g", "g2"), speeds{"a100": 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, order := ids(plan)
+	if strings.Join(got, ",") != "g,g2" || strings.Join(order, ",") != "w,g,g2" {
+		t.Errorf("preempted %v, order %v; want [g g2] and [w g g2]", got, order)
+	}
+	for _, x := range plan.Preempt {
+		if !strings.Contains(x.Reason, "to n2 to make room for team-c/w") {
+			t.Errorf("%s: reason %q, want a move to n2 for team-c/w", x.JobID, x.Reason)
+		}
+	}
+}

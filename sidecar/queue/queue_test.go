@@ -251,3 +251,38 @@ func TestOrderFillsTheGuaranteeOnly(t *testing.T) {
 		t.Errorf("order %s, want %s", got, want)
 	}
 }
+
+// TestRelocatedJobsLead: b holds 14 GPUs with a guarantee of 12 and its 4-GPU job "moved" was
+// stopped this round to move within the guarantee (cluster.Tenancy.Relocated): after the
+// preemption b holds 10, so the moved job does not fit what the guarantee has left (2) by
+// itself, but it keeps its standing: it leads the order and b is owed its 4 GPUs. Without the
+// mark it would wait behind the shorter job of a.
+func TestRelocatedJobsLead(t *testing.T) {
+	s, err := New(Config{Queues: []Spec{{Name: "a", Namespaces: []string{"a"}}, {Name: "b", Namespaces: []string{"b"}, Guarantee: 12}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		moved     bool
+		order     string
+		owedB     int
+		reserveOn bool
+	}{{true, "moved,a1", 4, true}, {false, "a1,moved", 0, false}} {
+		snap := &cluster.Snapshot{Now: t0, Nodes: []cluster.Node{node("n", "a100", 16)},
+			Running: []cluster.Alloc{alloc("b", "r1", "n", "a100", 0, 8, t0), alloc("b", "r2", "n", "a100", 8, 2, t0)}}
+		snap.Pending = []cluster.Job{{Namespace: "a", ID: "a1", Group: "g", GPUs: 4}, {Namespace: "b", ID: "moved", Group: "g", GPUs: 4}}
+		if tt.moved {
+			snap.Tenancy = &cluster.Tenancy{Relocated: map[string]bool{"b/moved/g": true}}
+		}
+		out := s.Prepare(snap)
+		if got := keys(s.Order(out, ranked(out.Pending...))); got != tt.order {
+			t.Errorf("moved %v: order %s, want %s", tt.moved, got, tt.order)
+		}
+		if got := out.Tenancy.Owed["b"]; got != tt.owedB {
+			t.Errorf("moved %v: b owed %d, want %d", tt.moved, got, tt.owedB)
+		}
+		if got := len(out.Caps) > 0; got != tt.reserveOn {
+			t.Errorf("moved %v: caps %+v, want a reserve %v", tt.moved, out.Caps, tt.reserveOn)
+		}
+	}
+}
