@@ -9,13 +9,13 @@ func withRelocated(snap *cluster.Snapshot, plan []cluster.Preemption, res []clus
 		return snap
 	}
 	applied := appliedKeys(res)
-	var moved map[string]bool
+	var moved map[string]string
 	for i := range plan {
-		if k := plan[i].JobKey(); plan[i].Relocated && applied[k] {
+		if k := plan[i].JobKey(); plan[i].RelocatedFor != "" && applied[k] {
 			if moved == nil {
-				moved = map[string]bool{}
+				moved = map[string]string{}
 			}
-			moved[k] = true
+			moved[k] = plan[i].RelocatedFor
 		}
 	}
 	if moved == nil {
