@@ -202,7 +202,7 @@ func (p *Planner) Plan(ctx context.Context, snap *cluster.Snapshot, ranked []sch
 	for _, r := range order {
 		jobs[r.Job.Key()] = r.Job
 	}
-	relocated, movedFor := map[string]string{}, map[string]string{}
+	relocated := map[string]string{}
 	var multi map[string]bool
 	if snap.Tenancy != nil {
 		multi = multiGroupGangs(snap)
@@ -226,7 +226,7 @@ func (p *Planner) Plan(ctx context.Context, snap *cluster.Snapshot, ranked []sch
 			}
 		}
 		if reason, ok := relocated[k]; ok {
-			plan.Preempt = append(plan.Preempt, cluster.Preemption{Namespace: j.Namespace, JobID: j.ID, Group: j.Group, Reason: reason, RelocatedFor: movedFor[k]})
+			plan.Preempt = append(plan.Preempt, cluster.Preemption{Namespace: j.Namespace, JobID: j.ID, Group: j.Group, Reason: reason, Relocated: true})
 			plan.Order = append(plan.Order, r)
 			continue
 		}
@@ -239,7 +239,7 @@ func (p *Planner) Plan(ctx context.Context, snap *cluster.Snapshot, ranked []sch
 				guard.apply(st, moves)
 				guard.visit(st, j, k)
 				for _, m := range moves {
-					relocated[m.key], movedFor[m.key] = relocateReason(m, st, j), k
+					relocated[m.key] = relocateReason(m, st, j)
 				}
 				best, bestRate = p.bestFit(st, j, feas, pred)
 			}

@@ -83,9 +83,6 @@ func TestGuaranteedJobsMoveToMakeRoom(t *testing.T) {
 			if r := plan.Preempt[0].Reason; !strings.Contains(r, "moving within its queue's guarantee to n1") {
 				t.Errorf("reason %q, want a move to n1", r)
 			}
-			if f := plan.Preempt[0].RelocatedFor; f != "team-c/w/train" {
-				t.Errorf("relocated for %q, want team-c/w/train", f)
-			}
 			if strings.Join(order, ",") != "w,g" {
 				t.Errorf("order %v, want [w g]: the waiting job, then the moved one", order)
 			}

@@ -313,12 +313,12 @@ func (s *Set) Prepare(snap *cluster.Snapshot) *cluster.Snapshot {
 	// Jobs the preemption planner moved within their queue's guarantee (a second Prepare, after
 	// the preemptions) keep their standing: the reserve holds GPUs for them and Order puts them
 	// first.
-	var moved map[string]string
+	var moved map[string]bool
 	if snap.Tenancy != nil && len(snap.Tenancy.Relocated) > 0 {
-		moved = map[string]string{}
+		moved = map[string]bool{}
 		for i := range snap.Pending {
-			if j := &snap.Pending[i]; snap.Tenancy.Relocated[j.Key()] != "" {
-				moved[j.Key()] = snap.Tenancy.Relocated[j.Key()]
+			if j := &snap.Pending[i]; snap.Tenancy.Relocated[j.Key()] {
+				moved[j.Key()] = true
 				r.relocated[s.QueueOf(j.Namespace)] += j.GPUs
 			}
 		}
@@ -537,8 +537,7 @@ func (s *Set) reclaimable(snap *cluster.Snapshot, r *round) []cluster.Job {
 //
 //  1. waiting jobs that fit what their queue's guarantee has left (in all or of a GPU type),
 //     taken in the ranker's order until the guarantee is filled, come first, led by the jobs
-//     that relocations made room for this round and then the jobs moved within their
-//     queue's guarantee (cluster.Tenancy.Relocated), as the preemption planner packed them;
+//     moved within their queue's guarantee this round (cluster.Tenancy.Relocated);
 //  2. jobs that do not fit under their queue's (or parent's) maximum come last;
 //  3. within each of these tiers, a job at 0-based position p of the ranker's order takes
 //     position p x f (shareFactor), f = 2^((share-1)/2) clamped to [1/sqrt 2, sqrt 2], where
@@ -564,15 +563,13 @@ func (s *Set) Order(snap *cluster.Snapshot, ranked []sched.Ranked) []sched.Ranke
 	// taken is what each queue's guarantee has given tier 0 so far, in the ranker's order, after
 	// the jobs moved within it this round (they lead tier 0: their queue held their GPUs).
 	taken := map[string]int{}
-	var moved map[string]string
-	beneficiary := map[string]bool{}
+	var moved map[string]bool
 	if snap.Tenancy != nil {
 		moved = snap.Tenancy.Relocated
 	}
 	for _, rk := range ranked {
-		if k := rk.Job.Key(); moved[k] != "" && pending[k] {
+		if k := rk.Job.Key(); moved[k] && pending[k] {
 			taken[s.QueueOf(rk.Job.Namespace)] += rk.Job.GPUs
-			beneficiary[moved[k]] = true
 		}
 	}
 	keys := make([]key, len(ranked))
@@ -581,9 +578,7 @@ func (s *Set) Order(snap *cluster.Snapshot, ranked []sched.Ranked) []sched.Ranke
 		sp := s.specs[q]
 		tier, pos := 1, float64(i)*shareFactor(r.share[q])
 		switch k := rk.Job.Key(); {
-		case beneficiary[k] && pending[k]:
-			tier, pos = 0, -2 // the job the moves made room for, on the GPUs they left
-		case moved[k] != "" && pending[k]:
+		case moved[k] && pending[k]:
 			tier, pos = 0, -1
 		case pending[k] && r.withinGuarantee(sp, taken[q]+rk.Job.GPUs):
 			tier = 0

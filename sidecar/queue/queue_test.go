@@ -253,10 +253,10 @@ func TestOrderFillsTheGuaranteeOnly(t *testing.T) {
 }
 
 // TestRelocatedJobsLead: b holds 14 GPUs with a guarantee of 12 and its 4-GPU job "moved" was
-// stopped this round to move within the guarantee, making room for c's "wide"
-// (cluster.Tenancy.Relocated): after the preemption b holds 10, so the moved job does not fit
-// what the guarantee has left (2) by itself, but it keeps its standing: "wide" and then it lead
-// the order and b is owed its 4 GPUs. Without the mark both keep the ranker's order.
+// stopped this round to move within the guarantee (cluster.Tenancy.Relocated): after the
+// preemption b holds 10, so the moved job does not fit what the guarantee has left (2) by
+// itself, but it keeps its standing: it leads the order and b is owed its 4 GPUs. Without the
+// mark it would wait behind the shorter job of a.
 func TestRelocatedJobsLead(t *testing.T) {
 	s, err := New(Config{Queues: []Spec{{Name: "a", Namespaces: []string{"a"}}, {Name: "b", Namespaces: []string{"b"}, Guarantee: 12}}})
 	if err != nil {
@@ -267,13 +267,12 @@ func TestRelocatedJobsLead(t *testing.T) {
 		order     string
 		owedB     int
 		reserveOn bool
-	}{{true, "wide,moved,a1", 4, true}, {false, "a1,moved,wide", 0, false}} {
+	}{{true, "moved,a1", 4, true}, {false, "a1,moved", 0, false}} {
 		snap := &cluster.Snapshot{Now: t0, Nodes: []cluster.Node{node("n", "a100", 16)},
 			Running: []cluster.Alloc{alloc("b", "r1", "n", "a100", 0, 8, t0), alloc("b", "r2", "n", "a100", 8, 2, t0)}}
-		snap.Pending = []cluster.Job{{Namespace: "a", ID: "a1", Group: "g", GPUs: 4}, {Namespace: "b", ID: "moved", Group: "g", GPUs: 4},
-			{Namespace: "c", ID: "wide", Group: "g", GPUs: 8}}
+		snap.Pending = []cluster.Job{{Namespace: "a", ID: "a1", Group: "g", GPUs: 4}, {Namespace: "b", ID: "moved", Group: "g", GPUs: 4}}
 		if tt.moved {
-			snap.Tenancy = &cluster.Tenancy{Relocated: map[string]string{"b/moved/g": "c/wide/g"}}
+			snap.Tenancy = &cluster.Tenancy{Relocated: map[string]bool{"b/moved/g": true}}
 		}
 		out := s.Prepare(snap)
 		if got := keys(s.Order(out, ranked(out.Pending...))); got != tt.order {

@@ -9,13 +9,13 @@ func withRelocated(snap *cluster.Snapshot, plan []cluster.Preemption, res []clus
 		return snap
 	}
 	applied := appliedKeys(res)
-	var moved map[string]string
+	var moved map[string]bool
 	for i := range plan {
-		if k := plan[i].JobKey(); plan[i].RelocatedFor != "" && applied[k] {
+		if k := plan[i].JobKey(); plan[i].Relocated && applied[k] {
 			if moved == nil {
-				moved = map[string]string{}
+				moved = map[string]bool{}
 			}
-			moved[k] = plan[i].RelocatedFor
+			moved[k] = true
 		}
 	}
 	if moved == nil {
