@@ -36,6 +36,9 @@ type Preemption struct {
 	// Reason is shown to the user (job UI, logs): which job needed the GPUs, or where the job
 	// moves to.
 	Reason string
+	// Relocated marks a job within its queue's guarantee stopped to make room for another
+	// queue's job: it is to be placed again in the same round (Tenancy.Relocated).
+	Relocated bool
 }
 
 // JobKey returns the Key of the preempted job.
@@ -79,6 +82,9 @@ type Tenancy struct {
 	// they are owed: they may reclaim borrowed GPUs from jobs younger than the planner's
 	// minimum run time.
 	Owed map[string]int
+	// Relocated holds the job keys of waiting groups that were stopped this round to move
+	// within their queue's guarantee (Preemption.Relocated): the queue stage places them first.
+	Relocated map[string]bool
 }
 
 // QueueOf is the queue of a namespace.

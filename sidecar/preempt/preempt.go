@@ -193,6 +193,15 @@ func (p *Planner) Plan(ctx context.Context, snap *cluster.Snapshot, ranked []sch
 	plan := sched.Plan{Order: make([]sched.Ranked, 0, len(order))}
 	moves := map[string]string{}
 	guard := newGuard(snap, held, running, young)
+	jobs := make(map[string]*cluster.Job, len(order))
+	for _, r := range order {
+		jobs[r.Job.Key()] = r.Job
+	}
+	relocated := map[string]string{}
+	var multi map[string]bool
+	if snap.Tenancy != nil {
+		multi = multiGroupGangs(snap)
+	}
 	for _, r := range order {
 		if err := ctx.Err(); err != nil {
 			return sched.Plan{}, err
@@ -211,16 +220,23 @@ func (p *Planner) Plan(ctx context.Context, snap *cluster.Snapshot, ranked []sch
 				keepOK = false
 			}
 		}
+		if reason, ok := relocated[k]; ok {
+			plan.Preempt = append(plan.Preempt, cluster.Preemption{Namespace: j.Namespace, JobID: j.ID, Group: j.Group, Reason: reason, Relocated: true})
+			plan.Order = append(plan.Order, r)
+			continue
+		}
 		feas := st.feasible(j)
-		best, bestRate := []spot(nil), 0.0
-		for _, t := range st.types {
-			sp, ok := st.fit(j, t, feas)
-			if !ok {
-				continue
-			}
-			rate := p.rate(j, t, len(sp), pred)
-			if rate > bestRate {
-				best, bestRate = sp, rate
+		best, bestRate := p.bestFit(st, j, feas, pred)
+		if best == nil && !isRunning {
+			// Other queues' guaranteed jobs may move to make room (relocate.go).
+			rate := func(t string) float64 { return p.rate(j, t, 1, pred) }
+			if moves, ok := guard.relocation(st, j, feas, jobs, multi, rate); ok {
+				guard.apply(st, moves)
+				guard.visit(st, j, k)
+				for _, m := range moves {
+					relocated[m.key] = relocateReason(m, st, j)
+				}
+				best, bestRate = p.bestFit(st, j, feas, pred)
 			}
 		}
 		switch {
@@ -243,6 +259,22 @@ func (p *Planner) Plan(ctx context.Context, snap *cluster.Snapshot, ranked []sch
 		plan.Order = append(plan.Order, r)
 	}
 	return plan, nil
+}
+
+// bestFit is the unit(s) of the GPU type with the highest predicted rate that job j fits now.
+func (p *Planner) bestFit(st *state, j *cluster.Job, feas []bool, pred sched.Predictor) ([]spot, float64) {
+	best, bestRate := []spot(nil), 0.0
+	for _, t := range st.types {
+		sp, ok := st.fit(j, t, feas)
+		if !ok {
+			continue
+		}
+		rate := p.rate(j, t, len(sp), pred)
+		if rate > bestRate {
+			best, bestRate = sp, rate
+		}
+	}
+	return best, bestRate
 }
 
 // order is the ranker's order with the long-job guard applied: jobs whose estimated

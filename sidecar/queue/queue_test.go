@@ -126,9 +126,9 @@ func TestOrder(t *testing.T) {
 		t.Errorf("order %s, want %s", got, want)
 	}
 	// After an hour with b's 6 GPUs running and c's jobs waiting, b used all and c nothing:
-	// b's share is 2 (factor 2), c's 0 (factor 1/2).
+	// b's share is 2, c's 0.
 	snap.Running = snap.Running[:1]
-	snap.Pending = []cluster.Job{pend("b", "b1", 1), pend("b", "b2", 1), pend("c", "c1", 1), pend("c", "c2", 1)}
+	snap.Pending = []cluster.Job{pend("b", "b1", 1), pend("b", "b2", 1), pend("b", "b3", 1), pend("c", "c1", 1)}
 	s.Prepare(snap)
 	snap.Now = t0.Add(time.Hour)
 	s.Prepare(snap)
@@ -145,8 +145,9 @@ func TestOrder(t *testing.T) {
 	if math.Abs(shareB-2) > 1e-9 || shareC != 0 {
 		t.Fatalf("shares b %v, c %v; want 2 and 0", shareB, shareC)
 	}
-	// Positions: b1 0, b2 1 x 2, c1 2 x 1/2, c2 3 x 1/2.
-	if got, want := keys(s.Order(snap, ranked(snap.Pending...))), "b1,c1,c2,b2"; got != want {
+	// Factors sqrt 2 (b) and 1/sqrt 2 (c); positions: b1 0, b2 1.41, b3 2.83, c1 3 x 0.71 = 2.12:
+	// c1 passes b3 but not b2 (with the old factors 2 and 1/2 it passed b2 as well).
+	if got, want := keys(s.Order(snap, ranked(snap.Pending...))), "b1,b2,c1,b3"; got != want {
 		t.Errorf("order by share %s, want %s", got, want)
 	}
 }
@@ -248,5 +249,40 @@ func TestOrderFillsTheGuaranteeOnly(t *testing.T) {
 	// a holds 1 of 4: a1 (2) fits, a2 (2) would make 5, a3 (1) makes 4.
 	if got, want := keys(s.Order(snap, ranked(snap.Pending...))), "a1,a3,b1,b2,a2"; got != want {
 		t.Errorf("order %s, want %s", got, want)
+	}
+}
+
+// TestRelocatedJobsLead: b holds 14 GPUs with a guarantee of 12 and its 4-GPU job "moved" was
+// stopped this round to move within the guarantee (cluster.Tenancy.Relocated): after the
+// preemption b holds 10, so the moved job does not fit what the guarantee has left (2) by
+// itself, but it keeps its standing: it leads the order and b is owed its 4 GPUs. Without the
+// mark it would wait behind the shorter job of a.
+func TestRelocatedJobsLead(t *testing.T) {
+	s, err := New(Config{Queues: []Spec{{Name: "a", Namespaces: []string{"a"}}, {Name: "b", Namespaces: []string{"b"}, Guarantee: 12}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		moved     bool
+		order     string
+		owedB     int
+		reserveOn bool
+	}{{true, "moved,a1", 4, true}, {false, "a1,moved", 0, false}} {
+		snap := &cluster.Snapshot{Now: t0, Nodes: []cluster.Node{node("n", "a100", 16)},
+			Running: []cluster.Alloc{alloc("b", "r1", "n", "a100", 0, 8, t0), alloc("b", "r2", "n", "a100", 8, 2, t0)}}
+		snap.Pending = []cluster.Job{{Namespace: "a", ID: "a1", Group: "g", GPUs: 4}, {Namespace: "b", ID: "moved", Group: "g", GPUs: 4}}
+		if tt.moved {
+			snap.Tenancy = &cluster.Tenancy{Relocated: map[string]bool{"b/moved/g": true}}
+		}
+		out := s.Prepare(snap)
+		if got := keys(s.Order(out, ranked(out.Pending...))); got != tt.order {
+			t.Errorf("moved %v: order %s, want %s", tt.moved, got, tt.order)
+		}
+		if got := out.Tenancy.Owed["b"]; got != tt.owedB {
+			t.Errorf("moved %v: b owed %d, want %d", tt.moved, got, tt.owedB)
+		}
+		if got := len(out.Caps) > 0; got != tt.reserveOn {
+			t.Errorf("moved %v: caps %+v, want a reserve %v", tt.moved, out.Caps, tt.reserveOn)
+		}
 	}
 }

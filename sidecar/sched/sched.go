@@ -169,7 +169,8 @@ func (p *Pipeline) RunRound(ctx context.Context) (*Round, error) {
 			}
 			snap = AfterPreemption(snap, preempted)
 			if p.Queues != nil {
-				snap = p.Queues.Prepare(snap) // the freed GPUs are idle GPUs a reserve may hold
+				// The freed GPUs are idle GPUs a reserve may hold; relocated jobs go first.
+				snap = p.Queues.Prepare(withRelocated(snap, plan.Preempt, preempted))
 			}
 		}
 		order = keepPending(plan.Order, snap)
