@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lanl/highs"
+
 	"github.com/hetgpu/hetgpu/model/cluster"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
 )
@@ -51,6 +53,9 @@ type Gavel struct {
 	pairs     []gavelPair // this round's (job, type) pairs, best first
 	granted   map[string]string
 	runningOn map[string]string // running job key -> its GPU type
+	// lpVars and lpNZ are the last LP's arrays, reused by the next (solve).
+	lpVars []gavelVar
+	lpNZ   []highs.Nonzero
 }
 
 type gavelPair struct {
@@ -114,11 +119,11 @@ func (g *Gavel) Rank(ctx context.Context, snap *cluster.Snapshot, pred sched.Pre
 	now := snap.Now
 	g.account(snap)
 	jobs := activeJobs(snap)
-	active := make(map[string]bool, len(jobs))
-	for _, j := range jobs {
-		active[j.key] = true
-	}
-	if !sameKeys(active, g.active) {
+	if !sameJobs(jobs, g.active) {
+		active := make(map[string]bool, len(jobs))
+		for _, j := range jobs {
+			active[j.key] = true
+		}
 		if err := g.solve(snap, jobs, pred); err != nil {
 			return nil, err
 		}
@@ -333,12 +338,13 @@ func samePrio(a, b float64) bool {
 	return math.Abs(a-b) <= 1e-9*math.Max(math.Abs(a), math.Abs(b))
 }
 
-func sameKeys(a, b map[string]bool) bool {
-	if len(a) != len(b) {
+// sameJobs reports whether jobs (each key once) are the keys of set.
+func sameJobs(jobs []activeJob, set map[string]bool) bool {
+	if len(jobs) != len(set) {
 		return false
 	}
-	for k := range a {
-		if !b[k] {
+	for _, j := range jobs {
+		if !set[j.key] {
 			return false
 		}
 	}

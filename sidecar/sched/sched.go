@@ -212,8 +212,7 @@ func (p *Pipeline) Decide(ctx context.Context, snap *cluster.Snapshot) (*Round, 
 // plan ranks pending and preemptible running jobs together and asks the Preemptor.
 func (p *Pipeline) plan(ctx context.Context, snap *cluster.Snapshot) (Plan, error) {
 	active := *snap
-	active.Pending = make([]cluster.Job, 0, len(snap.Pending)+len(snap.Preemptible))
-	active.Pending = append(append(active.Pending, snap.Pending...), snap.Preemptible...)
+	active.Pending = snap.Active()
 	ranked, err := p.Ranker.Rank(ctx, &active, p.Predictor)
 	if err != nil {
 		return Plan{}, fmt.Errorf("rank %d active jobs: %w", len(active.Pending), err)
@@ -242,15 +241,24 @@ func AfterPreemption(snap *cluster.Snapshot, res []cluster.PinResult) *cluster.S
 			out.Running = append(out.Running, a)
 		}
 	}
-	out.Preemptible, out.Pending = moveJobs(snap.Preemptible, snap.Pending, gone, nil)
+	out.Preemptible, out.Pending = moveJobs(snap.Preemptible, snap.Pending, gone, nil, nil, nil)
 	return out.Indexed() // the freed GPUs are free
 }
 
 // moveJobs returns from without the jobs keys names, and a copy of to with those of them
-// appended that keep accepts (all when keep is nil).
-func moveJobs(from, to []cluster.Job, keys map[string]bool, keep func(*cluster.Job) bool) (rest, moved []cluster.Job) {
-	rest = make([]cluster.Job, 0, len(from))
-	moved = append(make([]cluster.Job, 0, len(to)+len(keys)), to...)
+// appended that keep accepts (all when keep is nil). The results are written into the arrays
+// of restBuf and movedBuf when they are large enough (nil: new arrays).
+func moveJobs(from, to []cluster.Job, keys map[string]bool, keep func(*cluster.Job) bool, restBuf, movedBuf []cluster.Job) (rest, moved []cluster.Job) {
+	// A buffer grown is grown with room to spare: queues grow a little most rounds.
+	rest = restBuf[:0]
+	if cap(rest) < len(from) {
+		rest = make([]cluster.Job, 0, len(from)+cap(restBuf)/2)
+	}
+	moved = movedBuf[:0]
+	if cap(moved) < len(to)+len(keys) {
+		moved = make([]cluster.Job, 0, len(to)+len(keys)+cap(movedBuf)/2)
+	}
+	moved = append(moved, to...)
 	for _, j := range from {
 		switch {
 		case !keys[j.Key()]:

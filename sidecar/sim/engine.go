@@ -129,6 +129,7 @@ type JobState struct {
 	coRunner   string
 	coBatch    int
 	lastType   string
+	allocs     []cluster.Alloc // snapshot allocations of the current placement (allocsOf)
 }
 
 // Remaining returns the steps left at the engine's current time.

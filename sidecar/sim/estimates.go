@@ -55,6 +55,21 @@ func (e Estimates) Factor(key string) float64 {
 type estimating struct {
 	e   *Engine
 	est Estimates
+	// factors, when set, memoises Factor by job key across rounds.
+	factors map[string]float64
+}
+
+// factor is the job's Factor, memoised when the round has a memo.
+func (c estimating) factor(key string) float64 {
+	if c.factors == nil {
+		return c.est.Factor(key)
+	}
+	f, ok := c.factors[key]
+	if !ok {
+		f = c.est.Factor(key)
+		c.factors[key] = f
+	}
+	return f
 }
 
 func (c estimating) Snapshot(ctx context.Context) (*cluster.Snapshot, error) {
@@ -67,7 +82,7 @@ func (c estimating) Snapshot(ctx context.Context) (*cluster.Snapshot, error) {
 				continue
 			}
 			if j.Hetgpu.EstRuntime > 0 {
-				j.Hetgpu.EstRuntime = time.Duration(float64(j.Hetgpu.EstRuntime) * c.est.Factor(j.Key()))
+				j.Hetgpu.EstRuntime = time.Duration(float64(j.Hetgpu.EstRuntime) * c.factor(j.Key()))
 			}
 		}
 	}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/hetgpu/hetgpu/model/cluster"
@@ -27,6 +29,10 @@ type PipelinePolicy struct {
 	Meter Meter
 
 	partialGangPins int
+	// pinsView holds the snapshot the Wakers read after each round (reused arrays).
+	pinsView sched.PinsView
+	// factors memoises each job's estimate error (Estimates.Factor) across rounds.
+	factors map[string]float64
 }
 
 // Meter measures a run from outside its policy: it sees the cluster as every round left it
@@ -48,7 +54,10 @@ func (p *PipelinePolicy) PartialGangPins() int { return p.partialGangPins }
 
 // round runs one pipeline round on the engine (its lock held).
 func (p *PipelinePolicy) round(ctx context.Context, e *Engine) error {
-	c := estimating{e: e, est: p.Estimates}
+	if p.factors == nil {
+		p.factors = map[string]float64{}
+	}
+	c := estimating{e: e, est: p.Estimates, factors: p.factors}
 	r, err := p.Stages.Pipeline(c).RunRound(ctx)
 	if r != nil {
 		p.partialGangPins += r.PartialGangPins
@@ -77,7 +86,7 @@ func (p *PipelinePolicy) wake(e *Engine, r *sched.Round) {
 	if len(ws) == 0 || r.Snapshot == nil {
 		return
 	}
-	snap := sched.AfterPins(r.Snapshot, r.Pins)
+	snap := p.pinsView.After(r.Snapshot, r.Pins)
 	next := math.Inf(1)
 	for _, w := range ws {
 		if t := w.NextRound(snap); !t.IsZero() {
@@ -180,36 +189,63 @@ func (e *Engine) wall(t float64) time.Time {
 func (e *Engine) snapshot() *cluster.Snapshot {
 	e.compact()
 	snap := &cluster.Snapshot{Now: e.wall(e.now), Nodes: e.baseNodes}
+	n := 0
 	for _, j := range e.running {
-		byNode := map[int][]string{}
-		var order []int
-		for _, r := range j.Placement.GPUs {
-			if _, ok := byNode[r.Node]; !ok {
-				order = append(order, r.Node)
-			}
-			byNode[r.Node] = append(byNode[r.Node], instanceID(e.nodes[r.Node].id, r.Index))
-		}
-		sort.Ints(order)
-		for k, ni := range order {
-			snap.Running = append(snap.Running, cluster.Alloc{ID: fmt.Sprintf("%s-%d", j.ID, k), Namespace: j.Namespace,
-				JobID: j.ID, Group: JobGroup, NodeID: e.nodes[ni].id, DeviceIDs: byNode[ni],
-				GPUType: j.GPUType, StartTime: e.wall(j.segStart), Shared: j.Placement.Shared,
-				Hetgpu: e.clusterJob(j).Hetgpu})
+		n += len(e.allocsOf(j))
+	}
+	if n > 0 {
+		snap.Running = make([]cluster.Alloc, 0, n)
+	}
+	for _, j := range e.running {
+		hetgpu := e.clusterJob(j).Hetgpu
+		for _, a := range e.allocsOf(j) {
+			a.Hetgpu = hetgpu
+			snap.Running = append(snap.Running, a)
 		}
 	}
-	sort.Slice(snap.Running, func(a, b int) bool { return snap.Running[a].ID < snap.Running[b].ID })
-	snap.Pending = make([]cluster.Job, 0, len(e.pending))
+	slices.SortFunc(snap.Running, func(a, b cluster.Alloc) int { return strings.Compare(a.ID, b.ID) })
+	// Pending and Preemptible share one array (SetJobs): one allocation, and the preemption
+	// stage ranks both without a copy.
+	jobs := make([]cluster.Job, 0, len(e.pending)+len(e.running))
 	for _, j := range e.pending {
-		snap.Pending = append(snap.Pending, e.clusterJob(j))
+		jobs = append(jobs, e.clusterJob(j))
 	}
+	pending := len(jobs)
 	// Every simulated job checkpoints (as in Gavel's and Tiresias' simulators): a policy with a
-	// preemption stage may stop any running job.
-	snap.Preemptible = make([]cluster.Job, 0, len(e.running))
-	for _, j := range e.running {
-		snap.Preemptible = append(snap.Preemptible, e.clusterJob(j))
+	// preemption stage may stop any running job. Ordered by key (JobState.Key is the cluster
+	// job's Key).
+	running := slices.Clone(e.running)
+	slices.SortFunc(running, func(a, b *JobState) int { return strings.Compare(a.Key, b.Key) })
+	for _, j := range running {
+		jobs = append(jobs, e.clusterJob(j))
 	}
-	sort.Slice(snap.Preemptible, func(a, b int) bool { return snap.Preemptible[a].Key() < snap.Preemptible[b].Key() })
+	snap.SetJobs(jobs, pending)
 	return snap
+}
+
+// allocsOf are a running job's allocations, one per node in node order, without Hetgpu (it
+// changes as the job runs); built once per start, shared read-only by every snapshot.
+func (e *Engine) allocsOf(j *JobState) []cluster.Alloc {
+	if j.allocs != nil {
+		return j.allocs
+	}
+	byNode := map[int][]string{}
+	var order []int
+	for _, r := range j.Placement.GPUs {
+		if _, ok := byNode[r.Node]; !ok {
+			order = append(order, r.Node)
+		}
+		byNode[r.Node] = append(byNode[r.Node], instanceID(e.nodes[r.Node].id, r.Index))
+	}
+	sort.Ints(order)
+	j.allocs = make([]cluster.Alloc, 0, len(order))
+	for k, ni := range order {
+		j.allocs = append(j.allocs, cluster.Alloc{ID: fmt.Sprintf("%s-%d", j.ID, k), Namespace: j.Namespace,
+			JobID: j.ID, Group: JobGroup, NodeID: e.nodes[ni].id, DeviceIDs: byNode[ni],
+			GPUType: j.GPUType, StartTime: e.wall(j.segStart), Shared: j.Placement.Shared})
+		j.allocs[k].RememberKey(j.Key)
+	}
+	return j.allocs
 }
 
 func (e *Engine) clusterJob(j *JobState) cluster.Job {
@@ -219,6 +255,7 @@ func (e *Engine) clusterJob(j *JobState) cluster.Job {
 			MaxNodes: j.MaxNodes, AllowSharing: e.allowsSharing(j), Preemptible: true,
 			MinThroughput: j.MinThroughput},
 		AttainedGPUSeconds: j.Attained(e.now)}
+	cj.RememberKey(j.Key)
 	if e.cfg.Oracle && j.RefS > 0 {
 		// Remaining runtime on the reference type: what an oracle user estimate would say now.
 		cj.Hetgpu.EstRuntime = time.Duration(j.RefS * j.Remaining(e.now) / j.TotalSteps * float64(time.Second))
