@@ -259,12 +259,14 @@ func moveJobs(from, to []cluster.Job, keys map[string]bool, keep func(*cluster.J
 		moved = make([]cluster.Job, 0, len(to)+len(keys)+cap(movedBuf)/2)
 	}
 	moved = append(moved, to...)
-	for _, j := range from {
+	for i := range from {
+		// By index: &j of a range variable would put a copy of every job on the heap.
+		j := &from[i]
 		switch {
 		case !keys[j.Key()]:
-			rest = append(rest, j)
-		case keep == nil || keep(&j):
-			moved = append(moved, j)
+			rest = append(rest, *j)
+		case keep == nil || keep(j):
+			moved = append(moved, *j)
 		}
 	}
 	return rest, moved

@@ -201,6 +201,9 @@ type Engine struct {
 	maxPerNode     int
 	totalGPUs      int
 	baseNodes      []cluster.Node
+	// spareJobs and spareRunning are the arrays of a snapshot done with (recycle).
+	spareJobs    []cluster.Job
+	spareRunning []cluster.Alloc
 
 	jobs         []*JobState
 	byKey        map[string]*JobState

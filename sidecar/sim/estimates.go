@@ -57,10 +57,12 @@ type estimating struct {
 	est Estimates
 	// factors, when set, memoises Factor by job key across rounds.
 	factors map[string]float64
+	// snap is the last snapshot taken (the round hands its arrays back, see Engine.recycle).
+	snap *cluster.Snapshot
 }
 
 // factor is the job's Factor, memoised when the round has a memo.
-func (c estimating) factor(key string) float64 {
+func (c *estimating) factor(key string) float64 {
 	if c.factors == nil {
 		return c.est.Factor(key)
 	}
@@ -72,8 +74,9 @@ func (c estimating) factor(key string) float64 {
 	return f
 }
 
-func (c estimating) Snapshot(ctx context.Context) (*cluster.Snapshot, error) {
+func (c *estimating) Snapshot(ctx context.Context) (*cluster.Snapshot, error) {
 	snap := c.e.snapshot()
+	c.snap = snap
 	for _, jobs := range [][]cluster.Job{snap.Pending, snap.Preemptible} {
 		for i := range jobs {
 			j := &jobs[i]
@@ -90,10 +93,10 @@ func (c estimating) Snapshot(ctx context.Context) (*cluster.Snapshot, error) {
 }
 
 // Preempt implements cluster.Preempter.
-func (c estimating) Preempt(ctx context.Context, ps []cluster.Preemption) ([]cluster.PinResult, error) {
+func (c *estimating) Preempt(ctx context.Context, ps []cluster.Preemption) ([]cluster.PinResult, error) {
 	return c.e.preemptAll(ps), nil
 }
 
-func (c estimating) Pin(ctx context.Context, ds []cluster.Decision) ([]cluster.PinResult, error) {
+func (c *estimating) Pin(ctx context.Context, ds []cluster.Decision) ([]cluster.PinResult, error) {
 	return c.e.pin(ds), nil
 }

@@ -57,7 +57,7 @@ func (p *PipelinePolicy) round(ctx context.Context, e *Engine) error {
 	if p.factors == nil {
 		p.factors = map[string]float64{}
 	}
-	c := estimating{e: e, est: p.Estimates, factors: p.factors}
+	c := &estimating{e: e, est: p.Estimates, factors: p.factors}
 	r, err := p.Stages.Pipeline(c).RunRound(ctx)
 	if r != nil {
 		p.partialGangPins += r.PartialGangPins
@@ -71,6 +71,10 @@ func (p *PipelinePolicy) round(ctx context.Context, e *Engine) error {
 	p.wake(e, r)
 	if p.Meter != nil {
 		p.Meter.Measure(e.snapshot())
+	}
+	if p.OnRound == nil {
+		// Nothing outside the round saw its snapshot: the next one may reuse its arrays.
+		e.recycle(c.snap)
 	}
 	return nil
 }
@@ -123,8 +127,8 @@ func (e *Engine) wakeAt(t float64) {
 }
 
 var (
-	_ cluster.Cluster   = estimating{}
-	_ cluster.Preempter = estimating{}
+	_ cluster.Cluster   = (*estimating)(nil)
+	_ cluster.Preempter = (*estimating)(nil)
 	_ cluster.Cluster   = (*Engine)(nil)
 	_ cluster.Preempter = (*Engine)(nil)
 )
@@ -194,8 +198,12 @@ func (e *Engine) snapshot() *cluster.Snapshot {
 		n += len(e.allocsOf(j))
 	}
 	if n > 0 {
-		snap.Running = make([]cluster.Alloc, 0, n)
+		snap.Running = e.spareRunning[:0]
+		if cap(snap.Running) < n {
+			snap.Running = make([]cluster.Alloc, 0, n+n/2)
+		}
 	}
+	e.spareRunning = nil
 	for _, j := range e.running {
 		hetgpu := e.clusterJob(j).Hetgpu
 		for _, a := range e.allocsOf(j) {
@@ -206,7 +214,11 @@ func (e *Engine) snapshot() *cluster.Snapshot {
 	slices.SortFunc(snap.Running, func(a, b cluster.Alloc) int { return strings.Compare(a.ID, b.ID) })
 	// Pending and Preemptible share one array (SetJobs): one allocation, and the preemption
 	// stage ranks both without a copy.
-	jobs := make([]cluster.Job, 0, len(e.pending)+len(e.running))
+	jobs := e.spareJobs[:0]
+	if n := len(e.pending) + len(e.running); cap(jobs) < n {
+		jobs = make([]cluster.Job, 0, n+n/2)
+	}
+	e.spareJobs = nil
 	for _, j := range e.pending {
 		jobs = append(jobs, e.clusterJob(j))
 	}
@@ -221,6 +233,16 @@ func (e *Engine) snapshot() *cluster.Snapshot {
 	}
 	snap.SetJobs(jobs, pending)
 	return snap
+}
+
+// recycle takes back the arrays of a snapshot that nobody reads any more (the round that
+// took it is over and kept nothing of it), for the next snapshot to fill.
+func (e *Engine) recycle(snap *cluster.Snapshot) {
+	if snap == nil {
+		return
+	}
+	e.spareJobs = snap.Active()
+	e.spareRunning = snap.Running
 }
 
 // allocsOf are a running job's allocations, one per node in node order, without Hetgpu (it
