@@ -53,6 +53,9 @@ type Gavel struct {
 	pairs     []gavelPair // this round's (job, type) pairs, best first
 	granted   map[string]string
 	runningOn map[string]string // running job key -> its GPU type
+	// seen and jobs are Rank's scratch (activeJobs), kept for the next round.
+	seen map[string]bool
+	jobs []activeJob
 	// lpVars and lpNZ are the last LP's arrays, reused by the next (solve).
 	lpVars []gavelVar
 	lpNZ   []highs.Nonzero
@@ -84,9 +87,10 @@ type activeJob struct {
 
 // activeJobs are the jobs Gavel allocates: the waiting and the preemptible running ones (the
 // pipeline ranks both together before preempting), once each, in submission order.
-func activeJobs(snap *cluster.Snapshot) []activeJob {
-	seen := make(map[string]bool, len(snap.Pending)+len(snap.Preemptible))
-	out := make([]activeJob, 0, len(snap.Pending)+len(snap.Preemptible))
+// seen and out are cleared and filled (the caller's arrays from the last round).
+func activeJobs(snap *cluster.Snapshot, seen map[string]bool, out []activeJob) []activeJob {
+	clear(seen)
+	out = out[:0]
 	for _, jobs := range [][]cluster.Job{snap.Pending, snap.Preemptible} {
 		for i := range jobs {
 			if k := jobs[i].Key(); !seen[k] {
@@ -118,7 +122,11 @@ func (g *Gavel) Rank(ctx context.Context, snap *cluster.Snapshot, pred sched.Pre
 	}
 	now := snap.Now
 	g.account(snap)
-	jobs := activeJobs(snap)
+	if g.seen == nil {
+		g.seen = map[string]bool{}
+	}
+	jobs := activeJobs(snap, g.seen, g.jobs)
+	g.jobs = jobs
 	if !sameJobs(jobs, g.active) {
 		active := make(map[string]bool, len(jobs))
 		for _, j := range jobs {

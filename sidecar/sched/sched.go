@@ -140,6 +140,16 @@ type Pipeline struct {
 	ReserveAfter time.Duration
 	// Queues, when set, is the queue stage: caps, reclaim and the fair-share order.
 	Queues Queues
+	// Reuse, when set, lends the round the arrays of earlier rounds for the snapshot it
+	// derives after preemptions. Set it only where nothing reads a round's snapshot after the
+	// next round starts (the simulator without an OnRound hook).
+	Reuse *Scratch
+}
+
+// Scratch holds arrays a Pipeline reuses from round to round (Pipeline.Reuse).
+type Scratch struct {
+	running              []cluster.Alloc
+	pending, preemptible []cluster.Job
 }
 
 // RunRound takes one snapshot and carries it through every stage.
@@ -167,7 +177,7 @@ func (p *Pipeline) RunRound(ctx context.Context) (*Round, error) {
 			if err != nil {
 				return nil, fmt.Errorf("preempt %d jobs: %w", len(plan.Preempt), err)
 			}
-			snap = AfterPreemption(snap, preempted)
+			snap = p.Reuse.afterPreemption(snap, preempted)
 			if p.Queues != nil {
 				snap = p.Queues.Prepare(snap) // the freed GPUs are idle GPUs a reserve may hold
 			}
@@ -230,18 +240,34 @@ func (p *Pipeline) plan(ctx context.Context, snap *cluster.Snapshot) (Plan, erro
 // AfterPreemption is the snapshot once the applied preemptions took effect: their jobs wait
 // again (with their attained service) and their allocations are gone.
 func AfterPreemption(snap *cluster.Snapshot, res []cluster.PinResult) *cluster.Snapshot {
+	return (*Scratch)(nil).afterPreemption(snap, res)
+}
+
+// afterPreemption is AfterPreemption writing into s's arrays (nil s: new ones).
+func (s *Scratch) afterPreemption(snap *cluster.Snapshot, res []cluster.PinResult) *cluster.Snapshot {
 	gone := appliedKeys(res)
 	if len(gone) == 0 {
 		return snap
 	}
 	out := *snap
-	out.Running = make([]cluster.Alloc, 0, len(snap.Running))
-	for _, a := range snap.Running {
-		if !gone[a.Key()] {
-			out.Running = append(out.Running, a)
+	var running []cluster.Alloc
+	var pending, preemptible []cluster.Job
+	if s != nil {
+		running, pending, preemptible = s.running[:0], s.pending, s.preemptible
+	}
+	if cap(running) < len(snap.Running) {
+		running = make([]cluster.Alloc, 0, len(snap.Running)+cap(running)/2)
+	}
+	for i := range snap.Running {
+		if !gone[snap.Running[i].Key()] {
+			running = append(running, snap.Running[i])
 		}
 	}
-	out.Preemptible, out.Pending = moveJobs(snap.Preemptible, snap.Pending, gone, nil, nil, nil)
+	out.Running = running
+	out.Preemptible, out.Pending = moveJobs(snap.Preemptible, snap.Pending, gone, nil, preemptible, pending)
+	if s != nil {
+		s.running, s.pending, s.preemptible = out.Running, out.Pending, out.Preemptible
+	}
 	return out.Indexed() // the freed GPUs are free
 }
 

@@ -31,6 +31,8 @@ type PipelinePolicy struct {
 	partialGangPins int
 	// pinsView holds the snapshot the Wakers read after each round (reused arrays).
 	pinsView sched.PinsView
+	// scratch holds the arrays the pipeline reuses from round to round.
+	scratch sched.Scratch
 	// factors memoises each job's estimate error (Estimates.Factor) across rounds.
 	factors map[string]float64
 }
@@ -58,7 +60,11 @@ func (p *PipelinePolicy) round(ctx context.Context, e *Engine) error {
 		p.factors = map[string]float64{}
 	}
 	c := &estimating{e: e, est: p.Estimates, factors: p.factors}
-	r, err := p.Stages.Pipeline(c).RunRound(ctx)
+	pl := p.Stages.Pipeline(c)
+	if p.OnRound == nil {
+		pl.Reuse = &p.scratch // nothing reads a round's snapshots once the next starts
+	}
+	r, err := pl.RunRound(ctx)
 	if r != nil {
 		p.partialGangPins += r.PartialGangPins
 		if p.OnRound != nil {
