@@ -13,18 +13,7 @@ import (
 // rounds all get new arrays (an OnRound hook keeps every round's snapshot): the policies that
 // preempt and wake, which derive snapshots after preemptions and pins, end identically.
 func TestReusedSnapshotsDecideAlike(t *testing.T) {
-	s := spec(t, `name = "mix"
-node_class "v" {
-  gpu           = "Tesla V100-SXM2-16GB"
-  gpus_per_node = 4
-  count         = 2
-}
-node_class "k" {
-  gpu           = "Tesla K80"
-  gpus_per_node = 4
-  count         = 2
-}
-`)
+	s := mixed(t, 2, 2)
 	tr := synthetic(t, 60, 40, 5, true)
 	// (hetgpu's placement stops solving on the wall clock, so two runs of it may differ.)
 	for _, name := range []string{"gavel", "tiresias"} {
