@@ -125,6 +125,9 @@ type Round struct {
 	// PartialGangPins counts the gangs the backend pinned in part (see PartialGangPins); 0
 	// unless a backend applies part of one job's decisions.
 	PartialGangPins int
+
+	// gangs are the gangs of Snapshot.Pending (GangsOf), computed once for the round.
+	gangs Gangs
 }
 
 // Pipeline runs decision rounds against a cluster backend.
@@ -203,7 +206,7 @@ func (p *Pipeline) RunRound(ctx context.Context) (*Round, error) {
 		if err != nil {
 			return r, fmt.Errorf("pin %d decisions: %w", len(r.Decisions), err)
 		}
-		r.PartialGangPins = PartialGangPins(GangsOf(r.Snapshot.Pending), r.Pins)
+		r.PartialGangPins = PartialGangPins(r.gangs, r.Pins)
 	}
 	r.Latency = time.Since(start)
 	return r, nil
@@ -346,6 +349,7 @@ func (p *Pipeline) decide(ctx context.Context, snap *cluster.Snapshot, order []R
 		}
 	}
 	gangs := GangsOf(snap.Pending)
+	r.gangs = gangs
 	ranked = GroupGangs(ranked, gangs)
 	var res *Reservation
 	if p.ReserveAfter > 0 && len(gangs) > 0 {
