@@ -67,6 +67,8 @@ type Snapshot struct {
 
 	// free is the free-capacity index Indexed built (see Free).
 	free *freeMemo
+	// jobs, when SetJobs built Pending and Preemptible, is the one array of both (Active).
+	jobs []Job
 }
 
 // Tenancy maps namespaces to queues and names the running groups within their queue's
@@ -258,6 +260,9 @@ type Alloc struct {
 	// Hetgpu holds the job's annotations where the backend knows them (the workload a
 	// co-location prediction needs for a running co-runner).
 	Hetgpu Annotations
+
+	// key is Key remembered (RememberKey); used only while it still matches the fields.
+	key string
 }
 
 // Job is one pending task group waiting for a placement decision.
@@ -286,10 +291,18 @@ type Job struct {
 	// AttainedGPUSeconds is the GPU time the job already received before a preemption or
 	// requeue (used by least-attained-service policies); zero for jobs never run.
 	AttainedGPUSeconds float64
+
+	// key is Key remembered (RememberKey); used only while it still matches the fields.
+	key string
 }
 
 // Key identifies a job across rounds: "namespace/id/group".
-func (j *Job) Key() string { return GroupKey(j.Namespace, j.ID, j.Group) }
+func (j *Job) Key() string {
+	if keyOf(j.key, j.Namespace, j.ID, j.Group) {
+		return j.key
+	}
+	return GroupKey(j.Namespace, j.ID, j.Group)
+}
 
 // MaxNodes is the distribution degree D_j: how many nodes the job may span (>= 1).
 func (j *Job) MaxNodes() int {

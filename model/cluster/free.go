@@ -1,6 +1,10 @@
 package cluster
 
-import "github.com/hetgpu/hetgpu/model/gpuspec"
+import (
+	"sync"
+
+	"github.com/hetgpu/hetgpu/model/gpuspec"
+)
 
 // FreeIndex is a snapshot's free capacity: which GPU instances running allocations hold, and
 // the free healthy instances of every device group of the nodes open to new work, per group,
@@ -36,29 +40,38 @@ type instKey struct{ node, inst string }
 // Nodes and Running; any other snapshot builds one on each call.
 func (s *Snapshot) Free() *FreeIndex {
 	if f := s.free; f != nil && f.of(s) {
-		return f.idx
+		return f.index()
 	}
 	return newFreeIndex(s)
 }
 
-// Indexed returns s with its free-capacity index built: s itself when it has one already,
-// else a shallow copy that carries it. Call it once a snapshot's Nodes and Running are final
+// Indexed returns s with its free-capacity index attached (built at the first Free, once):
+// s itself when it has one already, else a shallow copy that carries it. Call it once a snapshot's Nodes and Running are final
 // and before it is shared; a copy that replaces either must be indexed again.
 func (s *Snapshot) Indexed() *Snapshot {
 	if f := s.free; f != nil && f.of(s) {
 		return s
 	}
 	out := *s
-	out.free = &freeMemo{nodes: s.Nodes, running: s.Running, idx: newFreeIndex(s)}
+	out.free = &freeMemo{nodes: s.Nodes, running: s.Running}
 	return &out
 }
 
-// freeMemo is a built index with the slices it was built from: copies of a snapshot share
-// it as long as they share those (snapshots are immutable, so same slices, same index).
+// freeMemo is an index with the slices it is built from: copies of a snapshot share it as
+// long as they share those (snapshots are immutable, so same slices, same index). It is built
+// at the first Free, once, so a round that never reads a snapshot's index (the one before
+// its preemptions, say) does not pay for it.
 type freeMemo struct {
 	nodes   []Node
 	running []Alloc
+	once    sync.Once
 	idx     *FreeIndex
+}
+
+// index builds the index once, whichever goroutine asks first.
+func (f *freeMemo) index() *FreeIndex {
+	f.once.Do(func() { f.idx = newFreeIndex(&Snapshot{Nodes: f.nodes, Running: f.running}) })
+	return f.idx
 }
 
 func (f *freeMemo) of(s *Snapshot) bool {

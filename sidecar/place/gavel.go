@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lanl/highs"
+
 	"github.com/hetgpu/hetgpu/model/cluster"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
 )
@@ -51,6 +53,15 @@ type Gavel struct {
 	pairs     []gavelPair // this round's (job, type) pairs, best first
 	granted   map[string]string
 	runningOn map[string]string // running job key -> its GPU type
+	// seen, jobs, place, started and waiting are scratch, kept for the next round.
+	seen    map[string]bool
+	jobs    []activeJob
+	place   map[string]int
+	started map[string]time.Time
+	waiting map[string]*cluster.Job
+	// lpVars and lpNZ are the last LP's arrays, reused by the next (solve).
+	lpVars []gavelVar
+	lpNZ   []highs.Nonzero
 }
 
 type gavelPair struct {
@@ -79,9 +90,10 @@ type activeJob struct {
 
 // activeJobs are the jobs Gavel allocates: the waiting and the preemptible running ones (the
 // pipeline ranks both together before preempting), once each, in submission order.
-func activeJobs(snap *cluster.Snapshot) []activeJob {
-	seen := make(map[string]bool, len(snap.Pending)+len(snap.Preemptible))
-	out := make([]activeJob, 0, len(snap.Pending)+len(snap.Preemptible))
+// seen and out are cleared and filled (the caller's arrays from the last round).
+func activeJobs(snap *cluster.Snapshot, seen map[string]bool, out []activeJob) []activeJob {
+	clear(seen)
+	out = out[:0]
 	for _, jobs := range [][]cluster.Job{snap.Pending, snap.Preemptible} {
 		for i := range jobs {
 			if k := jobs[i].Key(); !seen[k] {
@@ -113,12 +125,16 @@ func (g *Gavel) Rank(ctx context.Context, snap *cluster.Snapshot, pred sched.Pre
 	}
 	now := snap.Now
 	g.account(snap)
-	jobs := activeJobs(snap)
-	active := make(map[string]bool, len(jobs))
-	for _, j := range jobs {
-		active[j.key] = true
+	if g.seen == nil {
+		g.seen = map[string]bool{}
 	}
-	if !sameKeys(active, g.active) {
+	jobs := activeJobs(snap, g.seen, g.jobs)
+	g.jobs = jobs
+	if !sameJobs(jobs, g.active) {
+		active := make(map[string]bool, len(jobs))
+		for _, j := range jobs {
+			active[j.key] = true
+		}
 		if err := g.solve(snap, jobs, pred); err != nil {
 			return nil, err
 		}
@@ -167,21 +183,19 @@ func (g *Gavel) Rank(ctx context.Context, snap *cluster.Snapshot, pred sched.Pre
 	})
 	if g.full {
 		capLeft := typeCapacity(snap)
-		g.granted = map[string]string{}
-		gpus := make(map[string]int, len(jobs))
-		for _, j := range jobs {
-			gpus[j.key] = j.GPUs
-		}
+		g.granted = reset(g.granted)
 		for _, p := range g.pairs {
-			if _, done := g.granted[p.key]; done || capLeft[p.typ] < gpus[p.key] {
+			gpus := jobs[p.ord].GPUs // ord is the job's index in jobs
+			if _, done := g.granted[p.key]; done || capLeft[p.typ] < gpus {
 				continue
 			}
 			g.granted[p.key] = p.typ
-			capLeft[p.typ] -= gpus[p.key]
+			capLeft[p.typ] -= gpus
 		}
 	}
 	// The waiting jobs in the order of their best pair; those without one last.
-	place := make(map[string]int, len(g.pairs))
+	g.place = reset(g.place)
+	place := g.place
 	for i, p := range g.pairs {
 		if _, ok := place[p.key]; !ok {
 			place[p.key] = i
@@ -202,8 +216,9 @@ func (g *Gavel) Rank(ctx context.Context, snap *cluster.Snapshot, pred sched.Pre
 
 // account adds the time each running job ran on its type since the last round.
 func (g *Gavel) account(snap *cluster.Snapshot) {
-	g.runningOn = make(map[string]string, len(snap.Running))
-	started := make(map[string]time.Time, len(snap.Running))
+	g.runningOn = reset(g.runningOn)
+	g.started = reset(g.started)
+	started := g.started
 	for i := range snap.Running {
 		a := &snap.Running[i]
 		k := a.Key()
@@ -260,7 +275,8 @@ func (g *Gavel) Place(_ context.Context, snap *cluster.Snapshot, ranked []sched.
 	t0 := time.Now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	waiting := make(map[string]*cluster.Job, len(ranked))
+	g.waiting = reset(g.waiting)
+	waiting := g.waiting
 	for _, r := range ranked {
 		waiting[r.Job.Key()] = r.Job
 	}
@@ -333,12 +349,22 @@ func samePrio(a, b float64) bool {
 	return math.Abs(a-b) <= 1e-9*math.Max(math.Abs(a), math.Abs(b))
 }
 
-func sameKeys(a, b map[string]bool) bool {
-	if len(a) != len(b) {
+// reset returns m emptied, keeping its room (a new map when nil).
+func reset[K comparable, V any](m map[K]V) map[K]V {
+	if m == nil {
+		return map[K]V{}
+	}
+	clear(m)
+	return m
+}
+
+// sameJobs reports whether jobs (each key once) are the keys of set.
+func sameJobs(jobs []activeJob, set map[string]bool) bool {
+	if len(jobs) != len(set) {
 		return false
 	}
-	for k := range a {
-		if !b[k] {
+	for _, j := range jobs {
+		if !set[j.key] {
 			return false
 		}
 	}

@@ -19,6 +19,14 @@ type SpreadPredictor interface {
 	PredictSpread(job *cluster.Job, gpuType string, gpus, nodes int) sched.Estimate
 }
 
+// gavelVar is a column of Gavel's LP: job j (index in the active jobs) on GPU type t, whose
+// throughput there is thr.
+type gavelVar struct {
+	j   int
+	t   string
+	thr float64
+}
+
 // solve computes Gavel's max-min allocation X with HiGHS. Variables: X[j][t] for the pairs a
 // job can run on (it fits the type's nodes within its distribution degree and the predictor
 // gives a throughput), then z. Rows: per job sum_t X <= 1; per type sum_j gpus_j X <= cap; per
@@ -43,12 +51,7 @@ func (g *Gavel) solve(snap *cluster.Snapshot, jobs []activeJob, pred sched.Predi
 		total += float64(c)
 	}
 	sort.Strings(types)
-	type v struct {
-		j   int
-		t   string
-		thr float64
-	}
-	var vars []v
+	vars := g.lpVars[:0]
 	equal := make([]float64, len(jobs))
 	for ji, j := range jobs {
 		for _, t := range types {
@@ -69,7 +72,7 @@ func (g *Gavel) solve(snap *cluster.Snapshot, jobs []activeJob, pred sched.Predi
 			if thr <= 0 {
 				continue
 			}
-			vars = append(vars, v{ji, t, thr})
+			vars = append(vars, gavelVar{ji, t, thr})
 			equal[ji] += thr * float64(capacity[t]) / total
 		}
 	}
@@ -81,44 +84,44 @@ func (g *Gavel) solve(snap *cluster.Snapshot, jobs []activeJob, pred sched.Predi
 	}
 	m.ColCosts[z] = 1
 	m.ColUpper[z] = math.Inf(1)
+	// Rows list their columns in ascending order (vars are in job order, z comes last), as
+	// HiGHS is given them.
 	row := 0
-	add := func(lb, ub float64, nz map[int]float64) {
+	add := func(lb, ub float64, cols []int, val func(c int) float64) {
 		m.RowLower = append(m.RowLower, lb)
 		m.RowUpper = append(m.RowUpper, ub)
-		cols := make([]int, 0, len(nz))
-		for c := range nz {
-			cols = append(cols, c)
-		}
-		sort.Ints(cols)
 		for _, c := range cols {
-			m.ConstMatrix = append(m.ConstMatrix, highs.Nonzero{Row: row, Col: c, Val: nz[c]})
+			m.ConstMatrix = append(m.ConstMatrix, highs.Nonzero{Row: row, Col: c, Val: val(c)})
 		}
 		row++
 	}
-	byJob := make([]map[int]float64, len(jobs))
-	fair := make([]map[int]float64, len(jobs))
-	byType := map[string]map[int]float64{}
+	byJob := make([][]int, len(jobs))
+	byType := map[string][]int{}
 	for i, x := range vars {
-		if byJob[x.j] == nil {
-			byJob[x.j], fair[x.j] = map[int]float64{}, map[int]float64{z: -1}
-		}
-		byJob[x.j][i] = 1
-		fair[x.j][i] = x.thr / equal[x.j]
-		if byType[x.t] == nil {
-			byType[x.t] = map[int]float64{}
-		}
-		byType[x.t][i] = float64(jobs[x.j].GPUs)
+		byJob[x.j] = append(byJob[x.j], i)
+		byType[x.t] = append(byType[x.t], i)
 	}
+	// HiGHS copies the matrix (ToRawModel): the next solve reuses the arrays.
+	g.lpVars = vars
+	m.ConstMatrix = g.lpNZ[:0]
+	defer func() { g.lpNZ = m.ConstMatrix }()
+	one := func(int) float64 { return 1 }
 	for ji := range jobs {
-		if byJob[ji] == nil {
+		cols := byJob[ji]
+		if cols == nil {
 			continue // it cannot run on any type: no share to be fair about
 		}
-		add(math.Inf(-1), 1, byJob[ji])
-		add(0, math.Inf(1), fair[ji])
+		add(math.Inf(-1), 1, cols, one)
+		add(0, math.Inf(1), append(cols, z), func(c int) float64 {
+			if c == z {
+				return -1
+			}
+			return vars[c].thr / equal[ji]
+		})
 	}
 	for _, t := range types {
-		if byType[t] != nil {
-			add(math.Inf(-1), float64(capacity[t]), byType[t])
+		if cols := byType[t]; cols != nil {
+			add(math.Inf(-1), float64(capacity[t]), cols, func(c int) float64 { return float64(jobs[vars[c].j].GPUs) })
 		}
 	}
 	if len(vars) == 0 {

@@ -21,7 +21,7 @@ func typesPredictor(o Options) sched.Predictor {
 	if o.Spec != nil {
 		p.CrossNodeEfficiency = o.Spec.Network.CrossNodeEfficiency
 	}
-	return p
+	return p.Memoized()
 }
 
 // newFIFO is first-in first-out with head-of-line blocking and first-fit bin-packing: the

@@ -24,7 +24,7 @@ func GangKey(j *cluster.Job) string {
 	if j.Hetgpu.NoGang {
 		return ""
 	}
-	return cluster.JobKey(j.Namespace, j.ID)
+	return j.WholeKey()
 }
 
 // Gangs maps every gang with several waiting members ("namespace/id") to the job keys of

@@ -125,6 +125,9 @@ type Round struct {
 	// PartialGangPins counts the gangs the backend pinned in part (see PartialGangPins); 0
 	// unless a backend applies part of one job's decisions.
 	PartialGangPins int
+
+	// gangs are the gangs of Snapshot.Pending (GangsOf), computed once for the round.
+	gangs Gangs
 }
 
 // Pipeline runs decision rounds against a cluster backend.
@@ -140,6 +143,16 @@ type Pipeline struct {
 	ReserveAfter time.Duration
 	// Queues, when set, is the queue stage: caps, reclaim and the fair-share order.
 	Queues Queues
+	// Reuse, when set, lends the round the arrays of earlier rounds for the snapshot it
+	// derives after preemptions. Set it only where nothing reads a round's snapshot after the
+	// next round starts (the simulator without an OnRound hook).
+	Reuse *Scratch
+}
+
+// Scratch holds arrays a Pipeline reuses from round to round (Pipeline.Reuse).
+type Scratch struct {
+	running              []cluster.Alloc
+	pending, preemptible []cluster.Job
 }
 
 // RunRound takes one snapshot and carries it through every stage.
@@ -167,7 +180,7 @@ func (p *Pipeline) RunRound(ctx context.Context) (*Round, error) {
 			if err != nil {
 				return nil, fmt.Errorf("preempt %d jobs: %w", len(plan.Preempt), err)
 			}
-			snap = AfterPreemption(snap, preempted)
+			snap = p.Reuse.afterPreemption(snap, preempted)
 			if p.Queues != nil {
 				// The freed GPUs are idle GPUs a reserve may hold; relocated jobs go first.
 				snap = p.Queues.Prepare(withRelocated(snap, plan.Preempt, preempted))
@@ -194,7 +207,7 @@ func (p *Pipeline) RunRound(ctx context.Context) (*Round, error) {
 		if err != nil {
 			return r, fmt.Errorf("pin %d decisions: %w", len(r.Decisions), err)
 		}
-		r.PartialGangPins = PartialGangPins(GangsOf(r.Snapshot.Pending), r.Pins)
+		r.PartialGangPins = PartialGangPins(r.gangs, r.Pins)
 	}
 	r.Latency = time.Since(start)
 	return r, nil
@@ -213,8 +226,7 @@ func (p *Pipeline) Decide(ctx context.Context, snap *cluster.Snapshot) (*Round, 
 // plan ranks pending and preemptible running jobs together and asks the Preemptor.
 func (p *Pipeline) plan(ctx context.Context, snap *cluster.Snapshot) (Plan, error) {
 	active := *snap
-	active.Pending = make([]cluster.Job, 0, len(snap.Pending)+len(snap.Preemptible))
-	active.Pending = append(append(active.Pending, snap.Pending...), snap.Preemptible...)
+	active.Pending = snap.Active()
 	ranked, err := p.Ranker.Rank(ctx, &active, p.Predictor)
 	if err != nil {
 		return Plan{}, fmt.Errorf("rank %d active jobs: %w", len(active.Pending), err)
@@ -232,32 +244,59 @@ func (p *Pipeline) plan(ctx context.Context, snap *cluster.Snapshot) (Plan, erro
 // AfterPreemption is the snapshot once the applied preemptions took effect: their jobs wait
 // again (with their attained service) and their allocations are gone.
 func AfterPreemption(snap *cluster.Snapshot, res []cluster.PinResult) *cluster.Snapshot {
+	return (*Scratch)(nil).afterPreemption(snap, res)
+}
+
+// afterPreemption is AfterPreemption writing into s's arrays (nil s: new ones).
+func (s *Scratch) afterPreemption(snap *cluster.Snapshot, res []cluster.PinResult) *cluster.Snapshot {
 	gone := appliedKeys(res)
 	if len(gone) == 0 {
 		return snap
 	}
 	out := *snap
-	out.Running = make([]cluster.Alloc, 0, len(snap.Running))
-	for _, a := range snap.Running {
-		if !gone[a.Key()] {
-			out.Running = append(out.Running, a)
+	var running []cluster.Alloc
+	var pending, preemptible []cluster.Job
+	if s != nil {
+		running, pending, preemptible = s.running[:0], s.pending, s.preemptible
+	}
+	if cap(running) < len(snap.Running) {
+		running = make([]cluster.Alloc, 0, len(snap.Running)+cap(running)/2)
+	}
+	for i := range snap.Running {
+		if !gone[snap.Running[i].Key()] {
+			running = append(running, snap.Running[i])
 		}
 	}
-	out.Preemptible, out.Pending = moveJobs(snap.Preemptible, snap.Pending, gone, nil)
+	out.Running = running
+	out.Preemptible, out.Pending = moveJobs(snap.Preemptible, snap.Pending, gone, nil, preemptible, pending)
+	if s != nil {
+		s.running, s.pending, s.preemptible = out.Running, out.Pending, out.Preemptible
+	}
 	return out.Indexed() // the freed GPUs are free
 }
 
 // moveJobs returns from without the jobs keys names, and a copy of to with those of them
-// appended that keep accepts (all when keep is nil).
-func moveJobs(from, to []cluster.Job, keys map[string]bool, keep func(*cluster.Job) bool) (rest, moved []cluster.Job) {
-	rest = make([]cluster.Job, 0, len(from))
-	moved = append(make([]cluster.Job, 0, len(to)+len(keys)), to...)
-	for _, j := range from {
+// appended that keep accepts (all when keep is nil). The results are written into the arrays
+// of restBuf and movedBuf when they are large enough (nil: new arrays).
+func moveJobs(from, to []cluster.Job, keys map[string]bool, keep func(*cluster.Job) bool, restBuf, movedBuf []cluster.Job) (rest, moved []cluster.Job) {
+	// A buffer grown is grown with room to spare: queues grow a little most rounds.
+	rest = restBuf[:0]
+	if cap(rest) < len(from) {
+		rest = make([]cluster.Job, 0, len(from)+cap(restBuf)/2)
+	}
+	moved = movedBuf[:0]
+	if cap(moved) < len(to)+len(keys) {
+		moved = make([]cluster.Job, 0, len(to)+len(keys)+cap(movedBuf)/2)
+	}
+	moved = append(moved, to...)
+	for i := range from {
+		// By index: &j of a range variable would put a copy of every job on the heap.
+		j := &from[i]
 		switch {
 		case !keys[j.Key()]:
-			rest = append(rest, j)
-		case keep == nil || keep(&j):
-			moved = append(moved, j)
+			rest = append(rest, *j)
+		case keep == nil || keep(j):
+			moved = append(moved, *j)
 		}
 	}
 	return rest, moved
@@ -311,6 +350,7 @@ func (p *Pipeline) decide(ctx context.Context, snap *cluster.Snapshot, order []R
 		}
 	}
 	gangs := GangsOf(snap.Pending)
+	r.gangs = gangs
 	ranked = GroupGangs(ranked, gangs)
 	var res *Reservation
 	if p.ReserveAfter > 0 && len(gangs) > 0 {

@@ -49,7 +49,7 @@ type Tuner interface {
 // service demotes running jobs as they run; a starving job is promoted): NextRound is when it
 // wants the next round, given the round's snapshot as the round left it (AfterPins); the zero
 // time means no such need. The simulator schedules a round then; the live sidecar's periodic
-// reconcile covers it.
+// reconcile covers it. NextRound must not keep snap: the simulator reuses its arrays (PinsView).
 type Waker interface {
 	NextRound(snap *cluster.Snapshot) time.Time
 }
@@ -58,12 +58,33 @@ type Waker interface {
 // the jobs pinned wait no longer, and those that may be preempted are listed as preemptible.
 // Running allocations are not rebuilt (their nodes and GPUs are the backend's to report).
 func AfterPins(snap *cluster.Snapshot, pins []cluster.PinResult) *cluster.Snapshot {
+	return (*PinsView)(nil).After(snap, pins)
+}
+
+// PinsView computes AfterPins again and again (the simulator asks its Wakers after every
+// round) into the same arrays: each answer is valid until the next call, so it may only be
+// read in between, as a Waker reads its snapshot.
+type PinsView struct {
+	pending, preemptible []cluster.Job
+	snap                 cluster.Snapshot
+}
+
+// After is AfterPins reusing v's arrays; a nil v allocates new ones.
+func (v *PinsView) After(snap *cluster.Snapshot, pins []cluster.PinResult) *cluster.Snapshot {
 	started := appliedKeys(pins)
 	if len(started) == 0 {
 		return snap
 	}
-	out := *snap
+	out := &cluster.Snapshot{}
+	var pend, pre []cluster.Job
+	if v != nil {
+		out, pend, pre = &v.snap, v.pending, v.preemptible
+	}
+	*out = *snap
 	out.Pending, out.Preemptible = moveJobs(snap.Pending, snap.Preemptible, started,
-		func(j *cluster.Job) bool { return j.Hetgpu.Preemptible })
-	return &out
+		func(j *cluster.Job) bool { return j.Hetgpu.Preemptible }, pend, pre)
+	if v != nil {
+		v.pending, v.preemptible = out.Pending, out.Preemptible
+	}
+	return out
 }

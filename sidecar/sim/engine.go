@@ -129,6 +129,7 @@ type JobState struct {
 	coRunner   string
 	coBatch    int
 	lastType   string
+	allocs     []cluster.Alloc // snapshot allocations of the current placement (allocsOf)
 }
 
 // Remaining returns the steps left at the engine's current time.
@@ -200,6 +201,9 @@ type Engine struct {
 	maxPerNode     int
 	totalGPUs      int
 	baseNodes      []cluster.Node
+	// spareJobs and spareRunning are the arrays of a snapshot done with (recycle).
+	spareJobs    []cluster.Job
+	spareRunning []cluster.Alloc
 
 	jobs         []*JobState
 	byKey        map[string]*JobState

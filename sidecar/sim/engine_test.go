@@ -65,18 +65,7 @@ func TestInfiniteGPUsJCTIsIdealRuntime(t *testing.T) {
 
 // Busy GPU time never exceeds capacity, at any round (checked through snapshots) and in total.
 func TestGPUTimeNeverExceedsCapacity(t *testing.T) {
-	s := spec(t, `name = "mixed"
-node_class "v" {
-  gpu = "Tesla V100-SXM2-16GB"
-  gpus_per_node = 4
-  count = 3
-}
-node_class "k" {
-  gpu = "Tesla K80"
-  gpus_per_node = 4
-  count = 2
-}
-`)
+	s := mixed(t, 3, 2)
 	tr := synthetic(t, 150, 4, 5, true)
 	for _, name := range []string{"fifo", "sjf", "tiresias", "gavel"} {
 		t.Run(name, func(t *testing.T) {

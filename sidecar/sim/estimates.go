@@ -55,10 +55,28 @@ func (e Estimates) Factor(key string) float64 {
 type estimating struct {
 	e   *Engine
 	est Estimates
+	// factors, when set, memoises Factor by job key across rounds.
+	factors map[string]float64
+	// snap is the last snapshot taken (the round hands its arrays back, see Engine.recycle).
+	snap *cluster.Snapshot
 }
 
-func (c estimating) Snapshot(ctx context.Context) (*cluster.Snapshot, error) {
+// factor is the job's Factor, memoised when the round has a memo.
+func (c *estimating) factor(key string) float64 {
+	if c.factors == nil {
+		return c.est.Factor(key)
+	}
+	f, ok := c.factors[key]
+	if !ok {
+		f = c.est.Factor(key)
+		c.factors[key] = f
+	}
+	return f
+}
+
+func (c *estimating) Snapshot(ctx context.Context) (*cluster.Snapshot, error) {
 	snap := c.e.snapshot()
+	c.snap = snap
 	for _, jobs := range [][]cluster.Job{snap.Pending, snap.Preemptible} {
 		for i := range jobs {
 			j := &jobs[i]
@@ -67,7 +85,7 @@ func (c estimating) Snapshot(ctx context.Context) (*cluster.Snapshot, error) {
 				continue
 			}
 			if j.Hetgpu.EstRuntime > 0 {
-				j.Hetgpu.EstRuntime = time.Duration(float64(j.Hetgpu.EstRuntime) * c.est.Factor(j.Key()))
+				j.Hetgpu.EstRuntime = time.Duration(float64(j.Hetgpu.EstRuntime) * c.factor(j.Key()))
 			}
 		}
 	}
@@ -75,10 +93,10 @@ func (c estimating) Snapshot(ctx context.Context) (*cluster.Snapshot, error) {
 }
 
 // Preempt implements cluster.Preempter.
-func (c estimating) Preempt(ctx context.Context, ps []cluster.Preemption) ([]cluster.PinResult, error) {
+func (c *estimating) Preempt(ctx context.Context, ps []cluster.Preemption) ([]cluster.PinResult, error) {
 	return c.e.preemptAll(ps), nil
 }
 
-func (c estimating) Pin(ctx context.Context, ds []cluster.Decision) ([]cluster.PinResult, error) {
+func (c *estimating) Pin(ctx context.Context, ds []cluster.Decision) ([]cluster.PinResult, error) {
 	return c.e.pin(ds), nil
 }

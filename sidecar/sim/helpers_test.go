@@ -46,6 +46,22 @@ node_class "c" {
 `, gpu, gpus, count))
 }
 
+// mixed is a cluster of v nodes of four V100s and k nodes of four K80s.
+func mixed(t testing.TB, v, k int) *sim.Spec {
+	return spec(t, fmt.Sprintf(`name = "mixed"
+node_class "v" {
+  gpu = "Tesla V100-SXM2-16GB"
+  gpus_per_node = 4
+  count = %d
+}
+node_class "k" {
+  gpu = "Tesla K80"
+  gpus_per_node = 4
+  count = %d
+}
+`, v, k))
+}
+
 func synthetic(t testing.TB, jobs int, rate float64, seed uint64, multi bool) *trace.Trace {
 	t.Helper()
 	sp := trace.SyntheticSpec{Jobs: jobs, RatePerHour: rate, Seed: seed, RefGPU: "v100", MultiGPU: multi}

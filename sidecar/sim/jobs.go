@@ -165,6 +165,7 @@ func (e *Engine) canOccupy(j *JobState, shared bool, n *simNode, i int) error {
 // start puts a pending job on a validated placement.
 func (e *Engine) start(j *JobState, p Placement, typ string, nodes int) {
 	j.Placement = Placement{GPUs: append([]GPURef(nil), p.GPUs...), Shared: p.Shared}
+	j.allocs = nil
 	j.GPUType, j.Nodes, j.lastType = typ, nodes, typ
 	j.Status = StatusRunning
 	j.lastUpdate = e.now

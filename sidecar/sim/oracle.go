@@ -20,10 +20,21 @@ type TablePredictor struct {
 	// CrossNodeEfficiency is the throughput factor of a job spread over nodes where the table
 	// has no unconsolidated measurement (the spec's network; DefaultCrossNodeEfficiency when 0).
 	CrossNodeEfficiency float64
+
+	// memo, when set (Memoized), remembers every answer: the table never changes, and Gavel
+	// asks for every job and type again at each allocation.
+	memo *estimateMemo
 }
 
 // Predict implements sched.Predictor.
 func (p TablePredictor) Predict(job *cluster.Job, gpuType string, gpus int) sched.Estimate {
+	if p.memo != nil {
+		return p.memo.get(job, gpuType, gpus, false, p.predict)
+	}
+	return p.predict(job, gpuType, gpus, 1)
+}
+
+func (p TablePredictor) predict(job *cluster.Job, gpuType string, gpus, _ int) sched.Estimate {
 	jt := throughput.JobType(job.Hetgpu.ModelName, job.Hetgpu.BatchSize)
 	v, src, ok := p.Table.Throughput(jt, gpuType, gpus)
 	if !ok || v <= 0 {
@@ -48,7 +59,17 @@ func (p TablePredictor) Predict(job *cluster.Job, gpuType string, gpus int) sche
 // table's unconsolidated measurement, else the consolidated one times CrossNodeEfficiency).
 // Gavel's allocation uses it (place.SpreadPredictor).
 func (p TablePredictor) PredictSpread(job *cluster.Job, gpuType string, gpus, nodes int) sched.Estimate {
-	e := p.Predict(job, gpuType, gpus)
+	if nodes <= 1 {
+		return p.Predict(job, gpuType, gpus)
+	}
+	if p.memo != nil {
+		return p.memo.get(job, gpuType, gpus, true, p.predictSpread)
+	}
+	return p.predictSpread(job, gpuType, gpus, nodes)
+}
+
+func (p TablePredictor) predictSpread(job *cluster.Job, gpuType string, gpus, nodes int) sched.Estimate {
+	e := p.predict(job, gpuType, gpus, 1)
 	if nodes <= 1 || e.Throughput <= 0 {
 		return e
 	}

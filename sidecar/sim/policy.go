@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/hetgpu/hetgpu/model/cluster"
@@ -27,6 +29,12 @@ type PipelinePolicy struct {
 	Meter Meter
 
 	partialGangPins int
+	// pinsView holds the snapshot the Wakers read after each round (reused arrays).
+	pinsView sched.PinsView
+	// scratch holds the arrays the pipeline reuses from round to round.
+	scratch sched.Scratch
+	// factors memoises each job's estimate error (Estimates.Factor) across rounds.
+	factors map[string]float64
 }
 
 // Meter measures a run from outside its policy: it sees the cluster as every round left it
@@ -48,8 +56,15 @@ func (p *PipelinePolicy) PartialGangPins() int { return p.partialGangPins }
 
 // round runs one pipeline round on the engine (its lock held).
 func (p *PipelinePolicy) round(ctx context.Context, e *Engine) error {
-	c := estimating{e: e, est: p.Estimates}
-	r, err := p.Stages.Pipeline(c).RunRound(ctx)
+	if p.factors == nil {
+		p.factors = map[string]float64{}
+	}
+	c := &estimating{e: e, est: p.Estimates, factors: p.factors}
+	pl := p.Stages.Pipeline(c)
+	if p.OnRound == nil {
+		pl.Reuse = &p.scratch // nothing reads a round's snapshots once the next starts
+	}
+	r, err := pl.RunRound(ctx)
 	if r != nil {
 		p.partialGangPins += r.PartialGangPins
 		if p.OnRound != nil {
@@ -62,6 +77,10 @@ func (p *PipelinePolicy) round(ctx context.Context, e *Engine) error {
 	p.wake(e, r)
 	if p.Meter != nil {
 		p.Meter.Measure(e.snapshot())
+	}
+	if p.OnRound == nil {
+		// Nothing outside the round saw its snapshot: the next one may reuse its arrays.
+		e.recycle(c.snap)
 	}
 	return nil
 }
@@ -77,7 +96,7 @@ func (p *PipelinePolicy) wake(e *Engine, r *sched.Round) {
 	if len(ws) == 0 || r.Snapshot == nil {
 		return
 	}
-	snap := sched.AfterPins(r.Snapshot, r.Pins)
+	snap := p.pinsView.After(r.Snapshot, r.Pins)
 	next := math.Inf(1)
 	for _, w := range ws {
 		if t := w.NextRound(snap); !t.IsZero() {
@@ -114,8 +133,8 @@ func (e *Engine) wakeAt(t float64) {
 }
 
 var (
-	_ cluster.Cluster   = estimating{}
-	_ cluster.Preempter = estimating{}
+	_ cluster.Cluster   = (*estimating)(nil)
+	_ cluster.Preempter = (*estimating)(nil)
 	_ cluster.Cluster   = (*Engine)(nil)
 	_ cluster.Preempter = (*Engine)(nil)
 )
@@ -180,36 +199,81 @@ func (e *Engine) wall(t float64) time.Time {
 func (e *Engine) snapshot() *cluster.Snapshot {
 	e.compact()
 	snap := &cluster.Snapshot{Now: e.wall(e.now), Nodes: e.baseNodes}
+	n := 0
 	for _, j := range e.running {
-		byNode := map[int][]string{}
-		var order []int
-		for _, r := range j.Placement.GPUs {
-			if _, ok := byNode[r.Node]; !ok {
-				order = append(order, r.Node)
-			}
-			byNode[r.Node] = append(byNode[r.Node], instanceID(e.nodes[r.Node].id, r.Index))
-		}
-		sort.Ints(order)
-		for k, ni := range order {
-			snap.Running = append(snap.Running, cluster.Alloc{ID: fmt.Sprintf("%s-%d", j.ID, k), Namespace: j.Namespace,
-				JobID: j.ID, Group: JobGroup, NodeID: e.nodes[ni].id, DeviceIDs: byNode[ni],
-				GPUType: j.GPUType, StartTime: e.wall(j.segStart), Shared: j.Placement.Shared,
-				Hetgpu: e.clusterJob(j).Hetgpu})
+		n += len(e.allocsOf(j))
+	}
+	if n > 0 {
+		snap.Running = e.spareRunning[:0]
+		if cap(snap.Running) < n {
+			snap.Running = make([]cluster.Alloc, 0, n+n/2)
 		}
 	}
-	sort.Slice(snap.Running, func(a, b int) bool { return snap.Running[a].ID < snap.Running[b].ID })
-	snap.Pending = make([]cluster.Job, 0, len(e.pending))
+	e.spareRunning = nil
+	for _, j := range e.running {
+		hetgpu := e.clusterJob(j).Hetgpu
+		for _, a := range e.allocsOf(j) {
+			a.Hetgpu = hetgpu
+			snap.Running = append(snap.Running, a)
+		}
+	}
+	slices.SortFunc(snap.Running, func(a, b cluster.Alloc) int { return strings.Compare(a.ID, b.ID) })
+	// Pending and Preemptible share one array (SetJobs): one allocation, and the preemption
+	// stage ranks both without a copy.
+	jobs := e.spareJobs[:0]
+	if n := len(e.pending) + len(e.running); cap(jobs) < n {
+		jobs = make([]cluster.Job, 0, n+n/2)
+	}
+	e.spareJobs = nil
 	for _, j := range e.pending {
-		snap.Pending = append(snap.Pending, e.clusterJob(j))
+		jobs = append(jobs, e.clusterJob(j))
 	}
+	pending := len(jobs)
 	// Every simulated job checkpoints (as in Gavel's and Tiresias' simulators): a policy with a
-	// preemption stage may stop any running job.
-	snap.Preemptible = make([]cluster.Job, 0, len(e.running))
-	for _, j := range e.running {
-		snap.Preemptible = append(snap.Preemptible, e.clusterJob(j))
+	// preemption stage may stop any running job. Ordered by key (JobState.Key is the cluster
+	// job's Key).
+	running := slices.Clone(e.running)
+	slices.SortFunc(running, func(a, b *JobState) int { return strings.Compare(a.Key, b.Key) })
+	for _, j := range running {
+		jobs = append(jobs, e.clusterJob(j))
 	}
-	sort.Slice(snap.Preemptible, func(a, b int) bool { return snap.Preemptible[a].Key() < snap.Preemptible[b].Key() })
+	snap.SetJobs(jobs, pending)
 	return snap
+}
+
+// recycle takes back the arrays of a snapshot that nobody reads any more (the round that
+// took it is over and kept nothing of it), for the next snapshot to fill.
+func (e *Engine) recycle(snap *cluster.Snapshot) {
+	if snap == nil {
+		return
+	}
+	e.spareJobs = snap.Active()
+	e.spareRunning = snap.Running
+}
+
+// allocsOf are a running job's allocations, one per node in node order, without Hetgpu (it
+// changes as the job runs); built once per start, shared read-only by every snapshot.
+func (e *Engine) allocsOf(j *JobState) []cluster.Alloc {
+	if j.allocs != nil {
+		return j.allocs
+	}
+	byNode := map[int][]string{}
+	var order []int
+	for _, r := range j.Placement.GPUs {
+		if _, ok := byNode[r.Node]; !ok {
+			order = append(order, r.Node)
+		}
+		byNode[r.Node] = append(byNode[r.Node], instanceID(e.nodes[r.Node].id, r.Index))
+	}
+	sort.Ints(order)
+	j.allocs = make([]cluster.Alloc, 0, len(order))
+	for k, ni := range order {
+		j.allocs = append(j.allocs, cluster.Alloc{ID: fmt.Sprintf("%s-%d", j.ID, k), Namespace: j.Namespace,
+			JobID: j.ID, Group: JobGroup, NodeID: e.nodes[ni].id, DeviceIDs: byNode[ni],
+			GPUType: j.GPUType, StartTime: e.wall(j.segStart), Shared: j.Placement.Shared})
+		j.allocs[k].RememberKey(j.Key)
+	}
+	return j.allocs
 }
 
 func (e *Engine) clusterJob(j *JobState) cluster.Job {
@@ -219,6 +283,7 @@ func (e *Engine) clusterJob(j *JobState) cluster.Job {
 			MaxNodes: j.MaxNodes, AllowSharing: e.allowsSharing(j), Preemptible: true,
 			MinThroughput: j.MinThroughput},
 		AttainedGPUSeconds: j.Attained(e.now)}
+	cj.RememberKey(j.Key)
 	if e.cfg.Oracle && j.RefS > 0 {
 		// Remaining runtime on the reference type: what an oracle user estimate would say now.
 		cj.Hetgpu.EstRuntime = time.Duration(j.RefS * j.Remaining(e.now) / j.TotalSteps * float64(time.Second))
