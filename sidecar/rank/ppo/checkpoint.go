@@ -3,6 +3,7 @@ package ppo
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/hetgpu/hetgpu/sidecar/rank"
 )
@@ -13,7 +14,7 @@ import (
 // Checkpoint captures the trainer's full state.
 func (t *Trainer) Checkpoint() *rank.Checkpoint {
 	c := rank.PolicyCheckpoint(t.Policy)
-	c.Training = &rank.TrainState{Config: t.Config, Epoch: t.Epoch, AdamPi: t.AdamPi, AdamV: t.AdamV, Curve: t.Curve}
+	c.Training = &rank.TrainState{Config: t.Config, Epoch: t.Epoch, AdamPi: t.AdamPi.Clone(), AdamV: t.AdamV.Clone(), Curve: slices.Clone(t.Curve)}
 	return c
 }
 
