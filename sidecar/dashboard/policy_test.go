@@ -36,7 +36,9 @@ func TestLoadPolicy(t *testing.T) {
 		if info == nil {
 			continue
 		}
-		if info.Meta["score"] == "" || info.Epochs == 0 || len(info.Curve) == 0 || info.Curve[len(info.Curve)-1].Epoch != info.Epochs {
+		// The bundled policy may be a residual start (no trained epoch beat the heuristic):
+		// 0 epochs and no curve, but still its training's meta.
+		if info.Meta["score"] == "" || len(info.Curve) != info.Epochs || info.Epochs > 0 && info.Curve[len(info.Curve)-1].Epoch != info.Epochs {
 			t.Errorf("loadPolicy(%q): meta %v, %d epochs, curve %+v", tc.ref, info.Meta, info.Epochs, info.Curve)
 		}
 	}

@@ -3,6 +3,7 @@ package policies
 import (
 	"context"
 	"math"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -227,12 +228,27 @@ func TestPipelinePoliciesFinish(t *testing.T) {
 }
 
 // hetgpu-heuristic is the hetgpu pipeline with the fallback order: it runs under its own name,
-// and where the learned and heuristic orders differ so does the schedule.
+// and where a learned order differs from the heuristic's so does the schedule. (The bundled
+// policy may order exactly as the heuristic, a residual policy with a zero correction, so the
+// learned order here is a random policy's.)
 func TestHetgpuHeuristicDiffers(t *testing.T) {
 	s, tr := contended(t)
 	starts := map[string]map[string]float64{}
 	for _, name := range []string{"hetgpu", HetgpuHeuristic} {
-		p, err := New(name, Options{Spec: s, Throughput: tab(t), Seed: 2})
+		o := Options{Spec: s, Throughput: tab(t), Seed: 2}
+		p, err := New(name, o)
+		if name == "hetgpu" {
+			pol, perr := rank.NewPolicy(rank.DefaultSchema(), []int{8}, rand.New(rand.NewPCG(3, 4)))
+			if perr != nil {
+				t.Fatal(perr)
+			}
+			pol.Actor.Init(rand.New(rand.NewPCG(5, 6)), 1)
+			r, rerr := rank.New(pol, rank.WithExplain(false))
+			if rerr != nil {
+				t.Fatal(rerr)
+			}
+			p, err = HetgpuPipeline(o, r)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,6 +11,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/hetgpu/hetgpu/internal/nn"
 )
@@ -32,6 +33,8 @@ type Checkpoint struct {
 	GNorm   *Normalizer `json:"global_norm"`
 	Actor   NetFile     `json:"actor"`
 	Critic  NetFile     `json:"critic"`
+	// Residual: the actor corrects the fallback heuristic's score (Policy.Residual).
+	Residual bool `json:"residual,omitempty"`
 	// Training is absent in a policy stripped for shipping.
 	Training *TrainState `json:"training,omitempty"`
 	// Meta records provenance (cluster, trace, score, command).
@@ -69,8 +72,10 @@ func PolicyCheckpoint(p *Policy) *Checkpoint {
 	return &Checkpoint{
 		Format: CheckpointFormat, Version: CheckpointVersion, Schema: p.Schema,
 		Norm: p.Norm.Clone(), GNorm: p.GNorm.Clone(),
-		Actor:  NetFile{Sizes: p.Actor.Sizes, Params: p.Actor.Params},
-		Critic: NetFile{Sizes: p.Critic.Sizes, Params: p.Critic.Params},
+		// Copies: a checkpoint kept while training goes on must not change with it.
+		Actor:    NetFile{Sizes: slices.Clone(p.Actor.Sizes), Params: slices.Clone(p.Actor.Params)},
+		Critic:   NetFile{Sizes: slices.Clone(p.Critic.Sizes), Params: slices.Clone(p.Critic.Params)},
+		Residual: p.Residual,
 	}
 }
 
@@ -89,7 +94,7 @@ func (c *Checkpoint) Policy() (*Policy, error) {
 		return nil, fmt.Errorf("critic: %w", err)
 	}
 	copy(cr.Params, c.Critic.Params)
-	return &Policy{Schema: c.Schema, Norm: c.Norm.Clone(), GNorm: c.GNorm.Clone(), Actor: a, Critic: cr}, nil
+	return &Policy{Schema: c.Schema, Norm: c.Norm.Clone(), GNorm: c.GNorm.Clone(), Actor: a, Critic: cr, Residual: c.Residual}, nil
 }
 
 // Validate checks a checkpoint read from a file, naming the offending field.

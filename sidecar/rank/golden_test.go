@@ -11,7 +11,7 @@ import (
 
 // TestBundledRankingGolden ranks a fixed 200-job queue with the bundled policy and compares
 // every job's position and score, bit for bit, with testdata/bundled_ranking.json, recorded
-// before the networks moved into internal/nn. Scores are written as hexadecimal floats so a
+// with the residual policy `make train` ships (issue 20). Scores are written as hexadecimal floats so a
 // change in the last bit of any score fails. Set HETGPU_WRITE_GOLDEN=1 to re-record after
 // shipping a new policy.
 func TestBundledRankingGolden(t *testing.T) {

@@ -42,6 +42,7 @@ func (g *Greedy) Act(raw []float64, n int, globals []float64, mask []bool, k int
 		return err
 	}
 	logits := g.pol.Actor.Forward(g.ws, x, n)
+	g.pol.AddBase(logits, raw, n)
 	OrderJobs(logits, ChoiceMask(mask, n), k, nil, order[:n], scores[:n])
 	return nil
 }

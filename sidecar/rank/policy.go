@@ -24,6 +24,9 @@ type Policy struct {
 	GNorm  *Normalizer
 	Actor  *nn.MLP
 	Critic *nn.MLP
+	// Residual makes the actor a correction of the fallback heuristic: a job's score is
+	// Heuristic{}.Score of its raw row plus the actor's output (see residual.go).
+	Residual bool
 }
 
 // NewPolicy builds a randomly initialised policy for schema with the given hidden widths.
@@ -49,7 +52,7 @@ func NewPolicy(schema Schema, hidden []int, rng *rand.Rand) (*Policy, error) {
 
 // Clone returns a deep copy.
 func (p *Policy) Clone() *Policy {
-	return &Policy{Schema: p.Schema, Norm: p.Norm.Clone(), GNorm: p.GNorm.Clone(), Actor: p.Actor.Clone(), Critic: p.Critic.Clone()}
+	return &Policy{Schema: p.Schema, Norm: p.Norm.Clone(), GNorm: p.GNorm.Clone(), Actor: p.Actor.Clone(), Critic: p.Critic.Clone(), Residual: p.Residual}
 }
 
 // NumFeatures and NumGlobals are the policy's input widths.

@@ -66,11 +66,14 @@ const (
 	ScoreUtil ScoreKind = "util"
 	// ScoreEnergyMix weighs bounded slowdown and energy per unit of work (EnergyWeight).
 	ScoreEnergyMix ScoreKind = "energy-mix"
+	// ScoreJCTBSLD weighs average JCT and mean bounded slowdown equally: the two figures the
+	// held-out verdict judges a learned order by.
+	ScoreJCTBSLD ScoreKind = "jct-bsld"
 )
 
 // ScoreKinds lists the valid scores.
 func ScoreKinds() []ScoreKind {
-	return []ScoreKind{ScoreBSLD, ScoreJCT, ScoreWait, ScoreUtil, ScoreEnergyMix}
+	return []ScoreKind{ScoreBSLD, ScoreJCT, ScoreWait, ScoreUtil, ScoreEnergyMix, ScoreJCTBSLD}
 }
 
 // ParseScore validates a score name.
@@ -80,7 +83,7 @@ func ParseScore(s string) (ScoreKind, error) {
 			return k, nil
 		}
 	}
-	names := make([]string, 0, 5)
+	names := make([]string, 0, len(ScoreKinds()))
 	for _, k := range ScoreKinds() {
 		names = append(names, string(k))
 	}
@@ -122,6 +125,8 @@ func Reward(kind ScoreKind, policy, baseline Summary) float64 {
 		}
 	case ScoreUtil:
 		r = rel(policy.Util, baseline.Util, false)
+	case ScoreJCTBSLD:
+		r = (rel(policy.AvgJCT, baseline.AvgJCT, true) + rel(policy.AvgBSLD, baseline.AvgBSLD, true)) / 2
 	case ScoreEnergyMix:
 		r = (1-EnergyWeight)*rel(policy.AvgBSLD, baseline.AvgBSLD, true) +
 			EnergyWeight*rel(policy.EnergyPerWork, baseline.EnergyPerWork, true)

@@ -30,6 +30,8 @@ func TestReward(t *testing.T) {
 		{ScoreJCT, math.Log(100.0 / 80)}, {ScoreWait, math.Log(2)}, {ScoreBSLD, math.Log(2)}, {ScoreUtil, math.Log(1.2)},
 		// BSLD 4 -> 2 weighs 0.7, energy per work 2 -> 1.5 weighs 0.3.
 		{ScoreEnergyMix, 0.7*math.Log(2) + 0.3*math.Log(2/1.5)},
+		// JCT 100 -> 80 and BSLD 4 -> 2 weigh half each.
+		{ScoreJCTBSLD, 0.5*math.Log(1.25) + 0.5*math.Log(2)},
 	} {
 		if got := Reward(c.kind, pol, base); math.Abs(got-c.want) > 1e-12 {
 			t.Errorf("%s: reward %v, want %v", c.kind, got, c.want)

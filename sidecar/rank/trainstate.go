@@ -41,6 +41,9 @@ type TrainConfig struct {
 	// explorations close to the teacher).
 	ImitationLR    float64 `json:"imitation_lr"`
 	ImitationIters int     `json:"imitation_iters"`
+	// Residual trains a residual policy (rank.NewResidualPolicy): the heuristic's score plus a
+	// correction that starts at zero, so training starts exactly at the heuristic's order.
+	Residual bool `json:"residual,omitempty"`
 	// Workers bounds parallel rollouts and gradient chunks; 0 = GOMAXPROCS. Results do not
 	// depend on it.
 	Workers int `json:"-"`

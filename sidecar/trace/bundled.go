@@ -31,8 +31,15 @@ type window struct {
 // held-out windows come from different virtual clusters, so a policy trained on bundled:train is
 // evaluated on users it never saw:
 //
-//	train:   train-0 (ee9e8c), train-1 (6c71a0), train-2 (6214e9), train-3 (11cb48)
-//	heldout: heldout-0 (b436b2 jobs 500-999), heldout-1 (7f04ca), heldout-2 (0e4a51)
+//	train:    train-0 (ee9e8c), train-1 (6c71a0), train-2 (6214e9), train-3 (11cb48)
+//	          train-4 (103959), train-5 (23dbec), train-6 (51b7ef), train-7 (925e2b): 4x denser
+//	validate: validate-0 (2869ce), validate-1 (e13805), validate-2 (ed69ec)
+//	heldout:  heldout-0 (b436b2 jobs 500-999), heldout-1 (7f04ca), heldout-2 (0e4a51)
+//
+// train-4..7 come from virtual clusters whose load at 2x leaves our clusters nearly idle, so they
+// are 4x denser: more load levels to learn from. The validation windows (the contended ones of
+// the remaining virtual clusters) choose which trained policy is kept, so the held-out windows
+// stay a test set that no decision of training looked at.
 //
 // bundled:default is b436b2's first 500 jobs, from a held-out virtual cluster, so the headline
 // comparison (make run) is on data no trained policy was fitted to. On modern-mix it keeps the
@@ -45,6 +52,13 @@ func windows() []window {
 		{"train-1", "6c71a0", 0, 500, c, "VC 6c71a0, jobs 0-499, arrivals 2x denser"},
 		{"train-2", "6214e9", 0, 500, c, "VC 6214e9, jobs 0-499, arrivals 2x denser"},
 		{"train-3", "11cb48", 0, 500, c, "VC 11cb48, jobs 0-499, arrivals 2x denser"},
+		{"train-4", "103959", 0, 500, c / 2, "VC 103959, jobs 0-499, arrivals 4x denser"},
+		{"train-5", "23dbec", 0, 500, c / 2, "VC 23dbec, jobs 0-499, arrivals 4x denser"},
+		{"train-6", "51b7ef", 0, 500, c / 2, "VC 51b7ef, jobs 0-499, arrivals 4x denser"},
+		{"train-7", "925e2b", 0, 500, c / 2, "VC 925e2b, jobs 0-499, arrivals 4x denser"},
+		{"validate-0", "2869ce", 0, 500, c, "VC 2869ce, jobs 0-499, arrivals 2x denser"},
+		{"validate-1", "e13805", 0, 500, c, "VC e13805, jobs 0-499, arrivals 2x denser"},
+		{"validate-2", "ed69ec", 0, 500, c, "VC ed69ec, jobs 0-499, arrivals 2x denser"},
 		{"heldout-0", "b436b2", 500, 500, c, "VC b436b2, jobs 500-999, arrivals 2x denser"},
 		{"heldout-1", "7f04ca", 0, 500, c, "VC 7f04ca, jobs 0-499, arrivals 2x denser"},
 		{"heldout-2", "0e4a51", 0, 500, c, "VC 0e4a51, jobs 0-499, arrivals 2x denser"},
@@ -52,14 +66,19 @@ func windows() []window {
 }
 
 // TrainWindows and HeldOutWindows name the prioritiser's training and evaluation traces.
-func TrainWindows() []string { return []string{"train-0", "train-1", "train-2", "train-3"} }
+func TrainWindows() []string {
+	return []string{"train-0", "train-1", "train-2", "train-3", "train-4", "train-5", "train-6", "train-7"}
+}
+
+// ValidateWindows choose among trained policies (see TrainWindows).
+func ValidateWindows() []string { return []string{"validate-0", "validate-1", "validate-2"} }
 
 // HeldOutWindows: see TrainWindows.
 func HeldOutWindows() []string { return []string{"heldout-0", "heldout-1", "heldout-2"} }
 
 // BundledNames lists every name bundled: accepts, sorted.
 func BundledNames() []string {
-	out := []string{"philly-15k", "philly-tenants", "philly-tenants-2k", "philly-tenants-500", "train", "heldout"}
+	out := []string{"philly-15k", "philly-tenants", "philly-tenants-2k", "philly-tenants-500", "train", "validate", "heldout"}
 	for _, vc := range msrVCs {
 		out = append(out, "msr-"+vc)
 	}
@@ -82,7 +101,9 @@ func BundledDoc(name string) string {
 	case name == "philly-tenants-500":
 		return "the first 500 arrivals of philly-tenants: a quick slice of philly-tenants-2k"
 	case name == "train":
-		return "train-0..3 laid end to end"
+		return "train-0..7 laid end to end"
+	case name == "validate":
+		return "validate-0..2 laid end to end"
 	case name == "heldout":
 		return "heldout-0..2 laid end to end"
 	case strings.HasPrefix(name, "msr-"):
@@ -126,9 +147,12 @@ func Bundled(name string) (*Trace, error) {
 		}
 		sortByArrival(all)
 		return &Trace{Name: "bundled:" + name, Jobs: all}, nil
-	case name == "train" || name == "heldout":
+	case name == "train" || name == "validate" || name == "heldout":
 		names := TrainWindows()
-		if name == "heldout" {
+		switch name {
+		case "validate":
+			names = ValidateWindows()
+		case "heldout":
 			names = HeldOutWindows()
 		}
 		return concat("bundled:"+name, names)

@@ -44,13 +44,28 @@ func TestTrainHeldOutDisjoint(t *testing.T) {
 	for _, n := range TrainWindows() {
 		train[vcOf[n]] = true
 	}
+	held := map[string]bool{}
 	for _, n := range append(HeldOutWindows(), "default") {
 		if train[vcOf[n]] {
 			t.Fatalf("%s uses VC %s, which is also in the training windows", n, vcOf[n])
 		}
+		held[vcOf[n]] = true
+	}
+	for _, n := range ValidateWindows() {
+		if vcOf[n] == "" || train[vcOf[n]] || held[vcOf[n]] {
+			t.Fatalf("validation window %s uses VC %q, which is unknown or also in the training or held-out windows", n, vcOf[n])
+		}
+	}
+	want := 0
+	for _, n := range TrainWindows() {
+		w, err := Bundled(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want += len(w.Jobs)
 	}
 	tr, err := Bundled("train")
-	if err != nil || len(tr.Jobs) != 2000 {
+	if err != nil || len(tr.Jobs) != want || want < 2500 {
 		t.Fatalf("train: %v, %d jobs", err, len(tr.Jobs))
 	}
 }

@@ -40,12 +40,15 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	episodeJobs := fs.Int("episode-jobs", rltrain.DefaultEpisodeJobs, "jobs per episode (a window of the trace)")
 	stride := fs.Int("stride", rltrain.DefaultStride, "jobs between episode starts")
 	rollouts := fs.Int("rollouts", 0, "episodes per epoch (default 8)")
-	score := fs.String("score", string(rank.ScoreBSLD), "reward score: bsld, jct, wait, util, energy-mix")
+	score := fs.String("score", string(rank.ScoreBSLD), "reward score: bsld, jct, wait, util, energy-mix, jct-bsld")
 	baseline := fs.String("baseline", rltrain.DefaultBaseline, "reward baseline: heuristic (hetgpu with the fallback ranker) or a simulator policy")
 	evalEvery := fs.Int("eval-every", rltrain.DefaultEvalEvery, "score the greedy policy every N epochs (0: never)")
 	evalEpisodes := fs.Int("eval-episodes", rltrain.DefaultEvalEps, "episodes (evenly spaced) the greedy policy is scored on; the best-scoring epoch is kept")
 	minBSLD := fs.Float64("min-bsld", rltrain.DefaultMinBSLD, "train only on episodes whose baseline mean bounded slowdown reaches this (<0: all)")
 	workers := fs.Int("workers", 0, "parallel rollouts (0: one per CPU; results do not depend on it)")
+	residual := fs.Bool("residual", true, "train a correction of the fallback heuristic's score that starts at zero (false: a plain policy that first imitates the heuristic)")
+	validate := fs.String("validate", "", "comma-separated validation traces (e.g. bundled:validate-0,...): the best greedy-evaluated epochs are judged against the heuristic there and only one that beats it is kept (default: none, keep the best greedy-evaluated epoch)")
+	validateTop := fs.Int("validate-top", rltrain.DefaultValidateTop, "how many of the best greedy-evaluated epochs --validate judges")
 	logLevel := fs.String("log-level", "warn", "log level on stderr")
 	setUsage(fs, "Usage: hetgpu train --cluster NAME --trace REF --epochs N --out FILE [flags]\n"+
 		"       hetgpu train eval [flags]   (held-out comparison; -h for its flags)\n"+
@@ -59,6 +62,12 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if *epochs <= 0 {
 		return fmt.Errorf("%w: hetgpu train --epochs = %d, expected > 0", errUsage, *epochs)
+	}
+	if *validateTop <= 0 {
+		return fmt.Errorf("%w: hetgpu train --validate-top = %d, expected > 0", errUsage, *validateTop)
+	}
+	if *validate != "" && *evalEvery <= 0 {
+		return fmt.Errorf("%w: hetgpu train --validate needs greedy evaluations to choose from, --eval-every = %d, expected > 0", errUsage, *evalEvery)
 	}
 	if *evalEpisodes <= 0 {
 		return fmt.Errorf("%w: hetgpu train --eval-episodes = %d, expected > 0", errUsage, *evalEpisodes)
@@ -78,6 +87,7 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	o := rltrain.TrainOptions{Cluster: *cluster, Trace: *traceRef, Epochs: *epochs, Seed: *seed,
 		EpisodeJobs: *episodeJobs, Stride: *stride, Rollouts: *rollouts, Score: kind, Baseline: *baseline,
 		EvalEvery: *evalEvery, EvalEpisodes: *evalEpisodes, MinBSLD: *minBSLD, Workers: *workers, Pipeline: policies.HetgpuPipeline, Logger: logger,
+		Residual: *residual, ValidateTraces: splitList(*validate), ValidateTop: *validateTop,
 		Checkpoint: func(c *rank.Checkpoint) error { return c.Save(*out) }}
 	if *resume != "" {
 		if o.Resume, err = rank.LoadCheckpoint(*resume); err != nil {
@@ -116,8 +126,12 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if res.Best != nil {
 		kept = res.BestEpoch
 	}
-	fmt.Fprintf(stdout, "trained %d epochs (%d episodes of %d jobs) in %s; kept epoch %d (best greedy evaluation); policy: %s; learning curve: %s\n",
-		res.Trainer.Epoch, res.Episodes, *episodeJobs, time.Since(start).Round(time.Second), kept, *out, *plot)
+	why := "best greedy evaluation"
+	if v := res.Meta["validation_verdict"]; v != "" {
+		why = "validation: " + v
+	}
+	fmt.Fprintf(stdout, "trained %d epochs (%d episodes of %d jobs) in %s; kept epoch %d (%s); policy: %s; learning curve: %s\n",
+		res.Trainer.Epoch, res.Episodes, *episodeJobs, time.Since(start).Round(time.Second), kept, why, *out, *plot)
 	return nil
 }
 

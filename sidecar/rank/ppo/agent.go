@@ -11,7 +11,8 @@ import (
 
 // step is one recorded decision.
 type step struct {
-	featOff, n   int // rows in traj.feats
+	featOff, n   int // rows in traj.feats; n entries in traj.base from baseOff
+	baseOff      int
 	maskOff      int // n entries in traj.masks
 	actOff, k    int // k prefix picks in traj.acts
 	cinOff       int // critic input in traj.cins
@@ -22,7 +23,9 @@ type step struct {
 
 // trajectory is what one rollout recorded.
 type trajectory struct {
-	feats  []float64
+	feats []float64
+	// base holds a residual policy's fixed heuristic scores per recorded row (zeros otherwise).
+	base   []float64
 	masks  []bool
 	acts   []int
 	cins   []float64
@@ -84,6 +87,10 @@ func (a *Agent) Act(raw []float64, n int, globals []float64, mask []bool, k int,
 	copy(s.x[:n*f], raw[:n*f])
 	a.pol.Norm.Apply(s.x[:n*f])
 	logits := logitsOf(a.pol, s, n)
+	a.pol.BaseScores(raw, n, s.base)
+	for j := range logits {
+		logits[j] += s.base[j]
+	}
 	m := n
 	if mask != nil {
 		m = 0
@@ -122,8 +129,9 @@ func (a *Agent) Act(raw []float64, n int, globals []float64, mask []bool, k int,
 	}
 	// Record the decision for the update.
 	t := &a.traj
-	st := step{featOff: len(t.feats), n: n, maskOff: len(t.masks), actOff: len(t.acts), k: k, cinOff: len(t.cins), masked: msk != nil}
+	st := step{featOff: len(t.feats), n: n, baseOff: len(t.base), maskOff: len(t.masks), actOff: len(t.acts), k: k, cinOff: len(t.cins), masked: msk != nil}
 	t.feats = append(t.feats, s.x[:n*f]...)
+	t.base = append(t.base, s.base[:n]...)
 	if msk != nil {
 		t.masks = append(t.masks, msk...)
 	}
@@ -145,6 +153,7 @@ type scratch struct {
 	cin      []float64 // critic input
 	logits   []float64
 	keys     []float64
+	base     []float64
 	idx      []int
 	probs    []float64
 	taken    []bool
@@ -160,6 +169,7 @@ func newScratch(p *rank.Policy) *scratch {
 		cin:    make([]float64, p.Critic.In()),
 		logits: make([]float64, rank.MaxWindow),
 		keys:   make([]float64, rank.MaxWindow),
+		base:   make([]float64, rank.MaxWindow),
 		idx:    make([]int, rank.MaxWindow),
 		probs:  make([]float64, rank.MaxWindow),
 		taken:  make([]bool, rank.MaxWindow),

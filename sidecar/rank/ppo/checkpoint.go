@@ -3,6 +3,7 @@ package ppo
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/hetgpu/hetgpu/sidecar/rank"
 )
@@ -13,7 +14,13 @@ import (
 // Checkpoint captures the trainer's full state.
 func (t *Trainer) Checkpoint() *rank.Checkpoint {
 	c := rank.PolicyCheckpoint(t.Policy)
-	c.Training = &rank.TrainState{Config: t.Config, Epoch: t.Epoch, AdamPi: t.AdamPi, AdamV: t.AdamV, Curve: t.Curve}
+	curve := slices.Clone(t.Curve)
+	// Wall time depends on the machine and its load; a checkpoint must not (make train is
+	// compared byte for byte).
+	for i := range curve {
+		curve[i].Seconds = 0
+	}
+	c.Training = &rank.TrainState{Config: t.Config, Epoch: t.Epoch, AdamPi: t.AdamPi.Clone(), AdamV: t.AdamV.Clone(), Curve: curve}
 	return c
 }
 

@@ -111,7 +111,11 @@ type Trainer struct {
 func NewTrainer(cfg Config, schema rank.Schema) (*Trainer, error) {
 	cfg = withDefaults(cfg)
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x9e3779b97f4a7c15))
-	p, err := rank.NewPolicy(schema, cfg.Hidden, rng)
+	newPolicy := rank.NewPolicy
+	if cfg.Residual {
+		newPolicy = rank.NewResidualPolicy
+	}
+	p, err := newPolicy(schema, cfg.Hidden, rng)
 	if err != nil {
 		return nil, err
 	}
@@ -383,6 +387,9 @@ func (t *Trainer) actorGrad(s *scratch, refs []stepRef, advs []float64, idx []in
 		n := st.n
 		copy(s.x[:n*f], tr.feats[st.featOff:st.featOff+n*f])
 		logits := logitsOf(p, s, n)
+		for i, b := range tr.base[st.baseOff : st.baseOff+n] {
+			logits[i] += b
+		}
 		var msk []bool
 		if st.masked {
 			msk = tr.masks[st.maskOff : st.maskOff+n]

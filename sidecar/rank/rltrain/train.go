@@ -64,6 +64,19 @@ type TrainOptions struct {
 	// DefaultMinBSLD; negative keeps all).
 	MinBSLD float64
 	Workers int
+	// Residual trains a residual policy (rank.NewResidualPolicy, no imitation epochs): it starts
+	// exactly at the fallback heuristic's order.
+	Residual bool
+	// Hidden overrides the networks' hidden widths (ppo.DefaultConfig's when empty).
+	Hidden []int
+	// ValidateTraces, when set, choose the policy training keeps (see selectValidated): the
+	// ValidateTop best greedy-evaluated epochs are judged against the heuristic on these windows,
+	// on every training cluster, with the held-out verdict's rule (ValidateMax pooled,
+	// rank.VerdictWindowMax per window), and the best one that beats it is kept; when none
+	// does, a residual run keeps its start, the heuristic's order.
+	ValidateTraces []string
+	ValidateTop    int
+	ValidateMax    float64
 	// Pipeline builds the policy under training around a ranker (policies.HetgpuPipeline).
 	Pipeline func(o policies.Options, r sched.Ranker) (*sim.PipelinePolicy, error)
 	// Checkpoint, when set, is called after every epoch with the trainer's state (saving it
@@ -139,6 +152,13 @@ func Train(ctx context.Context, o TrainOptions) (*Result, error) {
 			cfg.RolloutsPerEpoch = o.Rollouts
 		}
 		cfg.ImitationEpochs = DefaultImitationEpochs
+		if o.Residual {
+			// The residual policy starts at the heuristic: nothing to imitate.
+			cfg.ImitationEpochs, cfg.Residual = 0, true
+		}
+		if len(o.Hidden) > 0 {
+			cfg.Hidden = o.Hidden
+		}
 		cfg.PrefixLen = DefaultPrefixLen
 		if tr, err = ppo.NewTrainer(cfg, rank.DefaultSchema()); err != nil {
 			return nil, err
@@ -207,7 +227,13 @@ func Train(ctx context.Context, o TrainOptions) (*Result, error) {
 	}
 	o.Logger.Info("training the prioritiser", "cluster", o.Cluster, "trace", trc.Name, "jobs", len(trc.Jobs),
 		"episodes", env.Episodes(), "epochs", o.Epochs, "rollouts", tr.Config.RolloutsPerEpoch, "start_epoch", tr.Epoch)
+	if o.Residual {
+		meta["residual"] = "true"
+	}
 	res := &Result{Trainer: tr, Episodes: env.Episodes(), Meta: meta}
+	start := tr.Checkpoint()
+	start.Meta = meta
+	var evaluated []*rank.Checkpoint
 	// The best greedy-evaluated state is what training keeps: PPO on few decisive episodes
 	// can drift, and imitation guarantees a start as good as the fallback heuristic.
 	var best *rank.Checkpoint
@@ -222,7 +248,10 @@ func Train(ctx context.Context, o TrainOptions) (*Result, error) {
 		}
 		c := tr.Checkpoint()
 		c.Meta = meta
-		if st := tr.Curve[len(tr.Curve)-1]; st.Evaluated && st.EvalReward > bestReward {
+		if st := tr.Curve[len(tr.Curve)-1]; st.Evaluated {
+			evaluated = append(evaluated, c)
+		}
+		if st := tr.Curve[len(tr.Curve)-1]; st.Evaluated && st.EvalReward > bestReward && len(o.ValidateTraces) == 0 {
 			bestReward, best = st.EvalReward, c
 			meta["best_epoch"] = fmt.Sprint(st.Epoch)
 			meta["best_eval_reward"] = fmt.Sprintf("%.4f", st.EvalReward)
@@ -233,8 +262,13 @@ func Train(ctx context.Context, o TrainOptions) (*Result, error) {
 			}
 		}
 	}
+	if len(o.ValidateTraces) > 0 {
+		if best, err = selectValidated(ctx, o, specs, evaluated, start, meta); err != nil {
+			return res, err
+		}
+	}
 	if best != nil && best.Training.Epoch != tr.Epoch {
-		o.Logger.Info("keeping the best evaluated epoch", "epoch", best.Training.Epoch, "eval_reward", bestReward)
+		o.Logger.Info("keeping an earlier epoch", "epoch", best.Training.Epoch, "best_epoch", meta["best_epoch"])
 		if o.Checkpoint != nil {
 			if err := o.Checkpoint(best); err != nil {
 				return res, err
