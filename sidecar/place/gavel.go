@@ -62,6 +62,8 @@ type Gavel struct {
 	// lpVars and lpNZ are the last LP's arrays, reused by the next (solve).
 	lpVars []gavelVar
 	lpNZ   []highs.Nonzero
+	// spareRows are emptied alloc rows for the next solve to fill.
+	spareRows []map[string]float64
 }
 
 type gavelPair struct {
