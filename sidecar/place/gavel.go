@@ -50,7 +50,8 @@ type Gavel struct {
 	received  map[string]map[string]float64 // job key -> GPU type -> seconds run
 	lastSeen  map[string]time.Time          // last accounting time of running jobs
 	active    map[string]bool
-	pairs     []gavelPair // this round's (job, type) pairs, best first
+	pairs     []*gavelPair // this round's (job, type) pairs, best first (into pairBuf)
+	pairBuf   []gavelPair
 	granted   map[string]string
 	runningOn map[string]string // running job key -> its GPU type
 	// seen, jobs, place, started and waiting are scratch, kept for the next round.
@@ -62,6 +63,8 @@ type Gavel struct {
 	// lpVars and lpNZ are the last LP's arrays, reused by the next (solve).
 	lpVars []gavelVar
 	lpNZ   []highs.Nonzero
+	// spareRows are emptied alloc rows for the next solve to fill.
+	spareRows []map[string]float64
 }
 
 type gavelPair struct {
@@ -154,7 +157,7 @@ func (g *Gavel) Rank(ctx context.Context, snap *cluster.Snapshot, pred sched.Pre
 			g.next = now.Add(g.Round)
 		}
 	}
-	g.pairs = g.pairs[:0]
+	g.pairBuf = g.pairBuf[:0]
 	for ord, j := range jobs {
 		k := j.key
 		age := math.Max(now.Sub(j.SubmitTime).Seconds(), 1)
@@ -166,10 +169,15 @@ func (g *Gavel) Rank(ctx context.Context, snap *cluster.Snapshot, pred sched.Pre
 			if share := g.received[k][t] / age; share > 0 {
 				prio = x / share
 			}
-			g.pairs = append(g.pairs, gavelPair{key: k, typ: t, prio: prio, x: x, ord: ord})
+			g.pairBuf = append(g.pairBuf, gavelPair{key: k, typ: t, prio: prio, x: x, ord: ord})
 		}
 	}
-	slices.SortStableFunc(g.pairs, func(a, b gavelPair) int {
+	// The stable sort moves pointers, not the pairs (its merges move each element many times).
+	g.pairs = g.pairs[:0]
+	for i := range g.pairBuf {
+		g.pairs = append(g.pairs, &g.pairBuf[i])
+	}
+	slices.SortStableFunc(g.pairs, func(a, b *gavelPair) int {
 		if !samePrio(a.prio, b.prio) {
 			return -cmp.Compare(a.prio, b.prio)
 		}
@@ -282,7 +290,7 @@ func (g *Gavel) Place(_ context.Context, snap *cluster.Snapshot, ranked []sched.
 	}
 	pk := NewPacker(snap)
 	var out []cluster.Decision
-	fit := func(p gavelPair) {
+	fit := func(p *gavelPair) {
 		j := waiting[p.key]
 		if j == nil || pk.FreeOf(p.typ) < j.GPUs {
 			return

@@ -32,7 +32,12 @@ type gavelVar struct {
 // gives a throughput), then z. Rows: per job sum_t X <= 1; per type sum_j gpus_j X <= cap; per
 // job sum_t thr X / equal_j - z >= 0.
 func (g *Gavel) solve(snap *cluster.Snapshot, jobs []activeJob, pred sched.Predictor) error {
-	g.alloc = map[string]map[string]float64{}
+	// The last allocation's rows, emptied, hold this one's (only Rank reads them, under g.mu).
+	for _, row := range g.alloc {
+		clear(row)
+		g.spareRows = append(g.spareRows, row)
+	}
+	g.alloc = reset(g.alloc)
 	if len(jobs) == 0 {
 		return nil
 	}
@@ -95,20 +100,24 @@ func (g *Gavel) solve(snap *cluster.Snapshot, jobs []activeJob, pred sched.Predi
 		}
 		row++
 	}
-	byJob := make([][]int, len(jobs))
 	byType := map[string][]int{}
 	for i, x := range vars {
-		byJob[x.j] = append(byJob[x.j], i)
 		byType[x.t] = append(byType[x.t], i)
 	}
+	// vars are in job order: each job's columns follow the last job's (one scratch array).
+	cols := make([]int, 0, len(types)+1)
+	next := 0
 	// HiGHS copies the matrix (ToRawModel): the next solve reuses the arrays.
 	g.lpVars = vars
 	m.ConstMatrix = g.lpNZ[:0]
 	defer func() { g.lpNZ = m.ConstMatrix }()
 	one := func(int) float64 { return 1 }
 	for ji := range jobs {
-		cols := byJob[ji]
-		if cols == nil {
+		cols = cols[:0]
+		for ; next < len(vars) && vars[next].j == ji; next++ {
+			cols = append(cols, next)
+		}
+		if len(cols) == 0 {
 			continue // it cannot run on any type: no share to be fair about
 		}
 		add(math.Inf(-1), 1, cols, one)
@@ -155,7 +164,11 @@ func (g *Gavel) solve(snap *cluster.Snapshot, jobs []activeJob, pred sched.Predi
 		}
 		k := jobs[x.j].key
 		if g.alloc[k] == nil {
-			g.alloc[k] = map[string]float64{}
+			if n := len(g.spareRows); n > 0 {
+				g.alloc[k], g.spareRows = g.spareRows[n-1], g.spareRows[:n-1]
+			} else {
+				g.alloc[k] = map[string]float64{}
+			}
 		}
 		g.alloc[k][x.t] = val
 	}

@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -257,18 +258,19 @@ func (e *Engine) allocsOf(j *JobState) []cluster.Alloc {
 	if j.allocs != nil {
 		return j.allocs
 	}
-	byNode := map[int][]string{}
+	byNode := make(map[int][]string, 1)
 	var order []int
 	for _, r := range j.Placement.GPUs {
 		if _, ok := byNode[r.Node]; !ok {
 			order = append(order, r.Node)
 		}
-		byNode[r.Node] = append(byNode[r.Node], instanceID(e.nodes[r.Node].id, r.Index))
+		// The IDs buildNodes rendered once (a start renders none).
+		byNode[r.Node] = append(byNode[r.Node], e.baseNodes[r.Node].Devices[0].Instances[r.Index].ID)
 	}
 	sort.Ints(order)
 	j.allocs = make([]cluster.Alloc, 0, len(order))
 	for k, ni := range order {
-		j.allocs = append(j.allocs, cluster.Alloc{ID: fmt.Sprintf("%s-%d", j.ID, k), Namespace: j.Namespace,
+		j.allocs = append(j.allocs, cluster.Alloc{ID: j.ID + "-" + strconv.Itoa(k), Namespace: j.Namespace,
 			JobID: j.ID, Group: JobGroup, NodeID: e.nodes[ni].id, DeviceIDs: byNode[ni],
 			GPUType: j.GPUType, StartTime: e.wall(j.segStart), Shared: j.Placement.Shared})
 		j.allocs[k].RememberKey(j.Key)
