@@ -161,6 +161,7 @@ func (g *Gavel) Rank(ctx context.Context, snap *cluster.Snapshot, pred sched.Pre
 	for ord, j := range jobs {
 		k := j.key
 		age := math.Max(now.Sub(j.SubmitTime).Seconds(), 1)
+		start := len(g.pairBuf)
 		for t, x := range g.alloc[k] {
 			if x <= 1e-6 {
 				continue
@@ -171,6 +172,9 @@ func (g *Gavel) Rank(ctx context.Context, snap *cluster.Snapshot, pred sched.Pre
 			}
 			g.pairBuf = append(g.pairBuf, gavelPair{key: k, typ: t, prio: prio, x: x, ord: ord})
 		}
+		// Map order is random and samePrio is not transitive, so the stable sort below must
+		// see the same input order every run.
+		slices.SortFunc(g.pairBuf[start:], func(a, b gavelPair) int { return cmp.Compare(a.typ, b.typ) })
 	}
 	// The stable sort moves pointers, not the pairs (its merges move each element many times).
 	g.pairs = g.pairs[:0]
