@@ -122,6 +122,11 @@ type Config struct {
 	// TimeLimit bounds one Place call's solving; on expiry the better of HiGHS's incumbent and
 	// the greedy solution is used and counted as a fallback.
 	TimeLimit time.Duration
+	// NodeLimit caps the branch-and-bound nodes of each MILP (HiGHS mip_max_nodes; 0: no
+	// cap) and ends it like TimeLimit does. A work limit stops a solve at the same point on
+	// any machine under any load, which a wall-clock limit does not: the simulator bounds its
+	// solves with it (and a TimeLimit they never reach) so that runs reproduce bit for bit.
+	NodeLimit int
 	// MIPGap ends the solve as soon as a solution is within this fraction of the LP bound
 	// (and is HiGHS's mip_rel_gap).
 	MIPGap float64
@@ -289,6 +294,9 @@ func (c *Config) Validate() error {
 	}
 	if c.TimeLimit <= 0 {
 		return fmt.Errorf("placement config: TimeLimit = %v, expected > 0", c.TimeLimit)
+	}
+	if c.NodeLimit < 0 {
+		return fmt.Errorf("placement config: NodeLimit = %d, expected >= 0 (0: no cap)", c.NodeLimit)
 	}
 	if c.PolishLimit < 0 {
 		return fmt.Errorf("placement config: PolishLimit = %v, expected >= 0", c.PolishLimit)

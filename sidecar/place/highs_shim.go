@@ -51,6 +51,8 @@ const (
 	highsModelOptimal    = 7
 	highsModelInfeasible = 8
 	highsModelTimeLimit  = 13
+	// highsModelSolutionLimit also reports the mip_max_nodes limit.
+	highsModelSolutionLimit = 16
 
 	highsSolutionFeasible = 2
 )

@@ -332,7 +332,8 @@ func (s *scopeSolve) fullMILP() bool {
 		s.done("optimal")
 		s.ss.gap = min(s.ss.gap, max(res.Gap, 0))
 		return true
-	case highsModelTimeLimit:
+	case highsModelTimeLimit, highsModelSolutionLimit:
+		// (The node limit, Config.NodeLimit, ends a MILP with "solution limit".)
 		if polishEnd.Before(s.deadline) {
 			// Only the polishing budget (or the round deadline) ran out: the best solution so
 			// far stands.
@@ -452,6 +453,11 @@ func (m *model) newHiGHS(mod *highs.Model, deadline time.Time) (*highs.RawModel,
 	} {
 		if err := o.set(); err != nil {
 			return nil, fmt.Errorf("set HiGHS option %s: %w", o.name, err)
+		}
+	}
+	if m.cfg.NodeLimit > 0 && mod.VarTypes != nil {
+		if err := raw.SetIntOption("mip_max_nodes", m.cfg.NodeLimit); err != nil {
+			return nil, fmt.Errorf("set HiGHS option mip_max_nodes: %w", err)
 		}
 	}
 	if mod.VarTypes == nil {

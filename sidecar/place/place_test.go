@@ -593,6 +593,7 @@ func TestPresetsAndValidation(t *testing.T) {
 		func(c *Config) { c.MaxShare = 0 },
 		func(c *Config) { c.Solver = "cplex" },
 		func(c *Config) { c.TimeLimit = 0 },
+		func(c *Config) { c.NodeLimit = -1 },
 		func(c *Config) { c.NamespaceShare = map[string]float64{"x": 2} },
 		func(c *Config) { c.MIPGap = math.NaN() },
 	}

@@ -67,9 +67,9 @@ func learnerOf(p sched.Predictor) sched.Learner {
 }
 
 // placement is a preset as the policy runs it. In the simulator it is made reproducible run to
-// run: one decomposition cell at a time, no round deadline (a solve that hits its wall-clock time
-// limit can still differ between machines and with the machine's load). On the live sidecar the
-// preset's production limits stay, since a round must end in time.
+// run: one decomposition cell at a time, no round deadline, and work limits instead of wall-clock
+// ones (SimNodeLimit). On the live sidecar the preset's production limits stay, since a round
+// must end in time.
 func (o Options) placement(c place.Config) place.Config {
 	if o.Live {
 		return c
@@ -77,5 +77,9 @@ func (o Options) placement(c place.Config) place.Config {
 	c.Parallelism = 1
 	c.RoundDeadline = 0
 	c.PolishLimit = 0
+	// Work limits instead of wall-clock ones, so a replay gives the same schedule on a busy
+	// machine as on an idle one (training runs many replays in parallel and must reproduce).
+	c.NodeLimit = SimNodeLimit
+	c.TimeLimit = SimTimeLimit
 	return c
 }
