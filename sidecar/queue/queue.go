@@ -536,9 +536,8 @@ func (s *Set) reclaimable(snap *cluster.Snapshot, r *round) []cluster.Job {
 // Order implements the fair-share step on the ranker's order (learned or heuristic alike):
 //
 //  1. waiting jobs that fit what their queue's guarantee has left (in all or of a GPU type),
-//     taken narrowest first (ties in the ranker's order) until the guarantee is filled, come
-//     first, in the ranker's order, led by the jobs moved within their queue's guarantee this
-//     round (cluster.Tenancy.Relocated);
+//     taken in the ranker's order until the guarantee is filled, come first, led by the jobs
+//     moved within their queue's guarantee this round (cluster.Tenancy.Relocated);
 //  2. jobs that do not fit under their queue's (or parent's) maximum come last;
 //  3. within each of these tiers, a job at 0-based position p of the ranker's order takes
 //     position p x f (shareFactor), f = 2^((share-1)/2) clamped to [1/sqrt 2, sqrt 2], where
@@ -573,26 +572,6 @@ func (s *Set) Order(snap *cluster.Snapshot, ranked []sched.Ranked) []sched.Ranke
 			taken[s.QueueOf(rk.Job.Namespace)] += rk.Job.GPUs
 		}
 	}
-	// The guarantee's room goes to the narrowest waiting jobs first (ties in the ranker's
-	// order): a wide job that fits the room may find no node to take it (other queues'
-	// guaranteed jobs scattered over the nodes), and if it took the room the queue's narrow
-	// jobs would wait behind every running job, the queue below its guarantee for hours.
-	byWidth := make([]int, 0, len(ranked))
-	for i, rk := range ranked {
-		if k := rk.Job.Key(); pending[k] && !moved[k] {
-			byWidth = append(byWidth, i)
-		}
-	}
-	sort.SliceStable(byWidth, func(a, b int) bool { return ranked[byWidth[a]].Job.GPUs < ranked[byWidth[b]].Job.GPUs })
-	admitted := make(map[int]bool, len(byWidth))
-	for _, i := range byWidth {
-		j := ranked[i].Job
-		q := s.QueueOf(j.Namespace)
-		if r.withinGuarantee(s.specs[q], taken[q]+j.GPUs) {
-			admitted[i] = true
-			taken[q] += j.GPUs
-		}
-	}
 	keys := make([]key, len(ranked))
 	for i, rk := range ranked {
 		q := s.QueueOf(rk.Job.Namespace)
@@ -601,8 +580,9 @@ func (s *Set) Order(snap *cluster.Snapshot, ranked []sched.Ranked) []sched.Ranke
 		switch k := rk.Job.Key(); {
 		case moved[k] && pending[k]:
 			tier, pos = 0, -1
-		case admitted[i]:
+		case pending[k] && r.withinGuarantee(sp, taken[q]+rk.Job.GPUs):
 			tier = 0
+			taken[q] += rk.Job.GPUs
 		}
 		for _, p := range []string{q, sp.Parent} {
 			if p == "" {

@@ -286,32 +286,3 @@ func TestRelocatedJobsLead(t *testing.T) {
 		}
 	}
 }
-
-// TestOrderGuaranteeGoesToNarrowJobs is the modern-mix case where a queue sat below its
-// guarantee for hours with 1-GPU jobs waiting: it holds 5 of 13 GPUs and the ranker puts its
-// 8-GPU job first. Taken in the ranker's order, that job filled the guarantee's room (8) and
-// the 1-GPU jobs waited in tier 1 behind the other queue's job (and, in the preemption plan,
-// behind every running job), while the wide job found no node. The room goes to the narrow
-// jobs first; the wide one keeps its place in the ranker's order behind them.
-func TestOrderGuaranteeGoesToNarrowJobs(t *testing.T) {
-	s, err := New(Config{Queues: []Spec{{Name: "a", Namespaces: []string{"a"}, Guarantee: 13}, {Name: "b", Namespaces: []string{"b"}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pend := func(ns, id string, g int) cluster.Job { return cluster.Job{Namespace: ns, ID: id, Group: "g", GPUs: g} }
-	snap := &cluster.Snapshot{Now: t0, Nodes: []cluster.Node{node("n", "a100", 8), node("m", "a100", 8)},
-		Running: []cluster.Alloc{alloc("a", "run", "n", "a100", 0, 5, t0)}}
-	snap.Pending = []cluster.Job{pend("a", "wide", 8), pend("b", "b1", 1), pend("a", "a1", 1), pend("a", "a2", 1)}
-	for _, tt := range []struct {
-		name  string
-		order []cluster.Job
-		want  string
-	}{
-		{"wide ranked first", snap.Pending, "a1,a2,wide,b1"},
-		{"narrow ranked first", []cluster.Job{snap.Pending[2], snap.Pending[3], snap.Pending[1], snap.Pending[0]}, "a1,a2,b1,wide"},
-	} {
-		if got := keys(s.Order(snap, ranked(tt.order...))); got != tt.want {
-			t.Errorf("%s: order %s, want %s", tt.name, got, tt.want)
-		}
-	}
-}
