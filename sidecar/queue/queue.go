@@ -537,7 +537,8 @@ func (s *Set) reclaimable(snap *cluster.Snapshot, r *round) []cluster.Job {
 //
 //  1. waiting jobs that fit what their queue's guarantee has left (in all or of a GPU type),
 //     taken in the ranker's order until the guarantee is filled, come first, led by the jobs
-//     moved within their queue's guarantee this round (cluster.Tenancy.Relocated);
+//     moved within their queue's guarantee this round (cluster.Tenancy.Relocated); a job
+//     that fits no node's free and borrowed GPUs (nodeRoom) leaves that room to the next;
 //  2. jobs that do not fit under their queue's (or parent's) maximum come last;
 //  3. within each of these tiers, a job at 0-based position p of the ranker's order takes
 //     position p x f (shareFactor), f = 2^((share-1)/2) clamped to [1/sqrt 2, sqrt 2], where
@@ -572,6 +573,7 @@ func (s *Set) Order(snap *cluster.Snapshot, ranked []sched.Ranked) []sched.Ranke
 			taken[s.QueueOf(rk.Job.Namespace)] += rk.Job.GPUs
 		}
 	}
+	room := newNodeRoom(snap, s.reclaimable(snap, r))
 	keys := make([]key, len(ranked))
 	for i, rk := range ranked {
 		q := s.QueueOf(rk.Job.Namespace)
@@ -580,7 +582,7 @@ func (s *Set) Order(snap *cluster.Snapshot, ranked []sched.Ranked) []sched.Ranke
 		switch k := rk.Job.Key(); {
 		case moved[k] && pending[k]:
 			tier, pos = 0, -1
-		case pending[k] && r.withinGuarantee(sp, taken[q]+rk.Job.GPUs):
+		case pending[k] && r.withinGuarantee(sp, taken[q]+rk.Job.GPUs) && room.claim(rk.Job):
 			tier = 0
 			taken[q] += rk.Job.GPUs
 		}
