@@ -11,11 +11,14 @@ import (
 )
 
 // TLSConfig is the tls block: the API's certificate and key, and the CA of client
-// certificates (set: every client must present one).
+// certificates (set: every client must present one). HealthWithoutClientCert (with
+// client_ca_file) opens GET /v1/health to clients without a certificate, so that a Nomad
+// http check, which cannot present one, passes; every other request still needs one.
 type TLSConfig struct {
-	CertFile     string `hcl:"cert_file,optional"`
-	KeyFile      string `hcl:"key_file,optional"`
-	ClientCAFile string `hcl:"client_ca_file,optional"`
+	CertFile                string `hcl:"cert_file,optional"`
+	KeyFile                 string `hcl:"key_file,optional"`
+	ClientCAFile            string `hcl:"client_ca_file,optional"`
+	HealthWithoutClientCert bool   `hcl:"health_without_client_cert,optional"`
 }
 
 // TLSFiles is the tls block as the server takes it.
@@ -23,7 +26,8 @@ func (c *Config) TLSFiles() server.TLSFiles {
 	if c.TLS == nil {
 		return server.TLSFiles{}
 	}
-	return server.TLSFiles{CertFile: c.TLS.CertFile, KeyFile: c.TLS.KeyFile, ClientCAFile: c.TLS.ClientCAFile}
+	return server.TLSFiles{CertFile: c.TLS.CertFile, KeyFile: c.TLS.KeyFile, ClientCAFile: c.TLS.ClientCAFile,
+		HealthWithoutClientCert: c.TLS.HealthWithoutClientCert}
 }
 
 // finishSecurity applies the environment's tokens and checks the security settings: the TLS

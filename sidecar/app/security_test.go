@@ -23,11 +23,12 @@ tls {
   cert_file      = %q
   key_file       = %q
   client_ca_file = %q
+  health_without_client_cert = true
 }
 `, f.ServerCert, f.ServerKey, f.CA)
 	c := mustConfig(t, src, "")
 	sc := c.serverConfig()
-	if sc.ReadToken != "r" || sc.WriteToken != "w" || sc.TLS.ClientCAFile != f.CA || !sc.PublicExplain ||
+	if sc.ReadToken != "r" || sc.WriteToken != "w" || sc.TLS.ClientCAFile != f.CA || !sc.TLS.HealthWithoutClientCert || !sc.PublicExplain ||
 		sc.MaxBodyBytes != 65536 || sc.MaxObservations != 50 || c.ExplainLinkTTLD != 48*time.Hour || c.publicURL() != "https://0.0.0.0:4656" {
 		t.Errorf("server config = %+v", sc)
 	}
@@ -41,6 +42,9 @@ func TestSecurityConfigErrors(t *testing.T) {
 		{"tls without key", fmt.Sprintf("tls {\n cert_file = %q\n}", f.ServerCert), `tls.key_file = "": expected both`},
 		{"key mismatch", fmt.Sprintf("tls {\n cert_file = %q\n key_file = %q\n}", f.ServerCert, f.ClientKey), "expected the private key of tls.cert_file"},
 		{"missing CA", fmt.Sprintf("tls {\n cert_file = %q\n key_file = %q\n client_ca_file = \"/nope/ca.pem\"\n}", f.ServerCert, f.ServerKey), `tls.client_ca_file = "/nope/ca.pem": open /nope/ca.pem`},
+		{"health without client CA", fmt.Sprintf("tls {\n cert_file = %q\n key_file = %q\n health_without_client_cert = true\n}", f.ServerCert, f.ServerKey),
+			"s.hcl: tls.health_without_client_cert = true: expected tls.client_ca_file too"},
+		{"health setting alone", "tls {\n health_without_client_cert = true\n}", "tls.health_without_client_cert = true: expected tls.client_ca_file too"},
 		{"same tokens", "read_token = \"x\"\nwrite_token = \"x\"", "expected three different tokens"},
 		{"short ttl", `explain_link_ttl = "1h"`, `config explain_link_ttl = "1h": expected a duration of at least 24h`},
 		{"short secret", `explain_link_secret = "abc"`, "config explain_link_secret = \"(3 bytes)\": expected at least 32 bytes"},

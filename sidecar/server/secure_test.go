@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -256,6 +257,9 @@ func TestLoadTLSErrors(t *testing.T) {
 		{"cert not PEM", server.TLSFiles{CertFile: junk, KeyFile: f.ServerKey}, "tls.cert_file = \"" + junk + "\": expected a PEM file with a CERTIFICATE block"},
 		{"key not PEM", server.TLSFiles{CertFile: f.ServerCert, KeyFile: junk}, "tls.key_file = \"" + junk + "\": expected a PEM file with a PRIVATE KEY block"},
 		{"key of another cert", server.TLSFiles{CertFile: f.ServerCert, KeyFile: f.ClientKey}, "expected the private key of tls.cert_file"},
+		{"open health with client CA", server.TLSFiles{CertFile: f.ServerCert, KeyFile: f.ServerKey, ClientCAFile: f.CA, HealthWithoutClientCert: true}, ""},
+		{"open health without client CA", server.TLSFiles{CertFile: f.ServerCert, KeyFile: f.ServerKey, HealthWithoutClientCert: true},
+			"tls.health_without_client_cert = true: expected tls.client_ca_file too"},
 		{"client CA not PEM", server.TLSFiles{CertFile: f.ServerCert, KeyFile: f.ServerKey, ClientCAFile: junk}, "tls.client_ca_file = \"" + junk + "\": expected a PEM file"},
 	}
 	for _, tt := range tests {
@@ -269,23 +273,31 @@ func TestLoadTLSErrors(t *testing.T) {
 }
 
 // TestServeTLS: the API over TLS with client certificates required: only a client with a
-// certificate of the configured CA gets through, then its token decides.
+// certificate of the configured CA gets through, then its token decides. With
+// health_without_client_cert a client without a certificate completes the handshake but gets
+// only GET/HEAD /v1/health (Nomad's http check); a certificate of another CA still fails it.
 func TestServeTLS(t *testing.T) {
 	dir := t.TempDir()
 	f := testcerts.MustWrite(t, dir)
-	h := servicetest.NewHarness(t, nil)
-	srv := server.New(server.Config{Listen: "127.0.0.1:0", ReadToken: "reader",
-		TLS: server.TLSFiles{CertFile: f.ServerCert, KeyFile: f.ServerKey, ClientCAFile: f.CA}}, h.Service)
-	ctx, cancel := context.WithCancel(context.Background())
-	addr := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, func(a string) { addr <- a }) }()
-	t.Cleanup(func() { cancel(); <-done })
-	base := "https://" + <-addr
+	serve := func(healthOpen bool) string {
+		h := servicetest.NewHarness(t, nil)
+		srv := server.New(server.Config{Listen: "127.0.0.1:0", ReadToken: "reader", WriteToken: "writer",
+			TLS: server.TLSFiles{CertFile: f.ServerCert, KeyFile: f.ServerKey, ClientCAFile: f.CA, HealthWithoutClientCert: healthOpen}}, h.Service)
+		ctx, cancel := context.WithCancel(context.Background())
+		addr := make(chan string, 1)
+		done := make(chan error, 1)
+		go func() { done <- srv.Serve(ctx, func(a string) { addr <- a }) }()
+		t.Cleanup(func() { cancel(); <-done })
+		return "https://" + <-addr
+	}
+	bases := map[bool]string{false: serve(false), true: serve(true)}
+	base := bases[false]
 
 	caPEM, _ := os.ReadFile(f.CA)
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(caPEM)
+	// The client presents its certificate whatever CAs the server names: Go's client
+	// otherwise sends none that another CA signed, which tests "no certificate" again.
 	client := func(cert, key string) *http.Client {
 		tc := &tls.Config{RootCAs: pool}
 		if cert != "" {
@@ -293,42 +305,69 @@ func TestServeTLS(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			tc.Certificates = []tls.Certificate{pair}
+			tc.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &pair, nil }
 		}
 		return &http.Client{Transport: &http.Transport{TLSClientConfig: tc}, Timeout: 10 * time.Second}
 	}
-	get := func(c *http.Client, path, token string) (int, error) {
-		req, _ := http.NewRequest("GET", base+path, nil)
+	do := func(c *http.Client, url, method, token string) (int, string, error) {
+		var body io.Reader
+		if method == "POST" {
+			body = strings.NewReader(goodObs)
+		}
+		req, _ := http.NewRequest(method, url, body)
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
 		}
 		resp, err := c.Do(req)
 		if err != nil {
-			return 0, err
+			return 0, "", err
 		}
-		resp.Body.Close()
-		return resp.StatusCode, nil
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b), nil
 	}
+	const noCert = "a client certificate signed by tls.client_ca_file is required (mTLS); without one only GET /v1/health answers"
 	tests := []struct {
-		name, cert, key, path, token string
-		want                         int // 0 = the handshake fails
+		name, cert, key, method, path, token string
+		strict, healthOpen                   int    // the status without and with health_without_client_cert; 0 = the handshake fails
+		contains                             string // in the body where healthOpen is 401
 	}{
-		{"no client certificate", "", "", "/v1/health", "", 0},
-		{"certificate of another CA", f.OtherClientCert, f.OtherClientKey, "/v1/health", "", 0},
-		{"client certificate, health", f.ClientCert, f.ClientKey, "/v1/health", "", 200},
-		{"client certificate, no token", f.ClientCert, f.ClientKey, "/v1/queue", "", 401},
-		{"client certificate and token", f.ClientCert, f.ClientKey, "/v1/queue", "reader", 200},
+		{"no client certificate, health", "", "", "GET", "/v1/health", "", 0, 200, ""},
+		{"no client certificate, HEAD health", "", "", "HEAD", "/v1/health", "", 0, 200, ""},
+		{"no client certificate, queue with token", "", "", "GET", "/v1/queue", "reader", 0, 401, noCert},
+		{"no client certificate, queue", "", "", "GET", "/v1/queue", "", 0, 401, noCert},
+		{"no client certificate, metrics", "", "", "GET", "/metrics", "reader", 0, 401, noCert},
+		{"no client certificate, dashboard", "", "", "GET", "/ui/fleet", "reader", 0, 401, noCert},
+		{"no client certificate, observations", "", "", "POST", "/v1/observations", "writer", 0, 401, noCert},
+		{"no client certificate, POST health", "", "", "POST", "/v1/health", "writer", 0, 401, noCert},
+		{"no client certificate, unknown path", "", "", "GET", "/v1/nope", "reader", 0, 401, noCert},
+		{"certificate of another CA, health", f.OtherClientCert, f.OtherClientKey, "GET", "/v1/health", "", 0, 0, ""},
+		{"certificate of another CA, queue", f.OtherClientCert, f.OtherClientKey, "GET", "/v1/queue", "reader", 0, 0, ""},
+		{"client certificate, health", f.ClientCert, f.ClientKey, "GET", "/v1/health", "", 200, 200, ""},
+		{"client certificate, no token", f.ClientCert, f.ClientKey, "GET", "/v1/queue", "", 401, 401, "bearer token"},
+		{"client certificate and token", f.ClientCert, f.ClientKey, "GET", "/v1/queue", "reader", 200, 200, ""},
+		{"client certificate, observations", f.ClientCert, f.ClientKey, "POST", "/v1/observations", "writer", 202, 202, ""},
+		{"the replica's own certificate (HA probe)", f.ServerCert, f.ServerKey, "GET", "/v1/queue", "reader", 200, 200, ""},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			code, err := get(client(tt.cert, tt.key), tt.path, tt.token)
-			if tt.want == 0 && err == nil {
-				t.Errorf("GET %s answered %d, want the TLS handshake refused", tt.path, code)
+	for _, healthOpen := range []bool{false, true} {
+		for _, tt := range tests {
+			want := tt.strict
+			if healthOpen {
+				want = tt.healthOpen
 			}
-			if tt.want != 0 && (err != nil || code != tt.want) {
-				t.Errorf("GET %s = %d, %v; want %d", tt.path, code, err, tt.want)
-			}
-		})
+			t.Run(fmt.Sprintf("health_without_client_cert=%v/%s", healthOpen, tt.name), func(t *testing.T) {
+				code, body, err := do(client(tt.cert, tt.key), bases[healthOpen]+tt.path, tt.method, tt.token)
+				if want == 0 && err == nil {
+					t.Errorf("%s %s answered %d, want the TLS handshake refused", tt.method, tt.path, code)
+				}
+				if want != 0 && (err != nil || code != want) {
+					t.Errorf("%s %s = %d, %v; want %d", tt.method, tt.path, code, err, want)
+				}
+				if want == 401 && !strings.Contains(body, tt.contains) {
+					t.Errorf("%s %s body %q, want %q", tt.method, tt.path, body, tt.contains)
+				}
+			})
+		}
 	}
 	if _, err := http.Get("http://" + strings.TrimPrefix(base, "https://") + "/v1/health"); err == nil {
 		// Go's TLS server answers plain HTTP with a 400 response; either way no API answer.

@@ -16,7 +16,8 @@
 //
 // Tokens (auth.go): token grants everything; read_token the GET endpoints, write_token the
 // POSTs; /v1/health is open. A signed explain link (sidecar/explainlink) opens one job's
-// explain page without a token. TLS and mTLS: tls.go. Request limits: limits.go.
+// explain page without a token. TLS and mTLS: tls.go (clientcert.go: mTLS but for the health
+// check). Request limits: limits.go.
 // Handlers recover from panics: bad input never takes the sidecar down.
 package server
 
@@ -115,7 +116,7 @@ func (s *Server) Handler() http.Handler {
 				httpjson.Error(w, http.StatusInternalServerError, fmt.Errorf("internal error"))
 			}
 		}()
-		if s.authorize(w, r) {
+		if s.refuseWithoutClientCert(w, r) || s.authorize(w, r) {
 			return
 		}
 		if r.Body != nil {
@@ -179,6 +180,7 @@ func (s *Server) Serve(ctx context.Context, ready func(addr string)) error {
 		ready(ln.Addr().String())
 	}
 	s.log.Info("API listening", "address", ln.Addr().String(), "tls", scheme == "https", "mtls", s.cfg.TLS.ClientCAFile != "",
+		"health_without_client_cert", s.cfg.TLS.HealthWithoutClientCert,
 		"token", s.cfg.Token != "", "read_token", s.cfg.ReadToken != "", "write_token", s.cfg.WriteToken != "",
 		"public_explain", s.cfg.PublicExplain, "dashboard", scheme+"://"+ln.Addr().String()+"/ui/fleet")
 	errc := make(chan error, 1)

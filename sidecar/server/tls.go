@@ -12,19 +12,27 @@ import (
 )
 
 // TLSFiles is the API's tls block: a server certificate and key, and optionally the CA that
-// signs client certificates (mTLS: every client must present one).
+// signs client certificates (mTLS: every client must present one). HealthWithoutClientCert
+// (with ClientCAFile only) lets a client without a certificate through the handshake, for
+// GET /v1/health alone (clientcert.go): a Nomad http check cannot present one.
 type TLSFiles struct {
-	CertFile     string
-	KeyFile      string
-	ClientCAFile string
+	CertFile                string
+	KeyFile                 string
+	ClientCAFile            string
+	HealthWithoutClientCert bool
 }
 
 // Enabled reports whether TLS is configured.
-func (f TLSFiles) Enabled() bool { return f.CertFile != "" || f.KeyFile != "" || f.ClientCAFile != "" }
+func (f TLSFiles) Enabled() bool {
+	return f.CertFile != "" || f.KeyFile != "" || f.ClientCAFile != "" || f.HealthWithoutClientCert
+}
 
 // LoadTLS builds the server's TLS configuration; errors name the field, the file and what was
 // expected (a missing file, a file without PEM blocks, a key that does not match).
 func LoadTLS(f TLSFiles) (*tls.Config, error) {
+	if f.HealthWithoutClientCert && f.ClientCAFile == "" {
+		return nil, errors.New("tls.health_without_client_cert = true: expected tls.client_ca_file too (it relaxes mTLS for GET /v1/health; without a client CA /v1/health needs no certificate anyway)")
+	}
 	if f.CertFile == "" || f.KeyFile == "" {
 		return nil, fmt.Errorf("tls.cert_file = %q, tls.key_file = %q: expected both (PEM files), or no tls block", f.CertFile, f.KeyFile)
 	}
@@ -52,6 +60,11 @@ func LoadTLS(f TLSFiles) (*tls.Config, error) {
 		}
 		cfg.ClientCAs = pool
 		cfg.ClientAuth = tls.RequireAndVerifyClientCert
+		if f.HealthWithoutClientCert {
+			// A certificate that is presented is still verified (another CA fails the
+			// handshake); requireClientCert refuses the requests that came without one.
+			cfg.ClientAuth = tls.VerifyClientCertIfGiven
+		}
 	}
 	return cfg, nil
 }

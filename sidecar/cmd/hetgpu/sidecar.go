@@ -19,6 +19,7 @@ func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	tlsCert := fs.String("tls-cert", "", "serve HTTPS with this PEM certificate (config tls.cert_file)")
 	tlsKey := fs.String("tls-key", "", "the certificate's PEM private key (config tls.key_file)")
 	tlsClientCA := fs.String("tls-client-ca", "", "require client certificates signed by this PEM CA (mTLS; config tls.client_ca_file)")
+	tlsHealthOpen := fs.Bool("tls-health-without-client-cert", false, "with -tls-client-ca: GET /v1/health answers clients without a certificate, for Nomad's http check; everything else still needs one (config tls.health_without_client_cert)")
 	insecure := fs.Bool("insecure", false, "serve a non-loopback address without TLS or tokens anyway (config insecure)")
 	setUsage(fs, `Usage: hetgpu sidecar [-config FILE] [flags]
 
@@ -53,7 +54,7 @@ embedded simulated cluster (accelerated clock) and serves the same API.`)
 		}
 		cfg.HA.Enabled = true
 	}
-	applyTLSFlags(cfg, *tlsCert, *tlsKey, *tlsClientCA, *insecure)
+	applyTLSFlags(cfg, *tlsCert, *tlsKey, *tlsClientCA, *tlsHealthOpen, *insecure)
 	if err := cfg.Finish(); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
@@ -72,8 +73,8 @@ embedded simulated cluster (accelerated clock) and serves the same API.`)
 }
 
 // applyTLSFlags lets flags set or override the config's tls block and insecure.
-func applyTLSFlags(cfg *app.Config, cert, key, clientCA string, insecure bool) {
-	if cert != "" || key != "" || clientCA != "" {
+func applyTLSFlags(cfg *app.Config, cert, key, clientCA string, healthOpen, insecure bool) {
+	if cert != "" || key != "" || clientCA != "" || healthOpen {
 		if cfg.TLS == nil {
 			cfg.TLS = &app.TLSConfig{}
 		}
@@ -84,6 +85,9 @@ func applyTLSFlags(cfg *app.Config, cert, key, clientCA string, insecure bool) {
 			if f.v != "" {
 				*f.dst = f.v
 			}
+		}
+		if healthOpen {
+			cfg.TLS.HealthWithoutClientCert = true
 		}
 	}
 	if insecure {

@@ -22,14 +22,17 @@ func TestTLSFlagsBeforeChecks(t *testing.T) {
 	tests := []struct {
 		name          string
 		cert, key, ca string
+		health        bool // -tls-health-without-client-cert
 		insecure      bool
 		want          string // "" = accepted
 	}{
-		{"no flags", "", "", "", false, "no TLS"},
-		{"TLS flags", certs.ServerCert, certs.ServerKey, "", false, ""},
-		{"mTLS flags", certs.ServerCert, certs.ServerKey, certs.CA, false, ""},
-		{"-insecure", "", "", "", true, ""},
-		{"cert without key", certs.ServerCert, "", "", false, `tls.key_file = "": expected both`},
+		{"no flags", "", "", "", false, false, "no TLS"},
+		{"TLS flags", certs.ServerCert, certs.ServerKey, "", false, false, ""},
+		{"mTLS flags", certs.ServerCert, certs.ServerKey, certs.CA, false, false, ""},
+		{"mTLS with open health", certs.ServerCert, certs.ServerKey, certs.CA, true, false, ""},
+		{"open health without a client CA", certs.ServerCert, certs.ServerKey, "", true, false, "tls.health_without_client_cert = true: expected tls.client_ca_file too"},
+		{"-insecure", "", "", "", false, true, ""},
+		{"cert without key", certs.ServerCert, "", "", false, false, `tls.key_file = "": expected both`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -38,13 +41,16 @@ func TestTLSFlagsBeforeChecks(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			applyTLSFlags(cfg, tt.cert, tt.key, tt.ca, tt.insecure)
+			applyTLSFlags(cfg, tt.cert, tt.key, tt.ca, tt.health, tt.insecure)
 			err = cfg.Finish()
 			if (tt.want == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("Finish = %v, want %q", err, tt.want)
 			}
 			if err == nil && tt.ca != "" && cfg.TLSFiles().ClientCAFile != tt.ca {
 				t.Errorf("client CA %q, want %q", cfg.TLSFiles().ClientCAFile, tt.ca)
+			}
+			if err == nil && cfg.TLSFiles().HealthWithoutClientCert != tt.health {
+				t.Errorf("health_without_client_cert = %v, want %v", cfg.TLSFiles().HealthWithoutClientCert, tt.health)
 			}
 		})
 	}
