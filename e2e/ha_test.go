@@ -182,8 +182,20 @@ const rawExec = "plugin \"raw_exec\" {\n  config {\n    enabled = true\n  }\n}\n
 // certificate, key and tokens in the Nomad variable nomad/jobs/hetgpu-sidecar, written as the
 // README says: two replicas on two nodes serve HTTPS, registered as the Nomad service
 // hetgpu-sidecar; one leads, one stands by, a GPU job is pinned, /v1/queue answers the read
-// token and refuses a request without one (401).
-func TestHASidecarAsNomadJobWithACL(t *testing.T) {
+// token and refuses a request without one (401); Nomad reports both service checks passing.
+func TestHASidecarAsNomadJobWithACL(t *testing.T) { runSidecarJobWithACL(t, false, nil) }
+
+// sidecarJob is the documented sidecar job running on a cluster with ACLs.
+type sidecarJob struct {
+	c     *cluster
+	certs testcerts.Files
+	urls  []string // https://address:port of each replica
+}
+
+// runSidecarJobWithACL is TestHASidecarAsNomadJobWithACL; clientCA adds client_ca to the
+// secrets variable (mTLS), and the test's clients then present the client certificate; edit,
+// when set, changes the parsed job before it is registered.
+func runSidecarJobWithACL(t *testing.T, clientCA bool, edit func(*api.Job)) sidecarJob {
 	nomadBin := nomadBinary(t, "the sidecar as a Nomad job on a cluster with ACLs")
 	bins := buildBinaries(t, binHetgpu, binDevice, binDriver, binToy)
 	c := startClusterOpts(t, nomadBin, bins, []clusterClient{
@@ -217,7 +229,11 @@ func TestHASidecarAsNomadJobWithACL(t *testing.T) {
 	certs, err := testcerts.WriteFor(t.TempDir(), ips...)
 	must(t, err)
 	items := api.VariableItems{"read_token": e2eReadToken, "write_token": e2eWriteToken}
-	for k, f := range map[string]string{"tls_cert": certs.ServerCert, "tls_key": certs.ServerKey, "ca": certs.CA} {
+	files := map[string]string{"tls_cert": certs.ServerCert, "tls_key": certs.ServerKey, "ca": certs.CA}
+	if clientCA {
+		files["client_ca"] = certs.CA
+	}
+	for k, f := range files {
 		b, err := os.ReadFile(f)
 		must(t, err)
 		items[k] = string(b)
@@ -233,10 +249,16 @@ func TestHASidecarAsNomadJobWithACL(t *testing.T) {
 	job, err := c.API.Jobs().ParseHCLOpts(&api.JobsParseRequest{JobHCL: string(src),
 		Variables: fmt.Sprintf("hetgpu_bin = %q\nnomad_addr = %q\n", bins.Hetgpu, c.HTTP), Canonicalize: true})
 	must(t, err)
+	if edit != nil {
+		edit(job)
+	}
 	_, _, err = c.API.Jobs().Register(job, nil)
 	must(t, err)
 	t.Cleanup(func() { _, _, _ = c.API.Jobs().Deregister("hetgpu-sidecar", true, nil) })
 	client := tlsClient(t, certs.CA, "", "")
+	if clientCA {
+		client = tlsClient(t, certs.CA, certs.ClientCert, certs.ClientKey)
+	}
 	sc := func(u string) *secureSidecar { return &secureSidecar{url: u, client: client} }
 	var urls []string
 	var leader haHealth
@@ -297,6 +319,8 @@ func TestHASidecarAsNomadJobWithACL(t *testing.T) {
 	v, _, err := c.API.Variables().Read("hetgpu/leader", nil)
 	must(t, err)
 	t.Logf("replicas %v; leader lock held by %s (%s)", urls, v.Items["id"], v.Items["address"])
+	waitChecksPassing(t, c.API, "hetgpu-sidecar", 2)
+	return sidecarJob{c: c, certs: certs, urls: urls}
 }
 
 // taskLogs is the tail of each allocation's task stderr, for failure messages.

@@ -13,7 +13,8 @@
 #     tls_cert=@sidecar.pem tls_key=@sidecar-key.pem ca=@ca.pem \
 #     read_token=$(openssl rand -hex 24) write_token=$(openssl rand -hex 24)
 #
-# (optional keys: client_ca=@clients-ca.pem for mTLS, token=... for an admin token).
+# (optional keys: client_ca=@clients-ca.pem for mTLS, token=... for an admin token; with
+# client_ca only GET /v1/health answers without a client certificate, for the service check).
 #
 # The task reaches Nomad through the Task API socket with its workload identity; give that
 # identity the sidecar's policy once (least privilege, see hetgpu-sidecar.policy.hcl):
@@ -87,8 +88,9 @@ job "hetgpu-sidecar" {
       tags     = ["hetgpu"]
 
       # Leader and standby both answer 200: a standby is healthy, it just does not write.
-      # /v1/health needs no token. With client_ca (mTLS) the check cannot present a
-      # certificate: the handshake fails and the check stays critical (README).
+      # /v1/health needs no token. The check cannot present a client certificate, so with
+      # client_ca (mTLS) the sidecar lets GET /v1/health alone through without one
+      # (tls.health_without_client_cert, set below); every other request still needs one.
       check {
         type            = "http"
         protocol        = local.scheme
@@ -161,6 +163,7 @@ tls {
   cert_file = "{{ env "NOMAD_SECRETS_DIR" }}/tls/cert.pem"
   key_file  = "{{ env "NOMAD_SECRETS_DIR" }}/tls/key.pem"
 {{ with nomadVar "${var.secrets_var}" }}{{ if .client_ca.Value }}  client_ca_file = "{{ env "NOMAD_SECRETS_DIR" }}/tls/client-ca.pem"
+  health_without_client_cert = true
 {{ end }}{{ end }}}
 %{ endif ~}
 state_dir = "{{ env "NOMAD_ALLOC_DIR" }}/data/hetgpu"

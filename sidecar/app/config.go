@@ -30,6 +30,7 @@ import (
 //	read_token  = "..."              # reads only: queue, decisions, explain, dashboard, metrics (HETGPU_READ_TOKEN)
 //	write_token = "..."              # writes only: POST /v1/observations, the drivers' token (HETGPU_WRITE_TOKEN)
 //	tls { cert_file = "" key_file = "" client_ca_file = "" }  # HTTPS; a client CA requires client certs (mTLS)
+//	                                 # (health_without_client_cert = true: but for GET /v1/health)
 //	insecure   = false               # serve a non-loopback address without TLS or tokens anyway
 //	public_explain      = false      # every job's explain page (read-only) opens without a token
 //	explain_link_secret = ""         # HMAC key of the signed explain links (>= 32 bytes); else
