@@ -2,6 +2,7 @@ package policies
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"strconv"
@@ -38,12 +39,13 @@ func TestParseList(t *testing.T) {
 		t.Fatalf("ParseList: %v %v", got, err)
 	}
 	all, err := ParseList("all")
-	if err != nil || strings.Join(all, ",")+","+HetgpuHeuristic != strings.Join(Names(), ",") {
-		t.Fatalf("all: %v %v; want every name but the explicit %s", all, err, HetgpuHeuristic)
+	explicit := HetgpuHeuristic + "," + HetgpuOracle
+	if err != nil || strings.Join(all, ",")+","+explicit != strings.Join(Names(), ",") {
+		t.Fatalf("all: %v %v; want every name but the explicit %s", all, err, explicit)
 	}
-	both, err := ParseList("all," + HetgpuHeuristic)
+	both, err := ParseList("all," + explicit)
 	if err != nil || strings.Join(both, ",") != strings.Join(Names(), ",") {
-		t.Fatalf("all,%s: %v %v", HetgpuHeuristic, both, err)
+		t.Fatalf("all,%s: %v %v", explicit, both, err)
 	}
 	for _, bad := range []string{"", "fifo,nope"} {
 		if _, err := ParseList(bad); err == nil || !strings.Contains(err.Error(), "known: ") {
@@ -282,6 +284,48 @@ func TestHetgpuHeuristicDiffers(t *testing.T) {
 		t.Fatalf("hetgpu and %s started all %d jobs at the same times; the orders should differ on this trace", HetgpuHeuristic, len(starts["hetgpu"]))
 	}
 	t.Logf("%d of %d jobs started at different times", differ, len(starts["hetgpu"]))
+}
+
+// hetgpu-oracle is hetgpu-heuristic with exact runtimes: the same stages, the simulator shows
+// it no estimate error, and on a contended trace the better estimates change the schedule.
+func TestHetgpuOracleSeesExactRuntimes(t *testing.T) {
+	s, tr := contended(t)
+	o := Options{Spec: s, Throughput: tab(t), Seed: 2}
+	oracle, err := Build(HetgpuOracle, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	heur, err := Build(HetgpuHeuristic, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if oracle.Estimates.Off || oracle.Estimates.Factor("ns/any") != 1 {
+		t.Fatalf("oracle estimates %+v: want exact (factor 1)", oracle.Estimates)
+	}
+	if heur.Estimates.Factor("ns/any") == 1 {
+		t.Fatalf("heuristic estimates %+v: want the user error", heur.Estimates)
+	}
+	if fmt.Sprintf("%T %T", oracle.Stages.Ranker, oracle.Stages.Placer) != fmt.Sprintf("%T %T", heur.Stages.Ranker, heur.Stages.Placer) {
+		t.Fatalf("oracle stages %T %T differ from the heuristic's %T %T", oracle.Stages.Ranker, oracle.Stages.Placer, heur.Stages.Ranker, heur.Stages.Placer)
+	}
+	ro, rh := simulate(t, s, tr.Jobs, oracle.Sim()), simulate(t, s, tr.Jobs, heur.Sim())
+	if ro.Jobs != rh.Jobs || ro.Jobs == 0 {
+		t.Fatalf("oracle finished %d jobs, heuristic %d", ro.Jobs, rh.Jobs)
+	}
+	differ := 0
+	start := map[string]float64{}
+	for _, j := range rh.JobResults {
+		start[j.ID] = j.StartS
+	}
+	for _, j := range ro.JobResults {
+		if start[j.ID] != j.StartS {
+			differ++
+		}
+	}
+	if differ == 0 {
+		t.Fatalf("exact and noisy estimates started all %d jobs at the same times", ro.Jobs)
+	}
+	t.Logf("avg JCT oracle %.0f s, heuristic %.0f s; %d jobs started at other times", ro.AvgJCTS, rh.AvgJCTS, differ)
 }
 
 // hetgpu preempts a long job for a short newcomer (its ranker puts the smaller remaining work

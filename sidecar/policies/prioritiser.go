@@ -112,6 +112,18 @@ func newHetgpuHeuristic(o Options) (Policy, error) {
 	return hetgpuStages(o, r)
 }
 
+// HetgpuOracle is hetgpu-heuristic shown each job's exact remaining runtime in simulation
+// instead of the user's estimate (as sjf is): the most any ranker could gain from knowing runtimes
+// better, the ceiling against which a learned order's gain over the heuristic is judged. Live it
+// is hetgpu-heuristic (a live sidecar has only the user's estimate).
+const HetgpuOracle = "hetgpu-oracle"
+
+func newHetgpuOracle(o Options) (Policy, error) {
+	p, err := newHetgpuHeuristic(o)
+	p.Estimates = sim.Estimates{Sigma: -1}
+	return p, err
+}
+
 // newHetgpu is the policy the sidecar runs by default: the bundled pretrained prioritiser
 // (or its fallback heuristic when a build has none) in HetgpuPipeline, or Options.Ranker (the
 // live sidecar chooses its ranker from its configuration and evidence, app.StagesWithRanker).

@@ -98,6 +98,7 @@ func registry() []Entry {
 		{Name: "f1", Summary: "learned priority F1 = log10(r)*n + 870*log10(s) on user runtime estimates (Carastan-Santos & de Camargo, SC 2017)", New: newF1},
 		{Name: "hetgpu", Summary: "learned prioritiser (PPO) + GOGH predictor + preemption planner + placement MILP, hetgpu preset (this project)", New: newHetgpu},
 		{Name: HetgpuHeuristic, Summary: "hetgpu with the ranker's fallback heuristic order instead of the learned one (comparison; not in all)", New: newHetgpuHeuristic, Explicit: true},
+		{Name: HetgpuOracle, Summary: "hetgpu-heuristic shown exact runtimes in simulation, the ceiling of what better runtime knowledge gives a ranker (comparison; not in all)", New: newHetgpuOracle, Explicit: true},
 	}
 }
 

@@ -26,7 +26,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs := newFlagSet("sim", stderr)
 	clusterRef := fs.String("cluster", "modern-mix", "bundled cluster ("+strings.Join(sim.BundledClusters(), ", ")+") or HCL spec file; append :scale=F to scale node counts")
 	traceRef := fs.String("trace", "bundled:default", "trace: FILE, bundled:NAME, synthetic:jobs=N,rate=JOBS_PER_HOUR[,seed=S], philly:FILE, helios:FILE, pai:JOBS,TASKS")
-	policyList := fs.String("policies", "all", "comma-separated policies ("+strings.Join(policies.Names(), ", ")+") or all (every one but "+policies.HetgpuHeuristic+")")
+	policyList := fs.String("policies", "all", "comma-separated policies ("+strings.Join(policies.Names(), ", ")+") or all (every one but "+policies.HetgpuHeuristic+" and "+policies.HetgpuOracle+")")
 	seed := fs.Uint64("seed", 1, "seed for synthetic traces and randomised policies")
 	outDir := fs.String("out", "", "directory for CSV, JSON and the HTML report with plots")
 	asJSON := fs.Bool("json", false, "print a JSON array (one object per policy) instead of the table")
