@@ -35,7 +35,8 @@ const (
 //	    + AffinityWeight x Aff_o )                 Nomad affinities
 //
 // with every term in [0, 1] (L_o in [-1, 1], Aff_o in [-2, 2]):
-//   - P_j = 1 / (1 + r / RankHalfLife) for the job's 0-based position r in the ranker's order;
+//   - P_j = 1 / (1 + r / RankHalfLife) for the job's 0-based position r in the ranker's order
+//     (sched.Ranked.RankerPos where the queue stage moved the job ahead for its guarantee);
 //   - S_o = predicted throughput on o / the job's best predicted throughput on any GPU type
 //     in the cluster (o's throughput includes the cross-node, PCIe and sharing factors);
 //   - E_o = 1 - (the job's least predicted energy per unit of work on any GPU type) / (that

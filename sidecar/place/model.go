@@ -335,7 +335,13 @@ func newModel(cfg Config, snap *cluster.Snapshot, ranked []sched.Ranked, pred sc
 		j := ranked[r].Job
 		ji := &m.jobs[r]
 		*ji = jobInfo{j: j, pos: r, score: ranked[r].Score, ns: nsOf(j.Namespace)}
-		ji.prio = 1 / (1 + float64(r)/cfg.RankHalfLife)
+		// A job placed first for its queue's guarantee keeps the priority of the ranker's
+		// position: it is owed GPUs, not the fastest ones ahead of better-ranked jobs.
+		pos := r
+		if rp := ranked[r].RankerPos; rp > 0 {
+			pos = rp - 1
+		}
+		ji.prio = 1 / (1 + float64(pos)/cfg.RankHalfLife)
 		ji.lambda = lambda
 		if j.Hetgpu.EnergyWeight > 0 {
 			ji.lambda = j.Hetgpu.EnergyWeight
