@@ -747,8 +747,23 @@ var _ = rand.New
 
 // TestRankerPosPriority: the job the queue stage put first for its guarantee (RankerPos: the
 // ranker placed it 40th) is placed, but the better-ranked job gets the faster GPU; without
-// RankerPos the first job in the order gets it.
+// RankerPos the first job in the order gets it. With one GPU for both, the first in the order
+// still gets it (lift).
 func TestRankerPosPriority(t *testing.T) {
+	one := &cluster.Snapshot{Nodes: []cluster.Node{node("fast", "h100", "NVIDIA H100 80GB HBM3", "a", 1, true)},
+		Pending: []cluster.Job{job("aa", 1), job("bb", 1)}}
+	pl, err := New(Default(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec, _, err := pl.PlaceDetailed(context.Background(), one, []sched.Ranked{{Job: &one.Pending[0], RankerPos: 40}, {Job: &one.Pending[1]}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dec) != 1 || dec[0].JobID != "aa" {
+		t.Errorf("one GPU: want the owed job aa placed, got %+v", dec)
+	}
+
 	snap := &cluster.Snapshot{Nodes: []cluster.Node{
 		node("fast", "h100", "NVIDIA H100 80GB HBM3", "a", 1, true),
 		node("slow", "t4", "Tesla T4", "a", 1, false),

@@ -549,12 +549,12 @@ func (s *Set) reclaimable(snap *cluster.Snapshot, r *round) []cluster.Job {
 //     (ties keep the ranker's order).
 //
 // A tier-0 job keeps its position in the ranker's order as RankerPos (unless an earlier Order
-// of the round set it): the placement gives it the priority of that position, so it is placed
-// first (its queue is owed GPUs) but does not take the fastest GPUs from better-ranked jobs.
-// With the priority of the front of the order, small long jobs of owed queues took the H100 and
-// A100 nodes of modern-mix one GPU at a time and its 8-GPU jobs waited for whole nodes
-// (philly-tenants-2k, auto:0.5: +19.2 % average JCT over the run without queues; with the
-// ranker's priority -4.1 %; README, Queues).
+// of the round set it): the placement chooses its GPUs with the priority of that position, so
+// it is placed first (its queue is owed GPUs) but does not take the fastest GPUs from
+// better-ranked jobs. With the priority of the front of the order, small long jobs of owed
+// queues took the H100 and A100 nodes of modern-mix one GPU at a time and its 8-GPU jobs
+// waited for whole nodes (philly-tenants-2k, auto:0.5: +19.2 % average JCT over the run
+// without queues, -0.8 % with this; README, Queues).
 func (s *Set) Order(snap *cluster.Snapshot, ranked []sched.Ranked) []sched.Ranked {
 	if len(ranked) < 2 {
 		return ranked
