@@ -725,7 +725,7 @@ func (m *model) score(ji int, opts []option, st *state) {
 			}
 			o.Aff /= float64(len(o.units))
 		}
-		o.value = float64(j.g) * (cfg.PlaceReward + cfg.PriorityWeight*j.prio*o.S + cfg.RankWeight*j.prio -
+		o.value = float64(j.g) * (cfg.PlaceReward + cfg.PriorityWeight*j.prio*o.S + cfg.RankWeight*j.prio + j.lift -
 			j.lambda*o.E - cfg.FragmentWeight*o.F - cfg.ImbalanceWeight*o.L + cfg.LookAheadWeight*o.A +
 			cfg.AffinityWeight*o.Aff)
 		kept = append(kept, o)

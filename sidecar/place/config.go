@@ -36,6 +36,10 @@ const (
 //
 // with every term in [0, 1] (L_o in [-1, 1], Aff_o in [-2, 2]):
 //   - P_j = 1 / (1 + r / RankHalfLife) for the job's 0-based position r in the ranker's order;
+//     where the queue stage moved a job ahead for its guarantee (sched.Ranked.RankerPos), P_j
+//     is that of the ranker's position and every option of the job gets (PriorityWeight +
+//     RankWeight) x (P of its place in the order - P_j) more: it is placed as early, but
+//     chooses its GPUs as its rank does;
 //   - S_o = predicted throughput on o / the job's best predicted throughput on any GPU type
 //     in the cluster (o's throughput includes the cross-node, PCIe and sharing factors);
 //   - E_o = 1 - (the job's least predicted energy per unit of work on any GPU type) / (that

@@ -112,10 +112,13 @@ type instInfo struct {
 }
 
 type jobInfo struct {
-	j        *cluster.Job
-	pos      int // 0-based position in the ranker's order
-	score    float64
-	prio     float64
+	j     *cluster.Job
+	pos   int // 0-based position in the ranker's order
+	score float64
+	prio  float64
+	// lift is what the job's place in the order adds to every option beyond prio's terms
+	// (sched.Ranked.RankerPos).
+	lift     float64
 	lambda   float64
 	cj       *constraint.Job
 	err      error
@@ -336,6 +339,15 @@ func newModel(cfg Config, snap *cluster.Snapshot, ranked []sched.Ranked, pred sc
 		ji := &m.jobs[r]
 		*ji = jobInfo{j: j, pos: r, score: ranked[r].Score, ns: nsOf(j.Namespace)}
 		ji.prio = 1 / (1 + float64(r)/cfg.RankHalfLife)
+		if rp := ranked[r].RankerPos; rp > 0 {
+			// A job placed first for its queue's guarantee is owed GPUs, not the fastest ones
+			// ahead of better-ranked jobs: it chooses among its options with the priority of
+			// the ranker's position, and the rest of its place in the order (lift, the same
+			// for every option) keeps it placed before them.
+			ranker := 1 / (1 + float64(rp-1)/cfg.RankHalfLife)
+			ji.lift = max(ji.prio-ranker, 0) * (cfg.PriorityWeight + cfg.RankWeight)
+			ji.prio = ranker
+		}
 		ji.lambda = lambda
 		if j.Hetgpu.EnergyWeight > 0 {
 			ji.lambda = j.Hetgpu.EnergyWeight

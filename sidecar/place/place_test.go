@@ -744,3 +744,50 @@ func TestDecompositionGap(t *testing.T) {
 }
 
 var _ = rand.New
+
+// TestRankerPosPriority: the job the queue stage put first for its guarantee (RankerPos: the
+// ranker placed it 40th) is placed, but the better-ranked job gets the faster GPU; without
+// RankerPos the first job in the order gets it. With one GPU for both, the first in the order
+// still gets it (lift).
+func TestRankerPosPriority(t *testing.T) {
+	one := &cluster.Snapshot{Nodes: []cluster.Node{node("fast", "h100", "NVIDIA H100 80GB HBM3", "a", 1, true)},
+		Pending: []cluster.Job{job("aa", 1), job("bb", 1)}}
+	pl, err := New(Default(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec, _, err := pl.PlaceDetailed(context.Background(), one, []sched.Ranked{{Job: &one.Pending[0], RankerPos: 40}, {Job: &one.Pending[1]}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dec) != 1 || dec[0].JobID != "aa" {
+		t.Errorf("one GPU: want the owed job aa placed, got %+v", dec)
+	}
+
+	snap := &cluster.Snapshot{Nodes: []cluster.Node{
+		node("fast", "h100", "NVIDIA H100 80GB HBM3", "a", 1, true),
+		node("slow", "t4", "Tesla T4", "a", 1, false),
+	}}
+	owed, better := job("aa", 1), job("bb", 1)
+	snap.Pending = []cluster.Job{owed, better}
+	for _, tt := range []struct {
+		rankerPos int
+		wantFast  string
+	}{{0, "aa"}, {40, "bb"}} {
+		ranked := []sched.Ranked{{Job: &snap.Pending[0], RankerPos: tt.rankerPos}, {Job: &snap.Pending[1]}}
+		pl, err := New(Default(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec, _, err := pl.PlaceDetailed(context.Background(), snap, ranked, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(dec) != 2 {
+			t.Fatalf("RankerPos %d: %d decisions, want both jobs placed", tt.rankerPos, len(dec))
+		}
+		if d := decisionFor(dec, tt.wantFast); d == nil || d.GPUType != "h100" {
+			t.Errorf("RankerPos %d: %s should get the H100, got %+v", tt.rankerPos, tt.wantFast, dec)
+		}
+	}
+}

@@ -286,3 +286,31 @@ func TestRelocatedJobsLead(t *testing.T) {
 		}
 	}
 }
+
+// TestOrderKeepsRankerPos: a job moved ahead into its queue's guarantee keeps the ranker's
+// position (1-based) for the placement's priority, through a second Order of the round (which
+// sees it first); jobs in their ranker's tier carry none.
+func TestOrderKeepsRankerPos(t *testing.T) {
+	s, err := New(Config{Queues: []Spec{
+		{Name: "a", Namespaces: []string{"a"}, Guarantee: 4},
+		{Name: "c", Namespaces: []string{"c"}},
+	}, HalfLife: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pend := func(ns, id string, g int) cluster.Job { return cluster.Job{Namespace: ns, ID: id, Group: "g", GPUs: g} }
+	snap := &cluster.Snapshot{Now: t0, Nodes: []cluster.Node{node("n", "a100", 8)},
+		Pending: []cluster.Job{pend("c", "c1", 1), pend("c", "c2", 1), pend("a", "a1", 2), pend("c", "c3", 1), pend("a", "a2", 2)}}
+	want := map[string]int{"a1": 3, "a2": 5}
+	first := s.Order(snap, ranked(snap.Pending...))
+	for round, out := range [][]sched.Ranked{first, s.Order(snap, first)} {
+		if got := keys(out); got != "a1,a2,c1,c2,c3" {
+			t.Fatalf("order %d: %s, want a1,a2,c1,c2,c3", round, got)
+		}
+		for _, r := range out {
+			if r.RankerPos != want[r.Job.ID] {
+				t.Errorf("order %d: %s has RankerPos %d, want %d", round, r.Job.ID, r.RankerPos, want[r.Job.ID])
+			}
+		}
+	}
+}

@@ -62,3 +62,36 @@ func TestOrderRoomFitsNodes(t *testing.T) {
 		})
 	}
 }
+
+// TestOrderLastResort: when none of a queue's admitted jobs fits a node's room, its first one
+// leads the order all the same (relocation may make room for it); when one of them fits, that
+// one takes the room and the big job keeps its place.
+func TestOrderLastResort(t *testing.T) {
+	pend := func(ns, id string, g int) cluster.Job { return cluster.Job{Namespace: ns, ID: id, Group: "g", GPUs: g} }
+	for _, tt := range []struct {
+		name    string
+		pending []cluster.Job
+		want    string
+	}{
+		{"only the big job waits", []cluster.Job{pend("b", "b1", 1), pend("a", "a-big", 8)}, "a-big,b1"},
+		{"a 1-GPU job takes the room", []cluster.Job{pend("b", "b1", 1), pend("a", "a-big", 8), pend("a", "a1", 1)}, "a1,b1,a-big"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := New(Config{Queues: []Spec{
+				{Name: "a", Namespaces: []string{"a"}, Guarantee: 8},
+				{Name: "b", Namespaces: []string{"b"}, Guarantee: 8},
+			}, HalfLife: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// b's guaranteed jobs hold 4 GPUs of each 8-GPU node: a's 8-GPU job fits no node.
+			snap := &cluster.Snapshot{Now: t0, Nodes: []cluster.Node{node("n1", "a100", 8), node("n2", "a100", 8)},
+				Running: []cluster.Alloc{alloc("b", "r1", "n1", "a100", 0, 4, t0), alloc("b", "r2", "n2", "a100", 0, 4, t0)},
+				Pending: tt.pending}
+			snap = s.Prepare(snap.Indexed())
+			if got := keys(s.Order(snap, ranked(snap.Pending...))); got != tt.want {
+				t.Errorf("order %s, want %s", got, tt.want)
+			}
+		})
+	}
+}

@@ -61,6 +61,10 @@ func ObserveAll(ctx context.Context, l Learner, obs []cluster.Observation) error
 type Ranked struct {
 	Job   *cluster.Job
 	Score float64
+	// RankerPos, when > 0, is the 1-based position the ranker gave the job before the queue
+	// stage moved it ahead into its queue's guarantee (sched.Queues): the placement's priority
+	// (place.Config, P_j) is taken from it, not from the job's place in the order.
+	RankerPos int
 	// Features are the inputs the score came from, for the queue and explain APIs.
 	Features map[string]float64
 }

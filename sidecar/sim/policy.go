@@ -89,7 +89,7 @@ func (p *PipelinePolicy) round(ctx context.Context, e *Engine) error {
 // wake asks for the round the time-driven stages (sched.Waker) want, after this one.
 func (p *PipelinePolicy) wake(e *Engine, r *sched.Round) {
 	var ws []sched.Waker
-	for _, st := range []any{p.Ranker, p.Preemptor, p.Placer} {
+	for _, st := range []any{p.Ranker, p.Preemptor, p.Placer, p.Queues} {
 		if w, ok := st.(sched.Waker); ok {
 			ws = append(ws, w)
 		}
