@@ -1,51 +1,99 @@
 package queue
 
 import (
+	"slices"
 	"sort"
 
 	"github.com/hetgpu/hetgpu/model/cluster"
+	"github.com/hetgpu/hetgpu/sidecar/constraint"
 )
 
-// nodeRoom is, per ready node, the GPUs a job owed its queue's guarantee could get there this
-// round: the free ones and those of borrowed preemptible jobs (the ones reclaim may stop).
-// Order hands guarantee room (tier 0) only to jobs that fit it, claiming as it goes: a queue's
-// 8-GPU job that fits the count of GPUs its guarantee has left but no node (other queues'
-// guaranteed jobs hold part of every node) would otherwise take all of tier 0 while the
-// queue's 1-GPU jobs wait behind every other queue's work, and the queue stays below its
-// guarantee for hours (philly-tenants-2k on modern-mix; README, Queues).
+// nodeRoom is, per device group of a ready node, the GPUs a job owed its queue's guarantee
+// could get there this round: the free ones and those of borrowed preemptible jobs (the ones
+// reclaim may stop). Order hands guarantee room (tier 0) only to jobs that fit it, claiming
+// as it goes: a queue's 8-GPU job that fits the count of GPUs its guarantee has left but no
+// node (other queues' guaranteed jobs hold part of every node) would otherwise take all of
+// tier 0 while the queue's 1-GPU jobs wait behind every other queue's work, and the queue
+// stays below its guarantee for hours (philly-tenants-2k on modern-mix; README, Queues).
+// Room is kept per group, not per node, so that a job claims only GPUs its device request
+// and constraints accept: an A100 job does not take tier 0 on a node full of free T4s.
 type nodeRoom struct {
-	gpus []int // descending after sort
+	groups []roomGroup
+}
+
+// roomGroup is one device group's room: the instance IDs still unclaimed this round.
+type roomGroup struct {
+	node  *cluster.Node
+	group *cluster.DeviceGroup
+	typ   string
+	ids   []string
 }
 
 func newNodeRoom(snap *cluster.Snapshot, borrowed []cluster.Job) *nodeRoom {
 	free := snap.Free()
-	idx := map[string]int{}
-	var gpus []int
-	for i := range snap.Nodes {
-		n := &snap.Nodes[i]
-		if !n.Ready() {
-			continue
-		}
-		idx[n.ID] = len(gpus)
-		gpus = append(gpus, free.NodeGPUs(n.ID))
+	r := &nodeRoom{}
+	byNode := map[string][]int{}
+	for _, fg := range free.Groups() {
+		byNode[fg.Node.ID] = append(byNode[fg.Node.ID], len(r.groups))
+		r.groups = append(r.groups, roomGroup{node: fg.Node, group: fg.Group, typ: fg.Type, ids: slices.Clone(fg.IDs)})
 	}
 	b := make(map[string]bool, len(borrowed))
 	for i := range borrowed {
 		b[borrowed[i].Key()] = true
 	}
+	// A borrowed job's GPUs are room in the group each of its instances belongs to.
 	for i := range snap.Running {
 		a := &snap.Running[i]
-		if i, ok := idx[a.NodeID]; ok && b[a.Key()] {
-			gpus[i] += len(a.DeviceIDs)
+		gs, ok := byNode[a.NodeID]
+		if !ok || !b[a.Key()] {
+			continue
+		}
+		for _, id := range a.DeviceIDs {
+			for _, gi := range gs {
+				if slices.ContainsFunc(r.groups[gi].group.Instances, func(in cluster.Instance) bool { return in.ID == id }) {
+					r.groups[gi].ids = append(r.groups[gi].ids, id)
+					break
+				}
+			}
 		}
 	}
-	return &nodeRoom{gpus: gpus}
+	return r
 }
 
-// claim takes room for j if it fits (best fit per node, on at most j.MaxNodes() nodes, with
-// j.GPUsPerNode on each when set) and reports whether it did. GPU types and constraints are
-// not looked at: the room is an upper bound, and a job it admits wrongly only keeps tier 0 as
-// before this check.
+// usable counts the group's room cj accepts (cj nil: all of it).
+func (g *roomGroup) usable(cj *constraint.Job) int {
+	if cj == nil || !cj.PinsInstances() {
+		return len(g.ids)
+	}
+	n := 0
+	for _, id := range g.ids {
+		if cj.InstanceAllowed(g.group, id) {
+			n++
+		}
+	}
+	return n
+}
+
+// take removes n instances cj accepts from the group's room.
+func (g *roomGroup) take(cj *constraint.Job, n int) {
+	g.ids = slices.DeleteFunc(g.ids, func(id string) bool {
+		if n > 0 && (cj == nil || cj.InstanceAllowed(g.group, id)) {
+			n--
+			return true
+		}
+		return false
+	})
+}
+
+// claim takes room for j if it fits and reports whether it did. It mirrors what the placer
+// and the feasibility check require (feasible.capacityOf): a job's GPUs on a node come from
+// one device group that serves its device request and meets its node and device constraints
+// (constraint.Job), a job that spans nodes (at most j.MaxNodes, with j.GPUsPerNode on each
+// when set) uses one GPU type on all of them. A single-node job takes the matching group
+// with the least room that holds it (best fit); a multi-node job the GPU type with the least
+// room that holds it, largest groups first. A job whose constraints do not compile (the
+// placer rejects it) is matched by GPU count alone: the room is an upper bound, and a job it
+// admits wrongly only keeps tier 0 as before this check.
 func (r *nodeRoom) claim(j *cluster.Job) bool {
 	need, per, nodes := j.GPUs, j.GPUsPerNode, j.MaxNodes()
 	if need <= 0 {
@@ -54,50 +102,85 @@ func (r *nodeRoom) claim(j *cluster.Job) bool {
 	if per > 0 {
 		nodes = (need + per - 1) / per
 	}
-	sort.Sort(sort.Reverse(sort.IntSlice(r.gpus)))
+	cj, err := constraint.CompileJob(j)
+	if err != nil {
+		cj = nil
+	}
+	type cand struct{ gi, room int }
+	var ms []cand
+	for gi := range r.groups {
+		g := &r.groups[gi]
+		if cj != nil && (!cj.NodeFeasible(g.node) || !cj.GroupFeasible(g.group)) {
+			continue
+		}
+		if u := g.usable(cj); u > 0 {
+			ms = append(ms, cand{gi, u})
+		}
+	}
 	if per <= 0 && nodes == 1 {
-		// Best fit: the node with the least room that holds the whole job.
+		// Best fit: the group with the least room that holds the whole job.
 		best := -1
-		for i, g := range r.gpus {
-			if g >= need {
-				best = i
+		for k, c := range ms {
+			if c.room >= need && (best < 0 || c.room < ms[best].room) {
+				best = k
 			}
 		}
 		if best < 0 {
 			return false
 		}
-		r.gpus[best] -= need
+		r.groups[ms[best].gi].take(cj, need)
 		return true
 	}
-	var take []int
-	left := need
-	for i, g := range r.gpus {
-		if len(take) == nodes || left <= 0 {
-			break
-		}
-		if per > 0 {
-			if g >= per {
-				take = append(take, i)
-				left -= per
+	// Per GPU type, per node, the matching group with the most room (the one a node offers).
+	byType := map[string][]cand{}
+	at := map[[2]string]int{} // (type, node) -> index in byType[type]
+	var types []string
+	for _, c := range ms {
+		g := &r.groups[c.gi]
+		k, ok := at[[2]string{g.typ, g.node.ID}]
+		switch {
+		case !ok:
+			if byType[g.typ] == nil {
+				types = append(types, g.typ)
 			}
-			continue
-		}
-		if g > 0 {
-			take = append(take, i)
-			left -= g
+			at[[2]string{g.typ, g.node.ID}] = len(byType[g.typ])
+			byType[g.typ] = append(byType[g.typ], c)
+		case c.room > byType[g.typ][k].room:
+			byType[g.typ][k] = c
 		}
 	}
-	if left > 0 {
+	sort.Strings(types)
+	var pick []cand
+	pickRoom := 0
+	for _, t := range types {
+		cs := byType[t]
+		sort.SliceStable(cs, func(a, b int) bool { return cs[a].room > cs[b].room })
+		var take []cand
+		left, total := need, 0
+		for _, c := range cs {
+			total += c.room
+			switch {
+			case len(take) == nodes || left <= 0:
+			case per > 0:
+				if c.room >= per {
+					take = append(take, cand{c.gi, per})
+					left -= per
+				}
+			default:
+				n := min(c.room, left)
+				take = append(take, cand{c.gi, n})
+				left -= n
+			}
+		}
+		if left <= 0 && (pick == nil || total < pickRoom) {
+			pick, pickRoom = take, total
+		}
+	}
+	if pick == nil {
 		return false
 	}
-	left = need
-	for _, i := range take {
-		n := min(r.gpus[i], left)
-		if per > 0 {
-			n = per
-		}
-		r.gpus[i] -= n
-		left -= n
+	for _, c := range pick {
+		r.groups[c.gi].take(cj, c.room)
 	}
 	return true
 }
