@@ -95,3 +95,79 @@ func TestOrderLastResort(t *testing.T) {
 		})
 	}
 }
+
+// TestOrderRoomGPUTypes: guarantee room is counted per device group and a job claims only
+// groups its device request and constraints accept; a job spanning nodes stays on one GPU
+// type (as the placer and feasibility check require). Queue a is owed 8 GPUs, b 2; b1 is
+// ranked before a1 (which runs on any GPU), so a1 leads only when a-first leaves it the room.
+func TestOrderRoomGPUTypes(t *testing.T) {
+	job := func(ns, id, dev string, g int) cluster.Job {
+		return cluster.Job{Namespace: ns, ID: id, Group: "g", GPUs: g, DeviceName: dev}
+	}
+	pre := func(ns, id string, g int) cluster.Job {
+		j := job(ns, id, "nvidia/gpu", g)
+		j.Hetgpu.Preemptible = true
+		return j
+	}
+	withCons := func(j cluster.Job, c cluster.Constraint) cluster.Job {
+		j.DeviceConstraints = append(j.DeviceConstraints, c)
+		return j
+	}
+	spread := func(j cluster.Job, k int) cluster.Job { j.Hetgpu.MaxNodes = k; return j }
+	perNode := func(j cluster.Job, p int) cluster.Job { j.GPUsPerNode = p; return j }
+	t4x4 := []cluster.Node{node("n1", "T4", 4)}
+	for _, tt := range []struct {
+		name        string
+		nodes       []cluster.Node
+		running     []cluster.Alloc
+		preemptible []cluster.Job
+		first       cluster.Job
+		want        string
+	}{
+		{"A100 job does not take T4 room", t4x4, nil, nil,
+			job("a", "a-first", "nvidia/gpu/A100", 2), "a1,a-first,b1"},
+		{"generic nvidia/gpu fits T4", t4x4, nil, nil,
+			job("a", "a-first", "nvidia/gpu", 2), "a-first,a1,b1"},
+		{"generic gpu fits T4", t4x4, nil, nil,
+			job("a", "a-first", "gpu", 2), "a-first,a1,b1"},
+		{"A100 job takes A100 room", []cluster.Node{node("n1", "T4", 4), node("n2", "A100", 2)}, nil, nil,
+			job("a", "a-first", "nvidia/gpu/A100", 2), "a-first,a1,b1"},
+		{"device constraint excludes T4", t4x4, nil, nil,
+			withCons(job("a", "a-first", "nvidia/gpu", 2), cluster.Constraint{LTarget: "${device.model}", RTarget: "A100", Operand: "="}),
+			"a1,a-first,b1"},
+		{"other vendor does not match", t4x4, nil, nil,
+			job("a", "a-first", "amd/gpu", 2), "a1,a-first,b1"},
+		// b's guaranteed job holds 2 A100s; its borrowed job holds the other 2: the borrowed
+		// GPUs are A100 room, the free T4s are not.
+		{"borrowed GPUs count in their group", []cluster.Node{node("n1", "T4", 4), node("n2", "A100", 4)},
+			[]cluster.Alloc{alloc("b", "rb", "n2", "A100", 0, 2, t0.Add(-time.Hour)), alloc("b", "bor", "n2", "A100", 2, 2, t0)},
+			[]cluster.Job{pre("b", "bor", 2)}, job("a", "a-first", "nvidia/gpu/A100", 2), "a-first,a1,b1"},
+		{"borrowed T4s are not A100 room", []cluster.Node{node("n1", "T4", 4), node("n2", "A100", 4)},
+			[]cluster.Alloc{alloc("b", "rb", "n2", "A100", 0, 4, t0.Add(-time.Hour)), alloc("b", "bor", "n1", "T4", 0, 2, t0)},
+			[]cluster.Job{pre("b", "bor", 2)}, job("a", "a-first", "nvidia/gpu/A100", 2), "a1,a-first,b1"},
+		// 4 free GPUs on each of two nodes of different types: a job spanning two nodes
+		// must stay on one type.
+		{"spread job does not mix types", []cluster.Node{node("n1", "T4", 4), node("n2", "A100", 4)}, nil, nil,
+			spread(job("a", "a-first", "nvidia/gpu", 8), 2), "a1,a-first,b1"},
+		{"per-node job does not mix types", []cluster.Node{node("n1", "T4", 4), node("n2", "A100", 4)}, nil, nil,
+			perNode(job("a", "a-first", "nvidia/gpu", 8), 4), "a1,a-first,b1"},
+		{"spread job on two nodes of one type", []cluster.Node{node("n1", "T4", 4), node("n2", "A100", 4), node("n3", "A100", 4)}, nil, nil,
+			spread(job("a", "a-first", "nvidia/gpu", 8), 2), "a-first,b1,a1"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := New(Config{Queues: []Spec{
+				{Name: "a", Namespaces: []string{"a"}, Guarantee: 8},
+				{Name: "b", Namespaces: []string{"b"}, Guarantee: 2},
+			}, HalfLife: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			snap := &cluster.Snapshot{Now: t0, Nodes: tt.nodes, Running: tt.running, Preemptible: tt.preemptible}
+			snap.Pending = []cluster.Job{tt.first, job("b", "b1", "nvidia/gpu", 8), job("a", "a1", "nvidia/gpu", 1)}
+			snap = s.Prepare(snap.Indexed())
+			if got := keys(s.Order(snap, ranked(snap.Pending...))); got != tt.want {
+				t.Errorf("order %s, want %s", got, tt.want)
+			}
+		})
+	}
+}
