@@ -135,6 +135,12 @@ func TestOrderRoomGPUTypes(t *testing.T) {
 		{"device constraint excludes T4", t4x4, nil, nil,
 			withCons(job("a", "a-first", "nvidia/gpu", 2), cluster.Constraint{LTarget: "${device.model}", RTarget: "A100", Operand: "="}),
 			"a1,a-first,b1"},
+		{"pinned instances limit the room", t4x4, nil, nil,
+			withCons(job("a", "a-first", "nvidia/gpu", 2), cluster.Constraint{LTarget: "${device.ids}", RTarget: "n1-0", Operand: "set_contains_any"}),
+			"a1,a-first,b1"},
+		{"pinned instances that are free fit", t4x4, nil, nil,
+			withCons(job("a", "a-first", "nvidia/gpu", 2), cluster.Constraint{LTarget: "${device.ids}", RTarget: "n1-0,n1-3", Operand: "set_contains_any"}),
+			"a-first,a1,b1"},
 		{"other vendor does not match", t4x4, nil, nil,
 			job("a", "a-first", "amd/gpu", 2), "a1,a-first,b1"},
 		// b's guaranteed job holds 2 A100s; its borrowed job holds the other 2: the borrowed
