@@ -45,13 +45,7 @@ func TestOrderRoomFitsNodes(t *testing.T) {
 			nil, spread, "a-big,b1,b2,a1,a2"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			s, err := New(Config{Queues: []Spec{
-				{Name: "a", Namespaces: []string{"a"}, Guarantee: 8},
-				{Name: "b", Namespaces: []string{"b"}, Guarantee: tt.guaranteeB},
-			}, HalfLife: time.Hour})
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := queuesAB(t, tt.guaranteeB)
 			snap := &cluster.Snapshot{Now: t0, Nodes: []cluster.Node{node("n1", "a100", 8), node("n2", "a100", 8)},
 				Running: tt.running, Preemptible: tt.preemptible}
 			snap.Pending = []cluster.Job{tt.big, pend("b", "b1", 1), pend("b", "b2", 1), pend("a", "a1", 1), pend("a", "a2", 1)}
@@ -77,13 +71,7 @@ func TestOrderLastResort(t *testing.T) {
 		{"a 1-GPU job takes the room", []cluster.Job{pend("b", "b1", 1), pend("a", "a-big", 8), pend("a", "a1", 1)}, "a1,b1,a-big"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			s, err := New(Config{Queues: []Spec{
-				{Name: "a", Namespaces: []string{"a"}, Guarantee: 8},
-				{Name: "b", Namespaces: []string{"b"}, Guarantee: 8},
-			}, HalfLife: time.Hour})
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := queuesAB(t, 8)
 			// b's guaranteed jobs hold 4 GPUs of each 8-GPU node: a's 8-GPU job fits no node.
 			snap := &cluster.Snapshot{Now: t0, Nodes: []cluster.Node{node("n1", "a100", 8), node("n2", "a100", 8)},
 				Running: []cluster.Alloc{alloc("b", "r1", "n1", "a100", 0, 4, t0), alloc("b", "r2", "n2", "a100", 0, 4, t0)},
@@ -161,13 +149,7 @@ func TestOrderRoomGPUTypes(t *testing.T) {
 			spread(job("a", "a-first", "nvidia/gpu", 8), 2), "a-first,b1,a1"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			s, err := New(Config{Queues: []Spec{
-				{Name: "a", Namespaces: []string{"a"}, Guarantee: 8},
-				{Name: "b", Namespaces: []string{"b"}, Guarantee: 2},
-			}, HalfLife: time.Hour})
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := queuesAB(t, 2)
 			snap := &cluster.Snapshot{Now: t0, Nodes: tt.nodes, Running: tt.running, Preemptible: tt.preemptible}
 			snap.Pending = []cluster.Job{tt.first, job("b", "b1", "nvidia/gpu", 8), job("a", "a1", "nvidia/gpu", 1)}
 			snap = s.Prepare(snap.Indexed())
@@ -176,4 +158,17 @@ func TestOrderRoomGPUTypes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// queuesAB is the room tests' two queues: a (namespace a) owed 8 GPUs, b (namespace b) owed gb.
+func queuesAB(t *testing.T, gb int) *Set {
+	t.Helper()
+	s, err := New(Config{Queues: []Spec{
+		{Name: "a", Namespaces: []string{"a"}, Guarantee: 8},
+		{Name: "b", Namespaces: []string{"b"}, Guarantee: gb},
+	}, HalfLife: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
