@@ -539,8 +539,9 @@ func (s *Set) reclaimable(snap *cluster.Snapshot, r *round) []cluster.Job {
 //     taken in the ranker's order until the guarantee is filled, come first, led by the jobs
 //     moved within their queue's guarantee this round (cluster.Tenancy.Relocated); a job
 //     that fits no node's free and borrowed GPUs (nodeRoom) leaves that room to the next,
-//     unless none of its queue's jobs fits: then the first of them is in tier 0 all the same
-//     (the preemption planner may relocate other queues' guaranteed jobs for it);
+//     unless none of its queue's jobs fits: then the first of them that the cluster could
+//     hold at all is in tier 0 all the same (the preemption planner may relocate other
+//     queues' guaranteed jobs for it);
 //  2. jobs that do not fit under their queue's (or parent's) maximum come last;
 //  3. within each of these tiers, a job at 0-based position p of the ranker's order takes
 //     position p x f (shareFactor), f = 2^((share-1)/2) clamped to [1/sqrt 2, sqrt 2], where
@@ -584,6 +585,16 @@ func (s *Set) Order(snap *cluster.Snapshot, ranked []sched.Ranked) []sched.Ranke
 		}
 	}
 	room := newNodeRoom(snap, s.reclaimable(snap, r))
+	// capacity is every healthy GPU of the ready nodes, as if none ran: the last resort below
+	// goes only to a job that some node set could hold at all, not to one asking for a GPU
+	// type or count the cluster lacks.
+	var capRoom *nodeRoom
+	capacity := func() *nodeRoom {
+		if capRoom == nil {
+			capRoom = newNodeRoom(&cluster.Snapshot{Now: snap.Now, Nodes: snap.Nodes}, nil)
+		}
+		return capRoom
+	}
 	keys := make([]key, len(ranked))
 	missed := map[string]int{}
 	for i, rk := range ranked {
@@ -597,7 +608,7 @@ func (s *Set) Order(snap *cluster.Snapshot, ranked []sched.Ranked) []sched.Ranke
 			if room.claim(rk.Job) {
 				tier = 0
 				taken[q] += rk.Job.GPUs
-			} else if _, ok := missed[q]; !ok {
+			} else if _, ok := missed[q]; !ok && capacity().fits(rk.Job) {
 				missed[q] = i
 			}
 		}
@@ -612,8 +623,9 @@ func (s *Set) Order(snap *cluster.Snapshot, ranked []sched.Ranked) []sched.Ranke
 		keys[i] = key{tier, pos, i}
 	}
 	// Last resort: a queue none of whose admitted jobs fits a node's room would otherwise wait
-	// in tier 1 until some node clears by itself; its first admitted job leads the order, where
-	// the preemption planner may still relocate other queues' guaranteed jobs for it.
+	// in tier 1 until some node clears by itself; its first admitted job that the cluster could
+	// hold at all leads the order, where the preemption planner may still relocate other
+	// queues' guaranteed jobs for it.
 	for q, i := range missed {
 		if taken[q] == 0 && keys[i].tier == 1 {
 			keys[i].tier = 0

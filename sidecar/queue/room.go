@@ -95,9 +95,28 @@ func (g *roomGroup) take(cj *constraint.Job, n int) {
 // placer rejects it) is matched by GPU count alone: the room is an upper bound, and a job it
 // admits wrongly only keeps tier 0 as before this check.
 func (r *nodeRoom) claim(j *cluster.Job) bool {
+	pick, cj, ok := r.plan(j)
+	for _, c := range pick {
+		r.groups[c.gi].take(cj, c.room)
+	}
+	return ok
+}
+
+// fits reports whether j would fit the room, claiming nothing.
+func (r *nodeRoom) fits(j *cluster.Job) bool {
+	_, _, ok := r.plan(j)
+	return ok
+}
+
+// roomCand is a device group (index into nodeRoom.groups) and a GPU count: a group's room
+// while planning, the GPUs taken from it in a plan.
+type roomCand struct{ gi, room int }
+
+// plan chooses where j's GPUs would come from (see claim) without taking them.
+func (r *nodeRoom) plan(j *cluster.Job) ([]roomCand, *constraint.Job, bool) {
 	need, per, nodes := j.GPUs, j.GPUsPerNode, j.MaxNodes()
 	if need <= 0 {
-		return true
+		return nil, nil, true
 	}
 	if per > 0 {
 		nodes = (need + per - 1) / per
@@ -106,7 +125,7 @@ func (r *nodeRoom) claim(j *cluster.Job) bool {
 	if err != nil {
 		cj = nil
 	}
-	type cand struct{ gi, room int }
+	type cand = roomCand
 	var ms []cand
 	for gi := range r.groups {
 		g := &r.groups[gi]
@@ -126,10 +145,9 @@ func (r *nodeRoom) claim(j *cluster.Job) bool {
 			}
 		}
 		if best < 0 {
-			return false
+			return nil, cj, false
 		}
-		r.groups[ms[best].gi].take(cj, need)
-		return true
+		return []cand{{ms[best].gi, need}}, cj, true
 	}
 	// Per GPU type, per node, the matching group with the most room (the one a node offers).
 	byType := map[string][]cand{}
@@ -176,11 +194,5 @@ func (r *nodeRoom) claim(j *cluster.Job) bool {
 			pick, pickRoom = take, total
 		}
 	}
-	if pick == nil {
-		return false
-	}
-	for _, c := range pick {
-		r.groups[c.gi].take(cj, c.room)
-	}
-	return true
+	return pick, cj, pick != nil
 }

@@ -62,6 +62,7 @@ func TestOrderRoomFitsNodes(t *testing.T) {
 // one takes the room and the big job keeps its place.
 func TestOrderLastResort(t *testing.T) {
 	pend := func(ns, id string, g int) cluster.Job { return cluster.Job{Namespace: ns, ID: id, Group: "g", GPUs: g} }
+	h100 := func(j cluster.Job) cluster.Job { j.DeviceName = "nvidia/gpu/H100"; return j }
 	for _, tt := range []struct {
 		name    string
 		pending []cluster.Job
@@ -69,6 +70,10 @@ func TestOrderLastResort(t *testing.T) {
 	}{
 		{"only the big job waits", []cluster.Job{pend("b", "b1", 1), pend("a", "a-big", 8)}, "a-big,b1"},
 		{"a 1-GPU job takes the room", []cluster.Job{pend("b", "b1", 1), pend("a", "a-big", 8), pend("a", "a1", 1)}, "a1,b1,a-big"},
+		// The cluster has no H100: the last resort skips a job no node could ever hold.
+		{"a job asking for a missing type is passed over", []cluster.Job{pend("b", "b1", 1), h100(pend("a", "a-h100", 2)), pend("a", "a-big", 8)}, "a-big,b1,a-h100"},
+		{"only a missing type waits", []cluster.Job{pend("b", "b1", 1), h100(pend("a", "a-h100", 2))}, "b1,a-h100"},
+		{"a job wider than the cluster is passed over", []cluster.Job{pend("b", "b1", 1), pend("a", "a-huge", 32), pend("a", "a-big", 8)}, "a-big,b1,a-huge"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			s := queuesAB(t, 8)
