@@ -26,7 +26,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"version", "print the version", runVersion},
-		{"train", "train the job prioritiser (PPO) in the simulator; `train eval` checks it on held-out traces", runTrain},
+		{"train", "train the job prioritiser (PPO) in the simulator; `train eval` checks it on held-out traces, `train verdict` judges it, `train ceiling` measures it against the exact-runtime oracle over seeds", runTrain},
 		{"predict", "evaluate or train the throughput and power predictor", runPredict},
 		{"sim", "replay a trace on a simulated GPU cluster under each policy and compare them", runSim},
 		{"sidecar", "run the scheduler sidecar (Nomad, or the embedded simulated cluster)", runSidecar},

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -21,13 +22,16 @@ import (
 )
 
 // runTrain trains the prioritiser in the simulator (`hetgpu train`) or evaluates the hetgpu
-// policy on held-out traces (`hetgpu train eval`).
+// policy on held-out traces (`hetgpu train eval`, `verdict`, `ceiling`).
 func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "eval" {
 		return runTrainEval(ctx, args[1:], stdout, stderr)
 	}
 	if len(args) > 0 && args[0] == "verdict" {
 		return runTrainVerdict(ctx, args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "ceiling" {
+		return runTrainCeiling(ctx, args[1:], stdout, stderr)
 	}
 	fs := newFlagSet("train", stderr)
 	cluster := fs.String("cluster", "gavel-108", "bundled cluster or HCL spec file")
@@ -180,6 +184,78 @@ func runTrainEval(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return enc.Encode(ev)
 	}
 	return ev.WriteTable(stdout)
+}
+
+// runTrainCeiling compares the learned order with the heuristic and with the heuristic shown
+// exact runtimes (the ceiling of better runtime knowledge) on several seeds.
+func runTrainCeiling(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("train ceiling", stderr)
+	clusters := fs.String("clusters", "gavel-108,modern-mix", "comma-separated clusters")
+	traces := fs.String("traces", strings.Join(rltrain.HeldOutTraces(), ","), "comma-separated held-out traces")
+	policyFile := fs.String("policy", "", "prioritiser checkpoint for hetgpu (default: the bundled policy)")
+	seedList := fs.String("seeds", "1,2,3", "comma-separated seeds (each draws new runtime-estimate errors)")
+	parallel := fs.Int("parallel", 0, "policies simulated at once (0: one per CPU)")
+	asJSON := fs.Bool("json", false, "print JSON")
+	setUsage(fs, fmt.Sprintf("Usage: hetgpu train ceiling [flags]\n\nRuns the learned order (hetgpu), the fallback heuristic (%s) and the heuristic shown exact runtimes (%s) on held-out traces once per seed, and reports the learned and oracle orders' ratios to the heuristic, the share of the gap to the oracle the learned order closes, and the heuristic's own spread over the seeds.", rltrain.HeuristicVariant, policies.HetgpuOracle))
+	if err := parseFlags(fs, args, "hetgpu train ceiling", ""); err != nil {
+		return err
+	}
+	seeds, err := parseSeeds(*seedList)
+	if err != nil {
+		return fmt.Errorf("%w: hetgpu train ceiling --seeds: %v", errUsage, err)
+	}
+	cs, ts := splitList(*clusters), splitList(*traces)
+	if len(cs) == 0 || len(ts) == 0 {
+		return fmt.Errorf("%w: hetgpu train ceiling: --clusters and --traces must not be empty", errUsage)
+	}
+	var pol *rank.Policy
+	if *policyFile != "" {
+		c, err := rank.LoadCheckpoint(*policyFile)
+		if err != nil {
+			return err
+		}
+		if pol, err = c.Policy(); err != nil {
+			return err
+		}
+	}
+	var seed uint64
+	ce, err := rltrain.RunCeiling(ctx, rltrain.CeilingOptions{Seeds: seeds, SeedProgress: func(s uint64) { seed = s },
+		EvalOptions: rltrain.EvalOptions{Clusters: cs, Traces: ts, Policy: pol, Parallel: *parallel,
+			Progress: func(c, t int) { fmt.Fprintf(stderr, "seed %d: simulating %s on %s...\n", seed, ts[t], cs[c]) }}})
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", " ")
+		return enc.Encode(ce)
+	}
+	return ce.WriteTable(stdout)
+}
+
+// parseSeeds reads a comma-separated list of distinct unsigned seeds.
+func parseSeeds(s string) ([]uint64, error) {
+	var out []uint64
+	seen := map[uint64]bool{}
+	for _, p := range strings.Split(s, ",") {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			continue
+		}
+		v, err := strconv.ParseUint(p, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a seed, expected an unsigned integer", p)
+		}
+		if seen[v] {
+			return nil, fmt.Errorf("seed %d is listed twice, expected distinct seeds", v)
+		}
+		seen[v] = true
+		out = append(out, v)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%q lists no seed, expected e.g. 1,2,3", s)
+	}
+	return out, nil
 }
 
 // runTrainVerdict evaluates a policy against the fallback heuristic on the held-out windows and

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -30,6 +31,10 @@ func TestTrainUsageErrors(t *testing.T) {
 		{[]string{"train", "eval", "--clusters", ""}, "must not be empty"},
 		{[]string{"train", "eval", "--policies", "nobody"}, "unknown policy"},
 		{[]string{"train", "verdict"}, "--policy FILE is required"},
+		{[]string{"train", "ceiling", "--seeds", "1,x"}, `"x" is not a seed`},
+		{[]string{"train", "ceiling", "--seeds", "2,2"}, "seed 2 is listed twice"},
+		{[]string{"train", "ceiling", "--seeds", " , "}, "lists no seed"},
+		{[]string{"train", "ceiling", "--traces", ""}, "must not be empty"},
 		{[]string{"train", "verdict", "--policy", "p.json", "--pooled-max", "0"}, "expected positive ratios"},
 		{[]string{"train", "verdict", "--policy", "p.json", "extra"}, "unexpected argument"},
 	} {
@@ -89,23 +94,7 @@ func TestTrainVerdict(t *testing.T) {
 	if err := os.WriteFile(evalFile, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// --traces is a comma-separated list, so the small simulated trace goes through a file.
-	tab, err := throughput.Bundled()
-	if err != nil {
-		t.Fatal(err)
-	}
-	small, err := trace.Load("synthetic:jobs=30,rate=6,seed=2", sim.TraceOptions(tab, 1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	traceFile := filepath.Join(dir, "small.trace")
-	var tb bytes.Buffer
-	if err := trace.WriteGavel(&tb, small); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(traceFile, tb.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	traceFile := smallTraceFile(t, dir)
 	for _, c := range []struct {
 		name string
 		args []string
@@ -142,6 +131,72 @@ func TestTrainVerdict(t *testing.T) {
 				t.Fatalf("stdout does not name the verdict: %s", stdout.String())
 			}
 		})
+	}
+}
+
+// smallTraceFile writes a 30-job synthetic trace into dir and returns its path: --traces is a
+// comma-separated list, so a small simulated trace goes through a file.
+func smallTraceFile(t *testing.T, dir string) string {
+	t.Helper()
+	tab, err := throughput.Bundled()
+	if err != nil {
+		t.Fatal(err)
+	}
+	small, err := trace.Load("synthetic:jobs=30,rate=6,seed=2", sim.TraceOptions(tab, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "small.trace")
+	var tb bytes.Buffer
+	if err := trace.WriteGavel(&tb, small); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, tb.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// `hetgpu train ceiling` runs the three orders once per seed. A residual policy with a zero
+// correction orders exactly as the heuristic, so its ratios are 1 and it closes none of the gap.
+func TestTrainCeiling(t *testing.T) {
+	dir := t.TempDir()
+	traceFile := smallTraceFile(t, dir)
+	p, err := rank.NewResidualPolicy(rank.DefaultSchema(), []int{8}, rand.New(rand.NewPCG(1, 2)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	policyFile := filepath.Join(dir, "zero.json")
+	if err := rank.PolicyCheckpoint(p).Save(policyFile); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	args := []string{"train", "ceiling", "--policy", policyFile, "--seeds", "1,2", "--clusters", "modern-mix:scale=0.25",
+		"--traces", traceFile, "--parallel", "2", "--json"}
+	if code := run(context.Background(), args, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	var ce rltrain.Ceiling
+	if err := json.Unmarshal(stdout.Bytes(), &ce); err != nil {
+		t.Fatalf("%v: %s", err, stdout.String())
+	}
+	if len(ce.Rows) != 4 || len(ce.Summary) != 2 || !slices.Equal(ce.Seeds, []uint64{1, 2}) {
+		t.Fatalf("report %+v", ce)
+	}
+	for _, r := range ce.Rows {
+		if r.LearnedRatio != 1 || r.Learned != r.Heuristic || !(r.OracleRatio > 0) {
+			t.Errorf("row %+v: a zero correction must order as the heuristic", r)
+		}
+		if r.GapCaptured != nil && *r.GapCaptured != 0 {
+			t.Errorf("row %+v: gap captured %v, want 0", r, *r.GapCaptured)
+		}
+	}
+	// Each seed draws other estimate errors: the heuristic's figures differ between seeds.
+	if ce.Rows[0].Heuristic == ce.Rows[2].Heuristic && ce.Rows[1].Heuristic == ce.Rows[3].Heuristic {
+		t.Errorf("seeds 1 and 2 gave the heuristic the same figures: %+v", ce.Rows)
+	}
+	if !strings.Contains(stderr.String(), "seed 2: simulating") {
+		t.Errorf("no per-seed progress on stderr: %s", stderr.String())
 	}
 }
 
