@@ -159,15 +159,9 @@ func runTrainEval(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return fmt.Errorf("%w: hetgpu train eval --policies: %v", errUsage, err)
 	}
-	var pol *rank.Policy
-	if *policyFile != "" {
-		c, err := rank.LoadCheckpoint(*policyFile)
-		if err != nil {
-			return err
-		}
-		if pol, err = c.Policy(); err != nil {
-			return err
-		}
+	pol, err := loadPolicyFile(*policyFile)
+	if err != nil {
+		return err
 	}
 	cs, ts := splitList(*clusters), splitList(*traces)
 	if len(cs) == 0 || len(ts) == 0 {
@@ -178,12 +172,7 @@ func runTrainEval(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", " ")
-		return enc.Encode(ev)
-	}
-	return ev.WriteTable(stdout)
+	return writeReport(stdout, *asJSON, ev)
 }
 
 // runTrainCeiling compares the learned order with the heuristic and with the heuristic shown
@@ -208,15 +197,9 @@ func runTrainCeiling(ctx context.Context, args []string, stdout, stderr io.Write
 	if len(cs) == 0 || len(ts) == 0 {
 		return fmt.Errorf("%w: hetgpu train ceiling: --clusters and --traces must not be empty", errUsage)
 	}
-	var pol *rank.Policy
-	if *policyFile != "" {
-		c, err := rank.LoadCheckpoint(*policyFile)
-		if err != nil {
-			return err
-		}
-		if pol, err = c.Policy(); err != nil {
-			return err
-		}
+	pol, err := loadPolicyFile(*policyFile)
+	if err != nil {
+		return err
 	}
 	var seed uint64
 	ce, err := rltrain.RunCeiling(ctx, rltrain.CeilingOptions{Seeds: seeds, SeedProgress: func(s uint64) { seed = s },
@@ -225,12 +208,29 @@ func runTrainCeiling(ctx context.Context, args []string, stdout, stderr io.Write
 	if err != nil {
 		return err
 	}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", " ")
-		return enc.Encode(ce)
+	return writeReport(stdout, *asJSON, ce)
+}
+
+// loadPolicyFile loads a --policy checkpoint; "" gives nil (the bundled policy).
+func loadPolicyFile(path string) (*rank.Policy, error) {
+	if path == "" {
+		return nil, nil
 	}
-	return ce.WriteTable(stdout)
+	c, err := rank.LoadCheckpoint(path)
+	if err != nil {
+		return nil, err
+	}
+	return c.Policy()
+}
+
+// writeReport prints a report as indented JSON or as its table.
+func writeReport(w io.Writer, asJSON bool, r interface{ WriteTable(io.Writer) error }) error {
+	if !asJSON {
+		return r.WriteTable(w)
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", " ")
+	return enc.Encode(r)
 }
 
 // parseSeeds reads a comma-separated list of distinct unsigned seeds.
