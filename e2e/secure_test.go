@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -153,7 +154,7 @@ func TestSecureSidecarOnRealAgent(t *testing.T) {
 	tokens := fmt.Sprintf("token = %q\nread_token = %q\nwrite_token = %q", e2eAdminToken, e2eReadToken, e2eWriteToken)
 	sc := startSecureSidecar(t, c, bins, certs, port, stateDir, tokens)
 
-	submitToy(t, c.API, bins, "secure-run", 60, "100ms", nil)
+	submitToy(t, c.API, bins, "secure-run", 400, "100ms", nil)
 	node := runningOn(t, c.API, "secure-run", 90*time.Second)
 	job, _, err := c.API.Jobs().Info("secure-run", nil)
 	must(t, err)
@@ -192,6 +193,8 @@ func TestSecureSidecarOnRealAgent(t *testing.T) {
 			t.Errorf("%s: Content-Type %q, want HTML", ck.name, ctype)
 		}
 	}
+	checkLinkRefresh(t, c, sc, "secure-run", link)
+
 	// Without a client certificate the TLS handshake fails: mTLS guards even /v1/health.
 	if resp, err := tlsClient(t, certs.CA, "", "").Get(sc.url + "/v1/health"); err == nil {
 		resp.Body.Close()
@@ -219,6 +222,64 @@ func TestSecureSidecarOnRealAgent(t *testing.T) {
 	}
 	if n := driverRecords(t, sc, "refused-run"); n != 0 {
 		t.Errorf("the sidecar stored %d driver records posted with its read token", n)
+	}
+}
+
+// checkLinkRefresh plants an explain link that expired an hour ago in the running job's ui
+// block (a ui-only job update, as the sidecar's own refresh writes) and waits for the sidecar to
+// sign it again: the new link opens without a token, and the job keeps its one allocation,
+// neither restarted nor re-held.
+func checkLinkRefresh(t *testing.T, c *cluster, sc *secureSidecar, id, link string) {
+	t.Helper()
+	live := liveAllocs(c.API, id)
+	if len(live) != 1 {
+		t.Fatalf("before the refresh: %s", jobState(c.API, id))
+	}
+	alloc := live[0].ID
+	before, _, err := c.API.Jobs().Info(id, nil)
+	must(t, err)
+	u, err := url.Parse(link)
+	must(t, err)
+	q := u.Query()
+	q.Set("exp", strconv.FormatInt(time.Now().Add(-time.Hour).Unix(), 10))
+	u.RawQuery = q.Encode()
+	expired := u.String()
+	before.UI.Description = strings.ReplaceAll(before.UI.Description, link, expired)
+	for _, l := range before.UI.Links {
+		if l.URL == link {
+			l.URL = expired
+		}
+	}
+	_, _, err = c.API.Jobs().RegisterOpts(before, &api.RegisterOptions{EnforceIndex: true, ModifyIndex: *before.JobModifyIndex, PreserveCounts: true}, nil)
+	must(t, err)
+	start := time.Now()
+	var fresh string
+	waitFor(t, 30*time.Second, "the sidecar to sign the expired link again", func() bool {
+		fresh = explainLink(t, c.API, id)
+		return fresh != expired
+	})
+	t.Logf("expired explain link re-signed after %s", time.Since(start).Round(100*time.Millisecond))
+	path, _ := strings.CutPrefix(fresh, sc.url)
+	if code, body, _ := sc.get(t, path, ""); code != 200 {
+		t.Errorf("the re-signed link %s: %d %.300s, want 200", fresh, code, body)
+	}
+	job, _, err := c.API.Jobs().Info(id, nil)
+	must(t, err)
+	if strings.Contains(job.UI.Description, expired) || !strings.Contains(job.UI.Description, fresh) {
+		t.Errorf("the ui description keeps the expired link: %q", job.UI.Description)
+	}
+	if live := liveAllocs(c.API, id); len(live) != 1 || live[0].ID != alloc || live[0].ClientStatus != "running" {
+		t.Errorf("after the ui-only updates: %s, want allocation %s still running", jobState(c.API, id), alloc)
+	}
+	a, _, err := c.API.Allocations().Info(alloc, nil)
+	must(t, err)
+	for task, ts := range a.TaskStates {
+		if ts.Restarts != 0 {
+			t.Errorf("task %s restarted %d times across the ui-only updates", task, ts.Restarts)
+		}
+	}
+	if n := reheldTags(t, c.API, id); n != 0 {
+		t.Errorf("re-held %d times across the ui-only updates", n)
 	}
 }
 

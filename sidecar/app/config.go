@@ -35,7 +35,8 @@ import (
 //	public_explain      = false      # every job's explain page (read-only) opens without a token
 //	explain_link_secret = ""         # HMAC key of the signed explain links (>= 32 bytes); else
 //	                                 # generated once into state_dir/explain-link.key
-//	explain_link_ttl    = "720h"     # signed links stay valid at least this long (>= 24h)
+//	explain_link_ttl    = "720h"     # signed links stay valid at least this long (>= 24h);
+//	                                 # re-signed once less than half of it is left
 //	max_body_bytes   = 1048576       # request body limit (413 beyond)
 //	max_observations = 1000          # run records per POST /v1/observations (413 beyond)
 //	state_dir  = "/var/lib/hetgpu"   # sidecar.db (bbolt) and the predictor's catalog.jsonl

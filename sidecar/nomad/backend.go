@@ -30,6 +30,9 @@ type Config struct {
 	// SignExplain, when set, returns the "exp=…&sig=…" query that lets the link open the
 	// job's explain page without a token (sidecar/explainlink).
 	SignExplain func(ns, id string) string
+	// ExplainRefresh: a signed link that expires within this is signed again and the job's ui
+	// block rewritten (linkrefresh.go); 0 never refreshes.
+	ExplainRefresh time.Duration
 	// Shadow: un-held annotated jobs are offered for decision too (the service records but
 	// never pins in shadow mode), and their own allocations are left out of the snapshot.
 	Shadow bool

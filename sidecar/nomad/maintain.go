@@ -41,6 +41,7 @@ func (b *Backend) Maintain(ctx context.Context) (*cluster.Maintenance, error) {
 		m.Invalid = append(m.Invalid, cluster.InvalidJob{JobKey: inv.key, Err: inv.err})
 		b.showInvalid(ctx, inv)
 	}
+	b.refreshLinks(ctx)
 	m.Placed = placed
 	m.Finished = b.finishedRuns()
 	b.mu.Lock()

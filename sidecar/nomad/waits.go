@@ -102,17 +102,25 @@ func (b *Backend) ShowWaits(ctx context.Context, ws []cluster.Wait) {
 		if !changed {
 			continue
 		}
-		wq := (&api.WriteOptions{Namespace: ns}).WithContext(ctx)
-		resp, _, err := b.c.Jobs().RegisterOpts(job, &api.RegisterOptions{EnforceIndex: true, ModifyIndex: deref(job.JobModifyIndex, 0), PreserveCounts: true}, wq)
-		if err != nil {
+		if err := b.registerUI(ctx, ns, job); err != nil {
 			b.log.Debug("showing why a group waits in the ui block failed; retrying next round", "job", k, "error", err)
-			continue
 		}
-		job.JobModifyIndex = &resp.JobModifyIndex
-		mi := resp.JobModifyIndex
-		job.ModifyIndex = &mi
-		b.storeJob(job)
 	}
+}
+
+// registerUI registers a job whose ui block alone was changed, if nobody changed the job since
+// it was read (EnforceIndex), and keeps the registered version as the tracked one.
+func (b *Backend) registerUI(ctx context.Context, ns string, job *api.Job) error {
+	wq := (&api.WriteOptions{Namespace: ns}).WithContext(ctx)
+	resp, _, err := b.c.Jobs().RegisterOpts(job, &api.RegisterOptions{EnforceIndex: true, ModifyIndex: deref(job.JobModifyIndex, 0), PreserveCounts: true}, wq)
+	if err != nil {
+		return err
+	}
+	job.JobModifyIndex = &resp.JobModifyIndex
+	mi := resp.JobModifyIndex
+	job.ModifyIndex = &mi
+	b.storeJob(job)
+	return nil
 }
 
 // removeGroupLine drops one group's line from the ui description, keeping the others and the
