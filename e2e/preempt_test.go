@@ -55,11 +55,25 @@ func TestSidecarPreempts(t *testing.T) {
 
 	submit("long", "10h", 100000)
 	waitFor(t, 90*time.Second, "the long job running", func() bool { return running("long") })
+	started := time.Now()
+	time.Sleep(3 * time.Second) // a run long enough to count in whole seconds
 	submit("short", "1m", 30)
 	waitFor(t, 90*time.Second, "the long job re-held for the short one", func() bool {
 		j, _, err := c.API.Jobs().Info("long", nil)
 		return err == nil && scHeld(j) && j.UI != nil && strings.Contains(j.UI.Description, "preempted")
 	})
+	// The preemption wrote how long the long job ran into its group's meta: it resumes from its
+	// checkpoint, so only the rest of its runtime is left.
+	lj, _, err := c.API.Jobs().Info("long", nil)
+	must(t, err)
+	ran, err := time.ParseDuration(lj.TaskGroups[0].Meta["hetgpu.ran"])
+	if err != nil || ran < 3*time.Second || ran > time.Since(started)+time.Second {
+		t.Errorf("hetgpu.ran = %q (%v), want the %s or so the long job ran", lj.TaskGroups[0].Meta["hetgpu.ran"], err, time.Since(started).Round(time.Second))
+	}
+	if !strings.Contains(lj.UI.Description, "so far") {
+		t.Errorf("the re-held line does not say how long the job ran: %q", lj.UI.Description)
+	}
+	t.Logf("preempted after running %s (hetgpu.ran)", ran)
 	waitFor(t, 90*time.Second, "the short job pinned", func() bool {
 		j, _, err := c.API.Jobs().Info("short", nil)
 		return err == nil && !scHeld(j)

@@ -28,6 +28,11 @@
 //	hetgpu.gang            bool      "false": the job's groups are decided one by one; by default
 //	                                 the waiting GPU groups of one job form a gang, placed and
 //	                                 preempted all or nothing.
+//	hetgpu.ran             duration  how long the group already ran in earlier allocations. hetgpu
+//	                                 writes it into the group's meta when it preempts a
+//	                                 checkpointing group, so the next decision ranks the group by
+//	                                 what is left of its runtime; a user re-running the job
+//	                                 without it starts the count again.
 //
 // Any other key under "hetgpu." is an error, so a typo never goes unnoticed.
 package annot
@@ -63,6 +68,7 @@ const (
 	KeyAllowSharing  = "hetgpu.allow_sharing"
 	KeyPreemptible   = "hetgpu.preemptible"
 	KeyGang          = "hetgpu.gang"
+	KeyRan           = "hetgpu.ran"
 )
 
 // Limits of the numeric keys.
@@ -103,6 +109,7 @@ func Keys() []KeyDoc {
 		{KeyAllowSharing, "bool", "true or false", "false"},
 		{KeyPreemptible, "bool", "true or false", "false"},
 		{KeyGang, "bool", "true or false", "false"},
+		{KeyRan, "duration", `a non-negative Go duration up to 8760h, e.g. "3h20m" (hetgpu writes it when it preempts the group)`, "3h20m0s"},
 	}
 }
 
@@ -277,6 +284,12 @@ func parseKey(a *cluster.Annotations, key, raw string) error {
 			return errInvalid
 		}
 		a.EstRuntime = d
+	case KeyRan:
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 || d > maxRuntime {
+			return errInvalid
+		}
+		a.Ran = d
 	case KeySteps:
 		f, err := parseSuffixed(v)
 		if err != nil || f <= 0 {

@@ -51,6 +51,10 @@ func TestParse(t *testing.T) {
 		{name: "bad bool", grp: map[string]string{KeyEnable: "maybe"}, errKeys: []string{KeyEnable}, errSubstr: `(group "g" meta)`},
 		{name: "bad runtime", job: map[string]string{KeyRuntime: "90"}, errKeys: []string{KeyRuntime}, errSubstr: "Go duration"},
 		{name: "negative runtime", job: map[string]string{KeyRuntime: "-1h"}, errKeys: []string{KeyRuntime}},
+		{name: "ran", grp: map[string]string{KeyRan: "3h20m0s"}, want: cluster.Annotations{Ran: 200 * time.Minute}},
+		{name: "ran nothing yet", grp: map[string]string{KeyRan: "0s"}, want: cluster.Annotations{}},
+		{name: "negative ran", grp: map[string]string{KeyRan: "-5m"}, errKeys: []string{KeyRan}, errSubstr: "non-negative Go duration"},
+		{name: "bad ran", grp: map[string]string{KeyRan: "ages"}, errKeys: []string{KeyRan}},
 		{name: "nan throughput", job: map[string]string{KeyMinThroughput: "NaN"}, errKeys: []string{KeyMinThroughput}},
 		{name: "inf weight", job: map[string]string{KeyEnergyWeight: "+Inf"}, errKeys: []string{KeyEnergyWeight}},
 		{name: "weight too big", job: map[string]string{KeyEnergyWeight: "1001"}, errKeys: []string{KeyEnergyWeight}},
@@ -147,7 +151,7 @@ func TestKeysDocumented(t *testing.T) {
 		}
 	}
 	for _, k := range []string{KeyEnable, KeyModel, KeyBatchSize, KeyParams, KeyFramework, KeyRuntime, KeySteps,
-		KeyMinThroughput, KeyMaxNodes, KeyEnergyWeight, KeyPriorityClass, KeyAllowSharing, KeyPreemptible, KeyGang} {
+		KeyMinThroughput, KeyMaxNodes, KeyEnergyWeight, KeyPriorityClass, KeyAllowSharing, KeyPreemptible, KeyGang, KeyRan} {
 		if !seen[k] {
 			t.Errorf("key %s missing from Keys()", k)
 		}

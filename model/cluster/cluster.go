@@ -355,6 +355,9 @@ type Annotations struct {
 	// NoGang takes the group out of its job's gang (hetgpu.gang = "false"); by default the
 	// waiting groups of one job are placed and preempted all or nothing.
 	NoGang bool
+	// Ran is how long the group ran in earlier allocations (hetgpu.ran, written by hetgpu when
+	// it preempts a checkpointing group).
+	Ran time.Duration
 }
 
 // Assignment is the part of a decision on one node.

@@ -112,7 +112,8 @@ func (b *Backend) reholdGang(ctx context.Context, ps []cluster.Preemption, idx [
 	groups := make([]string, 0, len(idx))
 	set := map[string]bool{}
 	lines := map[string]string{}
-	at := b.now().UTC().Format(time.RFC3339)
+	now := b.now()
+	at := now.UTC().Format(time.RFC3339)
 	for _, i := range idx {
 		p := ps[i]
 		if set[p.Group] {
@@ -120,7 +121,11 @@ func (b *Backend) reholdGang(ctx context.Context, ps []cluster.Preemption, idx [
 		}
 		set[p.Group] = true
 		groups = append(groups, p.Group)
-		lines[p.Group] = GroupLine(p.Group, fmt.Sprintf("**re-held** at %s: preempted: %s; hetgpu decides again", at, p.Reason))
+		ranText := ""
+		if ran, ok := b.addRan(job, p.Group, now); ok {
+			ranText = fmt.Sprintf("; ran %s so far", ran)
+		}
+		lines[p.Group] = GroupLine(p.Group, fmt.Sprintf("**re-held** at %s: preempted: %s%s; hetgpu decides again", at, p.Reason, ranText))
 	}
 	b.mu.Lock()
 	counts := b.groupCounts()
@@ -167,6 +172,40 @@ func (b *Backend) reholdGang(ctx context.Context, ps []cluster.Preemption, idx [
 		}
 	}
 	return true, errors.Join(errs...)
+}
+
+// addRan adds the time the group's running allocations have run to the hetgpu.ran it carries
+// (job or group meta) and writes the sum into the group's meta: the group checkpoints, so when
+// it starts again only the rest of its runtime is left (pendingJob). It reports the sum and
+// whether the group was running.
+func (b *Backend) addRan(job *api.Job, group string, now time.Time) (time.Duration, bool) {
+	tg := findGroup(job, group)
+	if tg == nil {
+		return 0, false
+	}
+	ns, id := deref(job.Namespace, "default"), deref(job.ID, "")
+	var start time.Time
+	b.mu.Lock()
+	for _, a := range b.allocs {
+		if a.Namespace == ns && a.JobID == id && a.Group == group && !terminal(a) && a.ClientStatus == api.AllocClientStatusRunning &&
+			!a.Start.IsZero() && (start.IsZero() || a.Start.Before(start)) {
+			start = a.Start
+		}
+	}
+	b.mu.Unlock()
+	if start.IsZero() {
+		return 0, false
+	}
+	before := time.Duration(0)
+	if a, err := annot.Parse(job.Meta, tg.Meta, group); err == nil {
+		before = a.Ran
+	}
+	ran := (before + max(now.Sub(start), 0)).Round(time.Second)
+	if tg.Meta == nil {
+		tg.Meta = map[string]string{}
+	}
+	tg.Meta[annot.KeyRan] = ran.String()
+	return ran, true
 }
 
 // stopGroup stops the group's live allocations.

@@ -162,3 +162,80 @@ func TestPreemptRefusesWholeJob(t *testing.T) {
 		t.Fatal("a job with a group that is not preemptible was stopped or held")
 	}
 }
+
+// TestPreemptCarriesRan: preempting a running checkpointing group writes the time it has run,
+// added over preemptions, into its meta (hetgpu.ran) and its ui line; the group waits again
+// with what is left of its runtime and that time as attained service, and while it runs again
+// the preemption view counts both runs.
+func TestPreemptCarriesRan(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	f := newFixture(t, func(c *Config) { c.Now = func() time.Time { return now } })
+	f.srv.Register(heldJob("ckpt", 2, 1, map[string]string{"hetgpu.enable": "true", "hetgpu.model": "resnet/ResNet-50",
+		"hetgpu.runtime": "10h", "hetgpu.preemptible": "true"}))
+	run := func(ago time.Duration) {
+		t.Helper()
+		f.resync(t)
+		snap := f.snapshot(t)
+		if len(snap.Pending) != 1 {
+			t.Fatalf("pending %+v, want ckpt", snap.Pending)
+		}
+		if res, err := f.b.Pin(context.Background(), []cluster.Decision{decide(snap, snap.Pending[0], "node-a100-00")}); err != nil || !res[0].Applied {
+			t.Fatalf("pin = %+v, %v", res, err)
+		}
+		for _, a := range f.srv.Allocs("default", "ckpt") {
+			if a.ClientStatus != api.AllocClientStatusComplete {
+				f.srv.SetAllocStatus(a.ID, api.AllocClientStatusRunning, now.Add(-ago), time.Time{})
+			}
+		}
+		f.resync(t)
+	}
+	preempt := func() {
+		t.Helper()
+		res, err := f.b.Preempt(context.Background(), []cluster.Preemption{{Namespace: "default", JobID: "ckpt", Group: "train", Reason: "a shorter job"}})
+		if err != nil || len(res) != 1 || !res[0].Applied {
+			t.Fatalf("preempt = %+v, %v", res, err)
+		}
+		for _, a := range f.srv.Allocs("default", "ckpt") {
+			if a.ClientStatus == api.AllocClientStatusRunning {
+				f.srv.SetAllocStatus(a.ID, api.AllocClientStatusComplete, a.TaskStates["train"].StartedAt, now)
+			}
+		}
+		f.resync(t)
+	}
+	pendingCkpt := func() cluster.Job {
+		t.Helper()
+		snap := f.snapshot(t)
+		if len(snap.Pending) != 1 {
+			t.Fatalf("pending %+v, want ckpt", snap.Pending)
+		}
+		return snap.Pending[0]
+	}
+
+	run(2 * time.Hour)
+	preempt()
+	job := f.srv.Job("default", "ckpt")
+	if got := job.TaskGroups[0].Meta["hetgpu.ran"]; got != "2h0m0s" {
+		t.Errorf("hetgpu.ran after the first preemption = %q, want 2h0m0s", got)
+	}
+	if !strings.Contains(job.UI.Description, "ran 2h0m0s so far") {
+		t.Errorf("ui line does not say how long the group ran: %q", job.UI.Description)
+	}
+	if j := pendingCkpt(); j.Hetgpu.EstRuntime != 8*time.Hour || j.AttainedGPUSeconds != 2*3600*2 {
+		t.Errorf("waiting again: estimate %v, attained %v GPU-s; want 8h and %v", j.Hetgpu.EstRuntime, j.AttainedGPUSeconds, 2*3600*2)
+	}
+
+	run(30 * time.Minute)
+	snap := f.snapshot(t)
+	if len(snap.Preemptible) != 1 || snap.Preemptible[0].Hetgpu.EstRuntime != 7*time.Hour+30*time.Minute ||
+		snap.Preemptible[0].AttainedGPUSeconds != 2.5*3600*2 {
+		t.Fatalf("running again: %+v, want 7h30m left and 2h30m x 2 GPUs attained", snap.Preemptible)
+	}
+	now = now.Add(30 * time.Minute)
+	preempt()
+	if got := f.srv.Job("default", "ckpt").TaskGroups[0].Meta["hetgpu.ran"]; got != "3h0m0s" {
+		t.Errorf("hetgpu.ran after the second preemption = %q, want 3h0m0s", got)
+	}
+	if j := pendingCkpt(); j.Hetgpu.EstRuntime != 7*time.Hour {
+		t.Errorf("waiting again: estimate %v, want 7h", j.Hetgpu.EstRuntime)
+	}
+}

@@ -179,9 +179,9 @@ func (b *Backend) snapshotUnplacedPins(snap *cluster.Snapshot, jobKeys []string,
 
 // preemptible lists the running pinned groups annotated hetgpu.preemptible, as the jobs they
 // would be once re-held (hetgpu's pin constraints gone). EstRuntime is what is left of the
-// annotated runtime after the time the group's current allocations have run, and that time
-// times its GPUs is its attained service (a group's earlier runs are not counted). Callers
-// hold b.mu.
+// annotated runtime after the time the group ran before (hetgpu.ran, see pendingJob) and the
+// time its current allocations have run; those times its GPUs are its attained service.
+// Callers hold b.mu.
 func (b *Backend) preemptible(jobKeys []string, running []cluster.Alloc, now time.Time) []cluster.Job {
 	since := map[string]time.Time{}
 	for _, a := range running {
@@ -218,7 +218,7 @@ func (b *Backend) preemptible(jobKeys []string, running []cluster.Alloc, now tim
 		if pj.Hetgpu.EstRuntime > 0 {
 			pj.Hetgpu.EstRuntime = max(pj.Hetgpu.EstRuntime-ran, time.Minute)
 		}
-		pj.AttainedGPUSeconds = ran.Seconds() * float64(pj.GPUs)
+		pj.AttainedGPUSeconds += ran.Seconds() * float64(pj.GPUs)
 		out = append(out, pj)
 	})
 	return out
