@@ -404,15 +404,16 @@ func TestResyncCatchesEventsOutsideTheBuffer(t *testing.T) {
 
 func pinnedFixture(t *testing.T, mod func(*Config)) (*fixture, cluster.Decision) {
 	t.Helper()
-	return pinnedFixtureOf(t, mod, "batch")
+	return pinnedFixtureOf(t, mod, "batch", nil)
 }
 
-// pinnedFixtureOf is pinnedFixture with a job of the given type.
-func pinnedFixtureOf(t *testing.T, mod func(*Config), typ string) (*fixture, cluster.Decision) {
+// pinnedFixtureOf is pinnedFixture with a job of the given type and group meta.
+func pinnedFixtureOf(t *testing.T, mod func(*Config), typ string, groupMeta map[string]string) (*fixture, cluster.Decision) {
 	t.Helper()
 	f := newFixture(t, mod)
 	job := heldJob("run", 2, 1, map[string]string{"hetgpu.enable": "true", "hetgpu.model": "resnet/ResNet-50", "hetgpu.steps": "1e6"})
 	job.Type = &typ
+	job.TaskGroups[0].Meta = groupMeta
 	f.srv.Register(job)
 	f.resync(t)
 	snap := f.snapshot(t)
@@ -465,7 +466,7 @@ func TestFaultsReholdAndDecideAgain(t *testing.T) {
 			if strings.Contains(tt.name, "service") {
 				typ = "service"
 			}
-			f, _ := pinnedFixtureOf(t, nil, typ)
+			f, _ := pinnedFixtureOf(t, nil, typ, nil)
 			m, _ := f.b.Maintain(context.Background())
 			if len(m.Reheld) != 0 {
 				t.Fatalf("healthy pin re-held: %+v", m.Reheld)
@@ -599,13 +600,25 @@ func TestStoppedRunNotFinished(t *testing.T) {
 }
 
 func TestLearnFinishedRun(t *testing.T) {
+	t.Run("whole run", func(t *testing.T) { testLearnFinishedRun(t, "") })
+	// A run resumed after a preemption did only the rest of hetgpu.steps: steps over its
+	// runtime would overstate its throughput, so the sidecar's record has none (the task
+	// driver's, measured on the GPUs, has it).
+	t.Run("resumed run", func(t *testing.T) { testLearnFinishedRun(t, "1h0m0s") })
+}
+
+func testLearnFinishedRun(t *testing.T, ran string) {
 	clock := time.Now()
 	now := clock
-	f, d := pinnedFixture(t, func(c *Config) {
+	var meta map[string]string
+	if ran != "" {
+		meta = map[string]string{"hetgpu.ran": ran}
+	}
+	f, d := pinnedFixtureOf(t, func(c *Config) {
 		c.SampleDeviceStats = true
 		c.SampleEvery = time.Nanosecond
 		c.Now = func() time.Time { return now }
-	})
+	}, "batch", meta)
 	for _, id := range d.Assign[0].InstanceIDs {
 		f.srv.SetPower(id, 250)
 	}
@@ -632,8 +645,8 @@ func TestLearnFinishedRun(t *testing.T) {
 	if o.JobID != "run" || o.GPUType != "v100" || o.GPUs != 2 || o.Nodes != 1 || o.RuntimeS != 200 || o.ModelName != "ResNet-50" {
 		t.Errorf("observation = %+v", o)
 	}
-	if o.Throughput != 1e6/200 {
-		t.Errorf("throughput = %v, want samples/runtime = %v", o.Throughput, 1e6/200.0)
+	if want := 1e6 / 200; ran == "" && o.Throughput != want || ran != "" && o.Throughput != 0 {
+		t.Errorf("throughput = %v, want steps/runtime = %v for a whole run and none for a resumed one (hetgpu.ran %q)", o.Throughput, want, ran)
 	}
 	// One sample of 500 W after ~100 s of running: energy is the integral from the start.
 	if r.Samples < 1 || o.EnergyJ < 500*90 || o.PeakPowerW != 500 {

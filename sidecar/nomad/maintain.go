@@ -466,7 +466,9 @@ func (b *Backend) finishedRuns() []cluster.FinishedRun {
 			obs.RuntimeS = end.Sub(start).Seconds()
 		}
 		obs.Time = end
-		if w := annot.Steps(jr.job.Meta, tg.Meta, first.Group); w > 0 && obs.RuntimeS > 0 {
+		// A run resumed after a preemption (hetgpu.ran) did only the rest of the steps, how
+		// many is not known here: steps over its runtime would overstate its throughput.
+		if w := annot.Steps(jr.job.Meta, tg.Meta, first.Group); w > 0 && obs.RuntimeS > 0 && a.Ran == 0 {
 			obs.Throughput = w / obs.RuntimeS
 		}
 		if obs.EnergyJ > 0 && obs.RuntimeS > 0 {
