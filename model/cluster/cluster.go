@@ -360,6 +360,18 @@ type Annotations struct {
 	Ran time.Duration
 }
 
+// MinRemainingEstimate is the least RemainingEstimate gives: a job that has outrun its
+// estimate still needs some time, and a zero would read as "no estimate".
+const MinRemainingEstimate = time.Minute
+
+// RemainingEstimate is what is left of a runtime estimate est after the job ran for ran: the
+// estimate minus the time run, at least MinRemainingEstimate. It is how the live sidecar reads
+// a user's hetgpu.runtime, and what the simulator's live estimates (sim.Config.LiveEstimates)
+// replay, so both backends rank by the same rule.
+func RemainingEstimate(est, ran time.Duration) time.Duration {
+	return max(est-ran, MinRemainingEstimate)
+}
+
 // Assignment is the part of a decision on one node.
 type Assignment struct {
 	NodeID string

@@ -3,6 +3,7 @@ package cluster
 import (
 	"math"
 	"testing"
+	"time"
 )
 
 func TestObservationStepsPerSec(t *testing.T) {
@@ -40,5 +41,19 @@ func TestDecisionGPUsAndKeys(t *testing.T) {
 	j.Hetgpu.MaxNodes = 3
 	if j.MaxNodes() != 3 {
 		t.Fatalf("MaxNodes() = %d, want the annotation's 3", j.MaxNodes())
+	}
+}
+
+func TestRemainingEstimate(t *testing.T) {
+	for _, c := range []struct{ est, ran, want time.Duration }{
+		{10 * time.Hour, 0, 10 * time.Hour},
+		{10 * time.Hour, 3 * time.Hour, 7 * time.Hour},
+		{10 * time.Hour, 10 * time.Hour, MinRemainingEstimate},
+		{time.Hour, 5 * time.Hour, MinRemainingEstimate},
+		{90 * time.Second, 10 * time.Second, 80 * time.Second},
+	} {
+		if got := RemainingEstimate(c.est, c.ran); got != c.want {
+			t.Errorf("RemainingEstimate(%v, %v) = %v, want %v", c.est, c.ran, got, c.want)
+		}
 	}
 }

@@ -294,7 +294,7 @@ func pendingJob(job *api.Job, tg *api.TaskGroup, submit time.Time) (cluster.Job,
 		// A preempted checkpointing group resumes: rank it by what is left of its runtime and
 		// count what it ran as attained service, as the simulator does.
 		if a.EstRuntime > 0 {
-			out.Hetgpu.EstRuntime = max(a.EstRuntime-a.Ran, time.Minute)
+			out.Hetgpu.EstRuntime = cluster.RemainingEstimate(a.EstRuntime, a.Ran)
 		}
 		out.AttainedGPUSeconds = a.Ran.Seconds() * float64(out.GPUs)
 	}

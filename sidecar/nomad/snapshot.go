@@ -216,7 +216,7 @@ func (b *Backend) preemptible(jobKeys []string, running []cluster.Alloc, now tim
 		}
 		ran := max(now.Sub(start), 0)
 		if pj.Hetgpu.EstRuntime > 0 {
-			pj.Hetgpu.EstRuntime = max(pj.Hetgpu.EstRuntime-ran, time.Minute)
+			pj.Hetgpu.EstRuntime = cluster.RemainingEstimate(pj.Hetgpu.EstRuntime, ran)
 		}
 		pj.AttainedGPUSeconds += ran.Seconds() * float64(pj.GPUs)
 		out = append(out, pj)

@@ -60,6 +60,12 @@ type Config struct {
 	// RestartPenaltyS is work (in seconds at the new rate) lost each time a preempted job
 	// restarts.
 	RestartPenaltyS float64
+	// LiveEstimates makes the runtime estimates of policies that see noisy ones (Estimates with
+	// a positive sigma) what the live sidecar computes from a user's hetgpu.runtime: the job's
+	// whole runtime on the reference type times its error factor, minus the time it has run
+	// (cluster.RemainingEstimate). Without it the error factor scales what is left of the
+	// runtime, so an estimate never runs out and never stays above zero at the end.
+	LiveEstimates bool
 	// Epoch is the wall time of simulated second 0 (DefaultEpoch when zero).
 	Epoch  time.Time
 	Logger hclog.Logger

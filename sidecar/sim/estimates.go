@@ -84,9 +84,16 @@ func (c *estimating) Snapshot(ctx context.Context) (*cluster.Snapshot, error) {
 				j.Hetgpu.EstRuntime = 0
 				continue
 			}
-			if j.Hetgpu.EstRuntime > 0 {
-				j.Hetgpu.EstRuntime = time.Duration(float64(j.Hetgpu.EstRuntime) * c.factor(j.Key()))
+			if j.Hetgpu.EstRuntime <= 0 {
+				continue
 			}
+			if js := c.e.byKey[j.Key()]; c.e.cfg.LiveEstimates && c.est.sigma() > 0 && js != nil && js.RefS > 0 {
+				est := time.Duration(js.RefS * c.factor(j.Key()) * float64(time.Second))
+				ran := time.Duration(js.RunTime(c.e.now) * float64(time.Second))
+				j.Hetgpu.EstRuntime = cluster.RemainingEstimate(est, ran)
+				continue
+			}
+			j.Hetgpu.EstRuntime = time.Duration(float64(j.Hetgpu.EstRuntime) * c.factor(j.Key()))
 		}
 	}
 	return snap, nil

@@ -32,10 +32,15 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	asJSON := fs.Bool("json", false, "print a JSON array (one object per policy) instead of the table")
 	parallel := fs.Int("parallel", 0, "policies simulated at once (0: one per CPU)")
 	penalty := fs.Float64("restart-penalty", policies.DefaultRestartPenaltyS, "seconds of work a preempted job loses per restart (preemptive baselines)")
+	estimates := fs.String("estimates", estimatesScaled, estimatesUsage)
 	logLevel := fs.String("log-level", "warn", "log level on stderr: trace, debug, info, warn, error")
 	queues := fs.String("queues", "", "queues for the hetgpu policies: auto (one per namespace, guarantees splitting 80 % of the cluster by demand), auto:F, or an HCL file of queue blocks; reports per queue")
 	setUsage(fs, fmt.Sprintf("Usage: hetgpu sim [flags]\n\nReplays a trace on a simulated GPU cluster under each policy and compares them.\nBundled traces: %s", strings.Join(trace.BundledNames(), ", ")))
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	live, err := parseEstimates("hetgpu sim", *estimates)
+	if err != nil {
 		return err
 	}
 	if !(*penalty >= 0 && *penalty <= maxRestartPenaltyS) {
@@ -72,7 +77,8 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	logger := hclog.New(&hclog.LoggerOptions{Name: "sim", Level: level, Output: stderr})
 
 	opts := policies.CompareOptions{Cluster: *clusterRef, Trace: *traceRef, Policies: names, Seed: *seed,
-		Parallel: *parallel, Logger: logger, RestartPenaltyS: *penalty, Queues: *queues}
+		Parallel: *parallel, Logger: logger, RestartPenaltyS: *penalty, Queues: *queues,
+		LiveEstimates: live}
 	if f, ok := stdout.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		var mu sync.Mutex
 		var bar *progressbar.ProgressBar
@@ -135,6 +141,25 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprintf(w, "\nreport: %s\n", abs)
 	}
 	return nil
+}
+
+// The --estimates values: how the runtime estimates of the policies that see noisy ones are
+// replayed (sim.Config.LiveEstimates).
+const (
+	estimatesScaled = "scaled"
+	estimatesLive   = "live"
+	estimatesUsage  = "runtime estimates of the policies that use them: scaled (each job's remaining runtime times its fixed error factor) or live (its whole runtime times the factor, minus the time it has run, as the live sidecar reads hetgpu.runtime)"
+)
+
+// parseEstimates reads an --estimates value; true means live.
+func parseEstimates(cmd, v string) (bool, error) {
+	switch v {
+	case estimatesScaled:
+		return false, nil
+	case estimatesLive:
+		return true, nil
+	}
+	return false, fmt.Errorf("%w: %s --estimates = %q, expected %s or %s", errUsage, cmd, v, estimatesScaled, estimatesLive)
 }
 
 // maxRestartPenaltyS bounds --restart-penalty: more than a day of lost work per restart is a

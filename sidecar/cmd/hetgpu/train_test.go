@@ -35,6 +35,8 @@ func TestTrainUsageErrors(t *testing.T) {
 		{[]string{"train", "ceiling", "--seeds", "2,2"}, "seed 2 is listed twice"},
 		{[]string{"train", "ceiling", "--seeds", " , "}, "lists no seed"},
 		{[]string{"train", "ceiling", "--traces", ""}, "must not be empty"},
+		{[]string{"train", "ceiling", "--estimates", "Live"}, `train ceiling --estimates = "Live"`},
+		{[]string{"train", "eval", "--estimates", ""}, `train eval --estimates = ""`},
 		{[]string{"train", "verdict", "--policy", "p.json", "--pooled-max", "0"}, "expected positive ratios"},
 		{[]string{"train", "verdict", "--policy", "p.json", "extra"}, "unexpected argument"},
 	} {

@@ -44,6 +44,9 @@ type EvalOptions struct {
 	Seed     uint64
 	Parallel int
 	Logger   hclog.Logger
+	// LiveEstimates replays runtime estimates as the live sidecar computes them
+	// (sim.Config.LiveEstimates).
+	LiveEstimates bool
 	// Progress gets (cluster index, trace index) before each comparison.
 	Progress func(c, t int)
 }
@@ -163,7 +166,7 @@ func (o EvalOptions) compare(ctx context.Context, cluster, traceRef string) (*co
 		ps = append(ps, p)
 	}
 	res, err := sim.SimulateAll(ctx, sim.Setup{Spec: spec, Throughput: tab, Trace: tr, Logger: o.Logger,
-		RestartPenaltyS: policies.DefaultRestartPenaltyS, NoSeries: true}, ps, o.Parallel, nil)
+		RestartPenaltyS: policies.DefaultRestartPenaltyS, NoSeries: true, LiveEstimates: o.LiveEstimates}, ps, o.Parallel, nil)
 	if err != nil {
 		return nil, err
 	}
