@@ -7,6 +7,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -360,16 +361,52 @@ type Annotations struct {
 	Ran time.Duration
 }
 
-// MinRemainingEstimate is the least RemainingEstimate gives: a job that has outrun its
-// estimate still needs some time, and a zero would read as "no estimate".
+// MinRemainingEstimate is the least an EstimateModel gives: a job that has outrun its estimate
+// still needs some time, and a zero would read as "no estimate".
 const MinRemainingEstimate = time.Minute
 
-// RemainingEstimate is what is left of a runtime estimate est after the job ran for ran: the
-// estimate minus the time run, at least MinRemainingEstimate. It is how the live sidecar reads
-// a user's hetgpu.runtime, and what the simulator's live estimates (sim.Config.LiveEstimates)
-// replay, so both backends rank by the same rule.
-func RemainingEstimate(est, ran time.Duration) time.Duration {
-	return max(est-ran, MinRemainingEstimate)
+// EstimateModel reads a user's runtime estimate of a job that has already run for a while. It
+// is how the live sidecar reads hetgpu.runtime, and what the simulator's live estimates
+// (sim.Config.LiveEstimates) replay, so both backends rank by the same rule.
+type EstimateModel struct {
+	// Sigma is how far users' estimates are off: the standard deviation of log(true runtime /
+	// estimate). 0 trusts the estimate: what is left is the estimate minus the time run.
+	// Above 0 the true runtime T is taken as log-normal around the estimate (median est) and
+	// what is left is its expectation given that the job still runs, E[T - ran | T > ran]: a
+	// job that has outrun its estimate is expected to run on, one near its estimate is not
+	// taken as nearly done, and a job that has not started gets the mean, est x exp(Sigma²/2).
+	Sigma float64
+}
+
+// MaxEstimateSigma bounds EstimateModel.Sigma (a factor of e^3 = 20 either way at one sigma).
+const MaxEstimateSigma = 3
+
+// Remaining is the expected time left of a job estimated at est (> 0) that has run for ran,
+// at least MinRemainingEstimate.
+func (m EstimateModel) Remaining(est, ran time.Duration) time.Duration {
+	s := m.Sigma
+	if !(s > 0) {
+		return max(est-ran, MinRemainingEstimate)
+	}
+	e, r := est.Seconds(), max(ran, 0).Seconds()
+	mean := e * math.Exp(s*s/2)
+	left := mean
+	if r > 0 {
+		// T = est x LN(0, s²): E[T 1{T>r}] = mean x Phi(s - a), P(T > r) = 1 - Phi(a),
+		// a = ln(r/est)/s.
+		a := math.Log(r/e) / s
+		tail := 0.5 * math.Erfc(a/math.Sqrt2)
+		if tail > 1e-300 {
+			left = mean*0.5*math.Erfc((a-s)/math.Sqrt2)/tail - r
+		} else {
+			// Far in the tail the mean residual life of a log-normal is about r s² / ln(r/est).
+			left = r * s * s / (a * s)
+		}
+	}
+	if math.IsNaN(left) || left > float64(math.MaxInt64/2)/1e9 {
+		left = float64(math.MaxInt64/2) / 1e9
+	}
+	return max(time.Duration(left*float64(time.Second)), MinRemainingEstimate)
 }
 
 // Assignment is the part of a decision on one node.

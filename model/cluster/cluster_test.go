@@ -44,7 +44,7 @@ func TestDecisionGPUsAndKeys(t *testing.T) {
 	}
 }
 
-func TestRemainingEstimate(t *testing.T) {
+func TestEstimateModelTrusting(t *testing.T) {
 	for _, c := range []struct{ est, ran, want time.Duration }{
 		{10 * time.Hour, 0, 10 * time.Hour},
 		{10 * time.Hour, 3 * time.Hour, 7 * time.Hour},
@@ -52,8 +52,57 @@ func TestRemainingEstimate(t *testing.T) {
 		{time.Hour, 5 * time.Hour, MinRemainingEstimate},
 		{90 * time.Second, 10 * time.Second, 80 * time.Second},
 	} {
-		if got := RemainingEstimate(c.est, c.ran); got != c.want {
-			t.Errorf("RemainingEstimate(%v, %v) = %v, want %v", c.est, c.ran, got, c.want)
+		if got := (EstimateModel{}).Remaining(c.est, c.ran); got != c.want {
+			t.Errorf("Remaining(%v, %v) = %v, want %v", c.est, c.ran, got, c.want)
 		}
+	}
+}
+
+// residual is E[T - r | T > r] for T = est x exp(sigma z), z ~ N(0, 1), by quadrature over z.
+func residual(est, r, sigma float64) float64 {
+	var num, den float64
+	const dz = 1e-4
+	for z := -12.0; z < 12; z += dz {
+		tv := est * math.Exp(sigma*z)
+		if tv <= r {
+			continue
+		}
+		w := math.Exp(-z*z/2) * dz
+		num += (tv - r) * w
+		den += w
+	}
+	return num / den
+}
+
+// TestEstimateModelExpectation: with a sigma, what is left is the log-normal's expected
+// residual (checked against quadrature), it grows once a job outruns its estimate, and it never
+// goes below MinRemainingEstimate.
+func TestEstimateModelExpectation(t *testing.T) {
+	const h = 3600.0
+	for _, c := range []struct{ est, ran, sigma float64 }{
+		{10 * h, 0, 0.5},
+		{10 * h, 2 * h, 0.5},
+		{10 * h, 10 * h, 0.5},
+		{10 * h, 25 * h, 0.5},
+		{h, 3 * h, 1},
+		{2 * h, 30 * 60, 0.25},
+	} {
+		m := EstimateModel{Sigma: c.sigma}
+		got := m.Remaining(time.Duration(c.est*1e9), time.Duration(c.ran*1e9)).Seconds()
+		if want := residual(c.est, c.ran, c.sigma); math.Abs(got-want) > 1e-3*want {
+			t.Errorf("sigma %v, est %v h, ran %v h: %v s left, want %v s", c.sigma, c.est/h, c.ran/h, got, want)
+		}
+	}
+	m := EstimateModel{Sigma: 0.5}
+	atEst, past := m.Remaining(10*time.Hour, 10*time.Hour), m.Remaining(10*time.Hour, 20*time.Hour)
+	if !(past > atEst && atEst > 2*time.Hour) {
+		t.Errorf("left at the estimate %v, at twice it %v: want more than 2 h, growing", atEst, past)
+	}
+	// Deep in the tail the closed form's ratio underflows; the asymptote keeps it finite.
+	if far := m.Remaining(time.Minute, 8760*time.Hour); far <= 0 || far > 8760*time.Hour {
+		t.Errorf("a 1-min estimate after a year: %v left", far)
+	}
+	if short := m.Remaining(time.Second, 0); short != MinRemainingEstimate {
+		t.Errorf("a 1-s estimate: %v left, want the floor %v", short, MinRemainingEstimate)
 	}
 }

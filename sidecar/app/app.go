@@ -455,7 +455,8 @@ func New(c *Config, logOut io.Writer) (*Sidecar, error) {
 		if err != nil {
 			return fail(err)
 		}
-		b, err := nomad.New(nomad.Config{Client: client, Namespace: ns, Logger: log, ExplainBaseURL: public, SignExplain: signQuery(links), ExplainRefresh: c.ExplainLinkTTLD / 2, Shadow: c.Shadow,
+		b, err := nomad.New(nomad.Config{Client: client, Namespace: ns, Logger: log, ExplainBaseURL: public, SignExplain: signQuery(links), ExplainRefresh: c.ExplainLinkTTLD / 2,
+			EstimateError: c.Ranker.estimateError(), Shadow: c.Shadow,
 			SampleDeviceStats: boolOr(c.Nomad.SampleDeviceStats, true), Topology: boolOr(c.Nomad.Topology, true), ResyncEvery: c.ResyncD,
 			Fence: repl.fence()})
 		if err != nil {

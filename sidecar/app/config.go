@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/hcl/v2/gohcl"
 	"github.com/hashicorp/hcl/v2/hclparse"
 
+	"github.com/hetgpu/hetgpu/model/cluster"
 	"github.com/hetgpu/hetgpu/sidecar/preempt"
 	"github.com/hetgpu/hetgpu/sidecar/queue"
 	"github.com/hetgpu/hetgpu/sidecar/server"
@@ -82,6 +83,8 @@ import (
 //	  online_tuning = true     # fine-tune from finished runs, guarded (needs training state)
 //	  tune_every    = "1m"     # how often to check for enough new runs
 //	  tune_runs     = 200      # finished runs between tuning steps
+//	  estimate_error = 0.5     # how far users' hetgpu.runtime is off (sigma of log true/estimate):
+//	                           # a running job is ranked by its expected time left; 0 = estimate - run
 //	}
 //	predictor { window = 1000  min_samples = 3 }
 //	gang {
@@ -206,12 +209,27 @@ type RankerConfig struct {
 	OnlineTuning *bool  `hcl:"online_tuning,optional"`
 	TuneEvery    string `hcl:"tune_every,optional"`
 	TuneRuns     int    `hcl:"tune_runs,optional"`
+	// EstimateError is the sigma of cluster.EstimateModel, which reads a job's hetgpu.runtime
+	// once it has run (DefaultEstimateError when unset).
+	EstimateError *float64 `hcl:"estimate_error,optional"`
 
 	// TuneEveryD is TuneEvery parsed (no hcl tag).
 	TuneEveryD time.Duration
 }
 
 func (r *RankerConfig) onlineTuning() bool { return r != nil && boolOr(r.OnlineTuning, true) }
+
+// DefaultEstimateError is ranker.estimate_error's default: the simulator's own estimate error
+// (sim.DefaultEstimateSigma: half of the estimates off by more than 40 %).
+const DefaultEstimateError = 0.5
+
+// estimateError is ranker.estimate_error or its default.
+func (r *RankerConfig) estimateError() float64 {
+	if r == nil || r.EstimateError == nil {
+		return DefaultEstimateError
+	}
+	return *r.EstimateError
+}
 
 // PredictorConfig is the predictor block.
 type PredictorConfig struct {
@@ -365,6 +383,9 @@ func (c *Config) finish() error {
 	}
 	if c.Ranker.TuneRuns < 0 {
 		return bad("ranker.tune_runs", c.Ranker.TuneRuns, "a positive number of finished runs between tuning steps (default 200)")
+	}
+	if e := c.Ranker.estimateError(); !(e >= 0 && e <= cluster.MaxEstimateSigma) {
+		return bad("ranker.estimate_error", e, fmt.Sprintf("a number from 0 to %d (the sigma of log(true runtime / hetgpu.runtime); 0 trusts the estimates)", cluster.MaxEstimateSigma))
 	}
 	if c.Predictor == nil {
 		c.Predictor = &PredictorConfig{}

@@ -93,6 +93,8 @@ func TestConfigErrors(t *testing.T) {
 		{"nomad {\n resync = \"1ms\"\n}", "nomad.resync"},
 		{"ranker {\n tune_every = \"1ms\"\n}", `config ranker.tune_every = "1ms"`},
 		{"ranker {\n tune_runs = -1\n}", `config ranker.tune_runs = "-1"`},
+		{"ranker {\n estimate_error = -0.5\n}", `config ranker.estimate_error = "-0.5"`},
+		{"ranker {\n estimate_error = 4\n}", `config ranker.estimate_error = "4": expected a number from 0 to 3`},
 		{"preemption {\n hysteresis = 0.5\n}", `config preemption.hysteresis = "0.5": expected a speed-up factor >= 1`},
 		{"preemption {\n min_run = \"-5m\"\n}", `config preemption.min_run = "-5m"`},
 		{"preemption {\n min_run = \"later\"\n}", `config preemption.min_run = "later"`},

@@ -30,6 +30,9 @@ type Config struct {
 	// SignExplain, when set, returns the "exp=…&sig=…" query that lets the link open the
 	// job's explain page without a token (sidecar/explainlink).
 	SignExplain func(ns, id string) string
+	// EstimateError is the sigma of the model (cluster.EstimateModel) that reads a group's
+	// hetgpu.runtime after it has run for a while; 0 takes the estimate minus the time run.
+	EstimateError float64
 	// ExplainRefresh: a signed link that expires within this is signed again and the job's ui
 	// block rewritten (linkrefresh.go); 0 never refreshes.
 	ExplainRefresh time.Duration

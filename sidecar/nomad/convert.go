@@ -290,14 +290,9 @@ func pendingJob(job *api.Job, tg *api.TaskGroup, submit time.Time) (cluster.Job,
 		a.MaxNodes = 1
 	}
 	out.Hetgpu = a
-	if a.Ran > 0 {
-		// A preempted checkpointing group resumes: rank it by what is left of its runtime and
-		// count what it ran as attained service, as the simulator does.
-		if a.EstRuntime > 0 {
-			out.Hetgpu.EstRuntime = cluster.RemainingEstimate(a.EstRuntime, a.Ran)
-		}
-		out.AttainedGPUSeconds = a.Ran.Seconds() * float64(out.GPUs)
-	}
+	// A preempted checkpointing group resumes: what it ran counts as attained service, and
+	// the snapshot ranks it by what is left of its runtime (Backend.remaining).
+	out.AttainedGPUSeconds = a.Ran.Seconds() * float64(out.GPUs)
 	var cs []*api.Constraint
 	cs = append(cs, job.Constraints...)
 	cs = append(cs, tg.Constraints...)

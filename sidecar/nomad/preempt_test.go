@@ -239,3 +239,32 @@ func TestPreemptCarriesRan(t *testing.T) {
 		t.Errorf("waiting again: estimate %v, want 7h", j.Hetgpu.EstRuntime)
 	}
 }
+
+// TestEstimateErrorModel: with Config.EstimateError a waiting group's hetgpu.runtime is read
+// through cluster.EstimateModel: the mean before it ever ran, the expected rest given its
+// hetgpu.ran after a preemption; 0 keeps the estimate minus the time run.
+func TestEstimateErrorModel(t *testing.T) {
+	for _, sigma := range []float64{0, 0.5} {
+		f := newFixture(t, func(c *Config) { c.EstimateError = sigma })
+		meta := map[string]string{"hetgpu.enable": "true", "hetgpu.model": "resnet/ResNet-50", "hetgpu.runtime": "10h"}
+		f.srv.Register(heldJob("fresh", 1, 1, meta))
+		resumed := heldJob("resumed", 1, 1, meta)
+		resumed.TaskGroups[0].Meta = map[string]string{"hetgpu.ran": "12h"}
+		f.srv.Register(resumed)
+		f.resync(t)
+		m := cluster.EstimateModel{Sigma: sigma}
+		want := map[string]time.Duration{"fresh": m.Remaining(10*time.Hour, 0), "resumed": m.Remaining(10*time.Hour, 12*time.Hour)}
+		got := map[string]time.Duration{}
+		for _, j := range f.snapshot(t).Pending {
+			got[j.ID] = j.Hetgpu.EstRuntime
+		}
+		if got["fresh"] != want["fresh"] || got["resumed"] != want["resumed"] {
+			t.Errorf("sigma %v: estimates %v, want %v", sigma, got, want)
+		}
+		// What the model means: trusting the estimate, a job past it is nearly done; with an
+		// error, it is expected to run on for hours.
+		if sigma == 0 && got["resumed"] != cluster.MinRemainingEstimate || sigma > 0 && got["resumed"] < 2*time.Hour {
+			t.Errorf("sigma %v: a 10 h job that ran 12 h has %v left", sigma, got["resumed"])
+		}
+	}
+}

@@ -107,6 +107,7 @@ func (b *Backend) snapshotPending(snap *cluster.Snapshot, jobKeys []string) map[
 		if err != nil {
 			return // reported by Maintain as invalid
 		}
+		pj.Hetgpu.EstRuntime = b.remaining(pj.Hetgpu, 0)
 		snap.Pending = append(snap.Pending, pj)
 		if shadowOnly {
 			shadowKeys[pj.Key()] = true
@@ -177,6 +178,15 @@ func (b *Backend) snapshotUnplacedPins(snap *cluster.Snapshot, jobKeys []string,
 	})
 }
 
+// remaining is what is left of a group's hetgpu.runtime once it has run for its hetgpu.ran and
+// then for ran more (Config.EstimateError's model); 0 when the group has no estimate.
+func (b *Backend) remaining(a cluster.Annotations, ran time.Duration) time.Duration {
+	if a.EstRuntime <= 0 {
+		return 0
+	}
+	return cluster.EstimateModel{Sigma: b.cfg.EstimateError}.Remaining(a.EstRuntime, a.Ran+ran)
+}
+
 // preemptible lists the running pinned groups annotated hetgpu.preemptible, as the jobs they
 // would be once re-held (hetgpu's pin constraints gone). EstRuntime is what is left of the
 // annotated runtime after the time the group ran before (hetgpu.ran, see pendingJob) and the
@@ -215,9 +225,7 @@ func (b *Backend) preemptible(jobKeys []string, running []cluster.Alloc, now tim
 			return
 		}
 		ran := max(now.Sub(start), 0)
-		if pj.Hetgpu.EstRuntime > 0 {
-			pj.Hetgpu.EstRuntime = cluster.RemainingEstimate(pj.Hetgpu.EstRuntime, ran)
-		}
+		pj.Hetgpu.EstRuntime = b.remaining(pj.Hetgpu, ran)
 		pj.AttainedGPUSeconds += ran.Seconds() * float64(pj.GPUs)
 		out = append(out, pj)
 	})

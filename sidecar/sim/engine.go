@@ -63,9 +63,12 @@ type Config struct {
 	// LiveEstimates makes the runtime estimates of policies that see noisy ones (Estimates with
 	// a positive sigma) what the live sidecar computes from a user's hetgpu.runtime: the job's
 	// whole runtime on the reference type times its error factor, minus the time it has run
-	// (cluster.RemainingEstimate). Without it the error factor scales what is left of the
-	// runtime, so an estimate never runs out and never stays above zero at the end.
+	// (cluster.EstimateModel with EstimateError). Without it the error factor scales what is
+	// left of the runtime, so an estimate never runs out and never stays above zero at the end.
 	LiveEstimates bool
+	// EstimateError is the live estimates' EstimateModel sigma (the sidecar's
+	// ranker.estimate_error); 0 takes the estimate minus the time run.
+	EstimateError float64
 	// Epoch is the wall time of simulated second 0 (DefaultEpoch when zero).
 	Epoch  time.Time
 	Logger hclog.Logger

@@ -90,7 +90,7 @@ func (c *estimating) Snapshot(ctx context.Context) (*cluster.Snapshot, error) {
 			if js := c.e.byKey[j.Key()]; c.e.cfg.LiveEstimates && c.est.sigma() > 0 && js != nil && js.RefS > 0 {
 				est := time.Duration(js.RefS * c.factor(j.Key()) * float64(time.Second))
 				ran := time.Duration(js.RunTime(c.e.now) * float64(time.Second))
-				j.Hetgpu.EstRuntime = cluster.RemainingEstimate(est, ran)
+				j.Hetgpu.EstRuntime = cluster.EstimateModel{Sigma: c.e.cfg.EstimateError}.Remaining(est, ran)
 				continue
 			}
 			j.Hetgpu.EstRuntime = time.Duration(float64(j.Hetgpu.EstRuntime) * c.factor(j.Key()))

@@ -31,20 +31,24 @@ func (r *estRecorder) Rank(ctx context.Context, snap *cluster.Snapshot, pred sch
 }
 
 // TestLiveEstimates: by default a job's noisy estimate is its remaining runtime times its error
-// factor; with LiveEstimates it is its whole runtime times the factor minus the time it has run,
-// as the Nomad backend reads hetgpu.runtime (cluster.RemainingEstimate). The job runs 1,000 s
-// on the reference V100 and is preempted (and restarted) at 500 s.
+// factor; with LiveEstimates it is its whole runtime times the factor read after the time it has
+// run as the Nomad backend reads hetgpu.runtime (cluster.EstimateModel with EstimateError). The
+// job runs 1,000 s on the reference V100 and is preempted (and restarted) at 500 s.
 func TestLiveEstimates(t *testing.T) {
 	jt := "ResNet-50 (batch size 32)"
 	thr, _ := table(t).Measured(jt, "v100", 1)
 	tr := &trace.Trace{Name: "e", Jobs: []trace.Job{{ID: "x", JobType: jt, Model: "ResNet-50", BatchSize: 32, GPUs: 1, TotalSteps: 1000 * thr}}}
 	s := oneClass(t, "Tesla V100-SXM2-16GB", 1, 1)
 	est := sim.Estimates{Seed: 7}
-	for _, live := range []bool{false, true} {
+	for _, c := range []struct {
+		live  bool
+		sigma float64
+	}{{false, 0}, {true, 0}, {true, 0.5}} {
+		live := c.live
 		rec := &estRecorder{}
 		p := &sim.PipelinePolicy{PolicyName: "est", Estimates: est,
 			Stages: sched.Stages{Ranker: rec, Placer: place.FirstFit{}, Preemptor: &preemptOnce{}, Predictor: sim.TablePredictor{Table: table(t)}}}
-		if _, err := sim.Simulate(context.Background(), sim.Setup{Spec: s, Throughput: table(t), Trace: tr, LiveEstimates: live}, p, nil); err != nil {
+		if _, err := sim.Simulate(context.Background(), sim.Setup{Spec: s, Throughput: table(t), Trace: tr, LiveEstimates: live, EstimateError: c.sigma}, p, nil); err != nil {
 			t.Fatal(err)
 		}
 		if len(rec.at) < 2 {
@@ -60,7 +64,10 @@ func TestLiveEstimates(t *testing.T) {
 			ran := rec.at[i].Sub(t0).Seconds()
 			want := (1000 - ran) * f
 			if live {
-				want = math.Max(1000*f-ran, 60)
+				want = cluster.EstimateModel{Sigma: c.sigma}.Remaining(time.Duration(1000*f*1e9), time.Duration(ran*1e9)).Seconds()
+			}
+			if live && c.sigma == 0 && math.Abs(want-math.Max(1000*f-ran, 60)) > 1e-6 {
+				t.Fatalf("the trusting model gives %v, want the estimate minus the time run", want)
 			}
 			if got := rec.est[i].Seconds(); math.Abs(got-want) > 1 {
 				t.Errorf("live %v, after %v s: estimate %v s, want %v s (factor %.3f)", live, ran, got, want, f)

@@ -209,16 +209,18 @@ type Setup struct {
 	Throughput *throughput.Table
 	Trace      *trace.Trace
 	Logger     hclog.Logger
-	// RestartPenaltyS, NoSeries, LiveEstimates: see Config.
+	// RestartPenaltyS, NoSeries, LiveEstimates, EstimateError: see Config.
 	RestartPenaltyS float64
 	NoSeries        bool
 	LiveEstimates   bool
+	EstimateError   float64
 }
 
 // Simulate replays the setup's trace under one policy on a fresh engine.
 func Simulate(ctx context.Context, su Setup, p *PipelinePolicy, progress func(done int)) (*Result, error) {
 	e, err := New(Config{Spec: su.Spec, Throughput: su.Throughput, Oracle: p.NeedsOracle(), Logger: su.Logger,
-		RestartPenaltyS: su.RestartPenaltyS, NoSeries: su.NoSeries, LiveEstimates: su.LiveEstimates})
+		RestartPenaltyS: su.RestartPenaltyS, NoSeries: su.NoSeries, LiveEstimates: su.LiveEstimates,
+		EstimateError: su.EstimateError})
 	if err != nil {
 		return nil, err
 	}

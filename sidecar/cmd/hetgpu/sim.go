@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
+	"github.com/hetgpu/hetgpu/model/cluster"
 	"github.com/hetgpu/hetgpu/sidecar/policies"
 	"github.com/hetgpu/hetgpu/sidecar/sim"
 	"github.com/hetgpu/hetgpu/sidecar/sim/report"
@@ -39,7 +41,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	live, err := parseEstimates("hetgpu sim", *estimates)
+	live, sigma, err := parseEstimates("hetgpu sim", *estimates)
 	if err != nil {
 		return err
 	}
@@ -78,7 +80,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 
 	opts := policies.CompareOptions{Cluster: *clusterRef, Trace: *traceRef, Policies: names, Seed: *seed,
 		Parallel: *parallel, Logger: logger, RestartPenaltyS: *penalty, Queues: *queues,
-		LiveEstimates: live}
+		LiveEstimates: live, EstimateError: sigma}
 	if f, ok := stdout.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		var mu sync.Mutex
 		var bar *progressbar.ProgressBar
@@ -148,18 +150,24 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 const (
 	estimatesScaled = "scaled"
 	estimatesLive   = "live"
-	estimatesUsage  = "runtime estimates of the policies that use them: scaled (each job's remaining runtime times its fixed error factor) or live (its whole runtime times the factor, minus the time it has run, as the live sidecar reads hetgpu.runtime)"
+	estimatesUsage  = "runtime estimates of the policies that use them: scaled (each job's remaining runtime times its fixed error factor), live (its whole runtime times the factor, read as the live sidecar reads hetgpu.runtime: minus the time it has run) or live:SIGMA (the sidecar with ranker.estimate_error = SIGMA)"
 )
 
-// parseEstimates reads an --estimates value; true means live.
-func parseEstimates(cmd, v string) (bool, error) {
-	switch v {
-	case estimatesScaled:
-		return false, nil
-	case estimatesLive:
-		return true, nil
+// parseEstimates reads an --estimates value: whether it is live, and its estimate error.
+func parseEstimates(cmd, v string) (live bool, sigma float64, err error) {
+	switch mode, s, ok := strings.Cut(v, ":"); {
+	case v == estimatesScaled:
+		return false, 0, nil
+	case mode == estimatesLive && !ok:
+		return true, 0, nil
+	case mode == estimatesLive:
+		f, err := strconv.ParseFloat(s, 64)
+		if err == nil && f >= 0 && f <= cluster.MaxEstimateSigma {
+			return true, f, nil
+		}
 	}
-	return false, fmt.Errorf("%w: %s --estimates = %q, expected %s or %s", errUsage, cmd, v, estimatesScaled, estimatesLive)
+	return false, 0, fmt.Errorf("%w: %s --estimates = %q, expected %s, %s or %s:SIGMA with SIGMA from 0 to %d", errUsage, cmd, v,
+		estimatesScaled, estimatesLive, estimatesLive, cluster.MaxEstimateSigma)
 }
 
 // maxRestartPenaltyS bounds --restart-penalty: more than a day of lost work per restart is a

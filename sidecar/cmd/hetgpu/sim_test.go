@@ -60,7 +60,10 @@ func TestSimUsageErrors(t *testing.T) {
 		{[]string{"sim", "--policies", "nope"}, 2, `unknown policy "nope"`},
 		{[]string{"sim", "extra"}, 2, `unexpected argument "extra"`},
 		{[]string{"sim", "--restart-penalty", "-1"}, 2, "--restart-penalty"},
-		{[]string{"sim", "--estimates", "exact"}, 2, `--estimates = "exact", expected scaled or live`},
+		{[]string{"sim", "--estimates", "exact"}, 2, `--estimates = "exact", expected scaled, live or live:SIGMA with SIGMA from 0 to 3`},
+		{[]string{"sim", "--estimates", "live:9"}, 2, `--estimates = "live:9"`},
+		{[]string{"sim", "--estimates", "live:-0.5"}, 2, `--estimates = "live:-0.5"`},
+		{[]string{"sim", "--estimates", "scaled:0.5"}, 2, `--estimates = "scaled:0.5"`},
 		{[]string{"sim", "--cluster", "mars", "--policies", "fifo"}, 1, `cluster "mars"`},
 		{[]string{"sim", "--trace", "synthetic:jobs=5", "--policies", "fifo"}, 1, "key rate is missing"},
 	} {

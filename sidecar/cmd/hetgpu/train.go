@@ -156,7 +156,7 @@ func runTrainEval(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if len(splitList(*policyList)) == 0 {
 		return fmt.Errorf("%w: hetgpu train eval --policies is empty", errUsage)
 	}
-	live, err := parseEstimates("hetgpu train eval", *estimates)
+	live, sigma, err := parseEstimates("hetgpu train eval", *estimates)
 	if err != nil {
 		return err
 	}
@@ -173,7 +173,7 @@ func runTrainEval(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return fmt.Errorf("%w: hetgpu train eval: --clusters and --traces must not be empty", errUsage)
 	}
 	ev, err := rltrain.Evaluate(ctx, rltrain.EvalOptions{Clusters: cs, Traces: ts, Policies: names, Policy: pol, Seed: *seed, Parallel: *parallel,
-		LiveEstimates: live, Progress: func(c, t int) { fmt.Fprintf(stderr, "simulating %s on %s...\n", ts[t], cs[c]) }})
+		LiveEstimates: live, EstimateError: sigma, Progress: func(c, t int) { fmt.Fprintf(stderr, "simulating %s on %s...\n", ts[t], cs[c]) }})
 	if err != nil {
 		return err
 	}
@@ -199,7 +199,7 @@ func runTrainCeiling(ctx context.Context, args []string, stdout, stderr io.Write
 	if err != nil {
 		return fmt.Errorf("%w: hetgpu train ceiling --seeds: %v", errUsage, err)
 	}
-	live, err := parseEstimates("hetgpu train ceiling", *estimates)
+	live, sigma, err := parseEstimates("hetgpu train ceiling", *estimates)
 	if err != nil {
 		return err
 	}
@@ -213,7 +213,7 @@ func runTrainCeiling(ctx context.Context, args []string, stdout, stderr io.Write
 	}
 	var seed uint64
 	ce, err := rltrain.RunCeiling(ctx, rltrain.CeilingOptions{Seeds: seeds, SeedProgress: func(s uint64) { seed = s },
-		EvalOptions: rltrain.EvalOptions{Clusters: cs, Traces: ts, Policy: pol, Parallel: *parallel, LiveEstimates: live,
+		EvalOptions: rltrain.EvalOptions{Clusters: cs, Traces: ts, Policy: pol, Parallel: *parallel, LiveEstimates: live, EstimateError: sigma,
 			Progress: func(c, t int) { fmt.Fprintf(stderr, "seed %d: simulating %s on %s...\n", seed, ts[t], cs[c]) }}})
 	if err != nil {
 		return err

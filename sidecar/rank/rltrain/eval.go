@@ -44,9 +44,10 @@ type EvalOptions struct {
 	Seed     uint64
 	Parallel int
 	Logger   hclog.Logger
-	// LiveEstimates replays runtime estimates as the live sidecar computes them
-	// (sim.Config.LiveEstimates).
+	// LiveEstimates replays runtime estimates as the live sidecar computes them, with
+	// EstimateError as its ranker.estimate_error (sim.Config).
 	LiveEstimates bool
+	EstimateError float64
 	// Progress gets (cluster index, trace index) before each comparison.
 	Progress func(c, t int)
 }
@@ -166,7 +167,8 @@ func (o EvalOptions) compare(ctx context.Context, cluster, traceRef string) (*co
 		ps = append(ps, p)
 	}
 	res, err := sim.SimulateAll(ctx, sim.Setup{Spec: spec, Throughput: tab, Trace: tr, Logger: o.Logger,
-		RestartPenaltyS: policies.DefaultRestartPenaltyS, NoSeries: true, LiveEstimates: o.LiveEstimates}, ps, o.Parallel, nil)
+		RestartPenaltyS: policies.DefaultRestartPenaltyS, NoSeries: true, LiveEstimates: o.LiveEstimates,
+		EstimateError: o.EstimateError}, ps, o.Parallel, nil)
 	if err != nil {
 		return nil, err
 	}
