@@ -268,3 +268,28 @@ func TestEstimateErrorModel(t *testing.T) {
 		}
 	}
 }
+
+// TestPreemptibleNotStartedYet: a pinned group whose allocation is placed but whose task has not
+// started has run for no time. Counting from the zero start time made it decades old, so with an
+// estimate-error model a 1-minute job looked endless and the sidecar preempted it for a long
+// one, round after round (found on the real agent by TestSidecarPreempts).
+func TestPreemptibleNotStartedYet(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	f := newFixture(t, func(c *Config) { c.EstimateError = 0.5; c.Now = func() time.Time { return now } })
+	f.srv.Register(heldJob("short", 1, 1, map[string]string{"hetgpu.enable": "true", "hetgpu.model": "resnet/ResNet-50",
+		"hetgpu.runtime": "1m", "hetgpu.preemptible": "true"}))
+	f.resync(t)
+	snap := f.snapshot(t)
+	if res, err := f.b.Pin(context.Background(), []cluster.Decision{decide(snap, snap.Pending[0], "node-v100-00")}); err != nil || !res[0].Applied {
+		t.Fatalf("pin = %+v, %v", res, err)
+	}
+	for _, a := range f.srv.Allocs("default", "short") {
+		f.srv.SetAllocNotStarted(a.ID)
+	}
+	f.resync(t)
+	want := cluster.EstimateModel{Sigma: 0.5}.Remaining(time.Minute, 0)
+	snap = f.snapshot(t)
+	if len(snap.Preemptible) != 1 || snap.Preemptible[0].Hetgpu.EstRuntime != want || snap.Preemptible[0].AttainedGPUSeconds != 0 {
+		t.Fatalf("preemptible %+v; want %v left and nothing attained", snap.Preemptible, want)
+	}
+}

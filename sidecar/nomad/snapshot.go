@@ -193,10 +193,13 @@ func (b *Backend) remaining(a cluster.Annotations, ran time.Duration) time.Durat
 // time its current allocations have run; those times its GPUs are its attained service.
 // Callers hold b.mu.
 func (b *Backend) preemptible(jobKeys []string, running []cluster.Alloc, now time.Time) []cluster.Job {
+	// since is when each group's earliest started allocation started; zero while none has
+	// (placed, its task not started yet): such a group has run for no time, not since year 1.
 	since := map[string]time.Time{}
 	for _, a := range running {
 		k := groupKey(a.Namespace, a.JobID, a.Group)
-		if t, ok := since[k]; !ok || a.StartTime.Before(t) {
+		t, ok := since[k]
+		if !ok || !a.StartTime.IsZero() && (t.IsZero() || a.StartTime.Before(t)) {
 			since[k] = a.StartTime
 		}
 	}
@@ -224,7 +227,10 @@ func (b *Backend) preemptible(jobKeys []string, running []cluster.Alloc, now tim
 		if err != nil {
 			return
 		}
-		ran := max(now.Sub(start), 0)
+		var ran time.Duration
+		if !start.IsZero() {
+			ran = max(now.Sub(start), 0)
+		}
 		pj.Hetgpu.EstRuntime = b.remaining(pj.Hetgpu, ran)
 		pj.AttainedGPUSeconds += ran.Seconds() * float64(pj.GPUs)
 		out = append(out, pj)

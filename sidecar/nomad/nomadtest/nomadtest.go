@@ -382,6 +382,22 @@ func (s *Server) Register(job *api.Job) *api.JobRegisterResponse {
 	return resp
 }
 
+// SetAllocNotStarted makes an allocation placed but not started, as a real agent shows one
+// whose client has not run its tasks yet: client status pending, task states without a start.
+func (s *Server) SetAllocNotStarted(allocID string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a := s.allocs[allocID]
+	a.ClientStatus = "pending"
+	for _, ts := range a.TaskStates {
+		ts.State, ts.StartedAt = "pending", time.Time{}
+	}
+	s.bump()
+	a.ModifyIndex = s.index
+	s.emitAlloc(a, "AllocationUpdated")
+	s.updateJobStatus(a.Namespace, a.JobID)
+}
+
 // SetAllocStatus changes an allocation's client status and task times, emitting the event.
 func (s *Server) SetAllocStatus(allocID, status string, start, end time.Time) {
 	s.mu.Lock()
