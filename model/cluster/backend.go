@@ -54,6 +54,9 @@ type FinishedRun struct {
 	Start time.Time
 	// Samples is how many device power samples the energy figure integrates (0: no energy).
 	Samples int
+	// EstRuntime is the group's hetgpu.runtime (0: none) and Ran its hetgpu.ran, the time it
+	// ran before this run: with the run's own runtime they tell how far the estimate was off.
+	EstRuntime, Ran time.Duration
 }
 
 // Placement is where Nomad itself placed an annotated job that was not held.

@@ -376,6 +376,9 @@ type EstimateModel struct {
 	// job that has outrun its estimate is expected to run on, one near its estimate is not
 	// taken as nearly done, and a job that has not started gets the mean, est x exp(Sigma²/2).
 	Sigma float64
+	// Bias is the mean of log(true runtime / estimate): users who overestimate by half give
+	// about -0.4. The true runtime's median is est x exp(Bias); 0 takes estimates as unbiased.
+	Bias float64
 }
 
 // MaxEstimateSigma bounds EstimateModel.Sigma (a factor of e^3 = 20 either way at one sigma).
@@ -384,6 +387,9 @@ const MaxEstimateSigma = 3
 // Remaining is the expected time left of a job estimated at est (> 0) that has run for ran,
 // at least MinRemainingEstimate.
 func (m EstimateModel) Remaining(est, ran time.Duration) time.Duration {
+	if m.Bias != 0 {
+		est = time.Duration(float64(est) * math.Exp(m.Bias))
+	}
 	s := m.Sigma
 	if !(s > 0) {
 		return max(est-ran, MinRemainingEstimate)

@@ -102,6 +102,14 @@ func TestEstimateModelExpectation(t *testing.T) {
 	if far := m.Remaining(time.Minute, 8760*time.Hour); far <= 0 || far > 8760*time.Hour {
 		t.Errorf("a 1-min estimate after a year: %v left", far)
 	}
+	// A bias moves the median: estimates twice too long (bias -ln 2) read as half.
+	for _, c := range []struct{ est, ran, sigma float64 }{{10 * h, 0, 0}, {10 * h, 2 * h, 0}, {10 * h, 4 * h, 0.5}, {10 * h, 0, 0.5}} {
+		biased := EstimateModel{Sigma: c.sigma, Bias: -math.Ln2}.Remaining(time.Duration(c.est*1e9), time.Duration(c.ran*1e9))
+		plain := EstimateModel{Sigma: c.sigma}.Remaining(time.Duration(c.est/2*1e9), time.Duration(c.ran*1e9))
+		if d := biased - plain; d < -time.Millisecond || d > time.Millisecond {
+			t.Errorf("bias -ln 2, est %v h, ran %v h, sigma %v: %v left, want %v (half the estimate, unbiased)", c.est/h, c.ran/h, c.sigma, biased, plain)
+		}
+	}
 	if short := m.Remaining(time.Second, 0); short != MinRemainingEstimate {
 		t.Errorf("a 1-s estimate: %v left, want the floor %v", short, MinRemainingEstimate)
 	}

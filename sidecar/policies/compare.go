@@ -30,10 +30,8 @@ type CompareOptions struct {
 	Throughput *throughput.Table
 	// RestartPenaltyS is the work a preempted job loses per restart (sim.Config).
 	RestartPenaltyS float64
-	// LiveEstimates replays runtime estimates as the live sidecar computes them, with
-	// EstimateError as its ranker.estimate_error (sim.Config).
-	LiveEstimates bool
-	EstimateError float64
+	// EstimateReplay: how runtime estimates are replayed (sim.Config).
+	sim.EstimateReplay
 	// Queues is a queue configuration for the hetgpu pipelines: "" none, "auto" or "auto:F"
 	// (one queue per namespace, guarantees splitting F of the cluster by demand), or an HCL
 	// file of queue blocks (queue.Load).
@@ -93,7 +91,7 @@ func Compare(ctx context.Context, o CompareOptions) (*Comparison, error) {
 		o.Progress(-1, len(tr.Jobs))
 	}
 	res, err := sim.SimulateAll(ctx, sim.Setup{Spec: spec, Throughput: tab, Trace: tr, Logger: o.Logger, RestartPenaltyS: o.RestartPenaltyS,
-		LiveEstimates: o.LiveEstimates, EstimateError: o.EstimateError}, ps, o.Parallel, o.Progress)
+		EstimateReplay: o.EstimateReplay}, ps, o.Parallel, o.Progress)
 	if err != nil {
 		return nil, err
 	}

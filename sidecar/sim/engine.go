@@ -37,6 +37,7 @@ import (
 
 	"github.com/hetgpu/hetgpu/model/cluster"
 	"github.com/hetgpu/hetgpu/model/gpuspec"
+	"github.com/hetgpu/hetgpu/sidecar/estimates"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
 	"github.com/hetgpu/hetgpu/sidecar/throughput"
 	"github.com/hetgpu/hetgpu/sidecar/trace"
@@ -60,15 +61,9 @@ type Config struct {
 	// RestartPenaltyS is work (in seconds at the new rate) lost each time a preempted job
 	// restarts.
 	RestartPenaltyS float64
-	// LiveEstimates makes the runtime estimates of policies that see noisy ones (Estimates with
-	// a positive sigma) what the live sidecar computes from a user's hetgpu.runtime: the job's
-	// whole runtime on the reference type times its error factor, minus the time it has run
-	// (cluster.EstimateModel with EstimateError). Without it the error factor scales what is
-	// left of the runtime, so an estimate never runs out and never stays above zero at the end.
-	LiveEstimates bool
-	// EstimateError is the live estimates' EstimateModel sigma (the sidecar's
-	// ranker.estimate_error); 0 takes the estimate minus the time run.
-	EstimateError float64
+	// EstimateReplay says how the runtime estimates of policies that see noisy ones are
+	// replayed.
+	EstimateReplay
 	// Epoch is the wall time of simulated second 0 (DefaultEpoch when zero).
 	Epoch  time.Time
 	Logger hclog.Logger
@@ -202,6 +197,12 @@ type Engine struct {
 	cfg Config
 	log hclog.Logger
 
+	// calib learns the live estimates' model (Config.CalibrateEstimates) from finished, the
+	// jobs done in order, up to calibrated.
+	calib      *estimates.Calibrator
+	finished   []*JobState
+	calibrated int
+
 	nodes          []*simNode
 	nodeIdx        map[string]int
 	instIdx        map[string]GPURef
@@ -251,6 +252,9 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Throughput == nil {
 		return nil, fmt.Errorf("sim: Config.Throughput is nil")
 	}
+	if err := cfg.EstimateReplay.Validate(); err != nil {
+		return nil, err
+	}
 	if cfg.GPUSpecs == nil {
 		cfg.GPUSpecs = gpuspec.Default()
 	}
@@ -270,6 +274,13 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e.idleW = e.powerW
 	e.baseNodes = e.buildNodes()
+	if cfg.LiveEstimates && cfg.CalibrateEstimates {
+		cal, err := estimates.New(estimates.Config{Prior: cluster.EstimateModel{Sigma: cfg.EstimateError}})
+		if err != nil {
+			return nil, fmt.Errorf("sim: %w", err)
+		}
+		e.calib = cal
+	}
 	return e, nil
 }
 

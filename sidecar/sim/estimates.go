@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"fmt"
 	"hash/fnv"
 	"math"
 	"math/rand/v2"
@@ -16,6 +17,39 @@ import (
 // reads a throughput off a dashboard, or who stops early, would give. Policies that use
 // estimates (hetgpu, F1) all see the same noisy values; sjf alone sees exact ones.
 const DefaultEstimateSigma = 0.5
+
+// EstimateReplay says how a run replays the runtime estimates of the policies that see noisy
+// ones (Estimates with a positive sigma): the same for every policy of a comparison.
+type EstimateReplay struct {
+	// LiveEstimates makes the estimates what the live sidecar computes from a user's
+	// hetgpu.runtime: the job's whole runtime on the reference type times its error factor,
+	// minus the time it has run (cluster.EstimateModel with EstimateError). Without it the
+	// error factor scales what is left of the runtime, so an estimate never runs out and never
+	// stays above zero at the end.
+	LiveEstimates bool
+	// EstimateError is the live estimates' EstimateModel sigma (the sidecar's
+	// ranker.estimate_error); 0 takes the estimate minus the time run.
+	EstimateError float64
+	// CalibrateEstimates learns the live estimates' model from the jobs that finish, starting
+	// at EstimateError (estimates.Calibrator, the sidecar's ranker.calibrate_estimates).
+	CalibrateEstimates bool
+	// EstimateSkew is the users' habit: the median of estimate / true runtime (1 when zero; 2
+	// for users who ask for twice what their jobs take). Every noisy estimate is scaled by it.
+	EstimateSkew float64
+}
+
+// Validate names the first unusable field.
+func (r EstimateReplay) Validate() error {
+	switch {
+	case !(r.EstimateError >= 0 && r.EstimateError <= cluster.MaxEstimateSigma):
+		return fmt.Errorf("sim: estimate error = %v, expected 0 to %d", r.EstimateError, cluster.MaxEstimateSigma)
+	case !(r.EstimateSkew == 0 || r.EstimateSkew >= 0.05 && r.EstimateSkew <= 20):
+		return fmt.Errorf("sim: estimate skew = %v, expected a factor from 0.05 to 20 (median estimate / true runtime)", r.EstimateSkew)
+	case r.CalibrateEstimates && !r.LiveEstimates:
+		return fmt.Errorf("sim: calibrated estimates need live estimates")
+	}
+	return nil
+}
 
 // Estimates controls the runtime estimates (cluster.Annotations.EstRuntime) a policy sees.
 type Estimates struct {
@@ -61,15 +95,23 @@ type estimating struct {
 	snap *cluster.Snapshot
 }
 
-// factor is the job's Factor, memoised when the round has a memo.
+// factor is the job's Factor times the users' skew, memoised when the round has a memo.
 func (c *estimating) factor(key string) float64 {
 	if c.factors == nil {
-		return c.est.Factor(key)
+		return c.skewed(key)
 	}
 	f, ok := c.factors[key]
 	if !ok {
-		f = c.est.Factor(key)
+		f = c.skewed(key)
 		c.factors[key] = f
+	}
+	return f
+}
+
+func (c *estimating) skewed(key string) float64 {
+	f := c.est.Factor(key)
+	if k := c.e.cfg.EstimateSkew; k > 0 && c.est.sigma() > 0 {
+		f *= k
 	}
 	return f
 }
@@ -77,6 +119,18 @@ func (c *estimating) factor(key string) float64 {
 func (c *estimating) Snapshot(ctx context.Context) (*cluster.Snapshot, error) {
 	snap := c.e.snapshot()
 	c.snap = snap
+	model := cluster.EstimateModel{Sigma: c.e.cfg.EstimateError}
+	if cal := c.e.calib; cal != nil && c.e.cfg.LiveEstimates && !c.est.Off && c.est.sigma() > 0 {
+		// The jobs finished since the last round teach the model, as finished runs teach the
+		// live sidecar's: each one's estimate against its true runtime on the reference type.
+		for ; c.e.calibrated < len(c.e.finished); c.e.calibrated++ {
+			js := c.e.finished[c.e.calibrated]
+			if js.RefS > 0 {
+				cal.Observe(seconds(js.RefS*c.factor(js.Key)), seconds(js.RefS))
+			}
+		}
+		model = cal.Model()
+	}
 	for _, jobs := range [][]cluster.Job{snap.Pending, snap.Preemptible} {
 		for i := range jobs {
 			j := &jobs[i]
@@ -90,7 +144,7 @@ func (c *estimating) Snapshot(ctx context.Context) (*cluster.Snapshot, error) {
 			if js := c.e.byKey[j.Key()]; c.e.cfg.LiveEstimates && c.est.sigma() > 0 && js != nil && js.RefS > 0 {
 				est := time.Duration(js.RefS * c.factor(j.Key()) * float64(time.Second))
 				ran := time.Duration(js.RunTime(c.e.now) * float64(time.Second))
-				j.Hetgpu.EstRuntime = cluster.EstimateModel{Sigma: c.e.cfg.EstimateError}.Remaining(est, ran)
+				j.Hetgpu.EstRuntime = model.Remaining(est, ran)
 				continue
 			}
 			j.Hetgpu.EstRuntime = time.Duration(float64(j.Hetgpu.EstRuntime) * c.factor(j.Key()))
@@ -98,6 +152,8 @@ func (c *estimating) Snapshot(ctx context.Context) (*cluster.Snapshot, error) {
 	}
 	return snap, nil
 }
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
 // Preempt implements cluster.Preempter.
 func (c *estimating) Preempt(ctx context.Context, ps []cluster.Preemption) ([]cluster.PinResult, error) {

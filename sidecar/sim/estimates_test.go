@@ -2,11 +2,15 @@ package sim_test
 
 import (
 	"context"
+	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/hetgpu/hetgpu/model/cluster"
+	"github.com/hetgpu/hetgpu/sidecar/estimates"
 	"github.com/hetgpu/hetgpu/sidecar/place"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
 	"github.com/hetgpu/hetgpu/sidecar/sim"
@@ -48,7 +52,7 @@ func TestLiveEstimates(t *testing.T) {
 		rec := &estRecorder{}
 		p := &sim.PipelinePolicy{PolicyName: "est", Estimates: est,
 			Stages: sched.Stages{Ranker: rec, Placer: place.FirstFit{}, Preemptor: &preemptOnce{}, Predictor: sim.TablePredictor{Table: table(t)}}}
-		if _, err := sim.Simulate(context.Background(), sim.Setup{Spec: s, Throughput: table(t), Trace: tr, LiveEstimates: live, EstimateError: c.sigma}, p, nil); err != nil {
+		if _, err := sim.Simulate(context.Background(), sim.Setup{Spec: s, Throughput: table(t), Trace: tr, EstimateReplay: sim.EstimateReplay{LiveEstimates: live, EstimateError: c.sigma}}, p, nil); err != nil {
 			t.Fatal(err)
 		}
 		if len(rec.at) < 2 {
@@ -78,6 +82,86 @@ func TestLiveEstimates(t *testing.T) {
 		}
 		if checked == 0 {
 			t.Errorf("live %v: no estimate recorded after the job started", live)
+		}
+	}
+}
+
+// TestCalibratedEstimates: with CalibrateEstimates the live estimates' model is learned from the
+// jobs that finish, as the live sidecar learns it from finished runs. Users here ask for twice
+// what their jobs take (EstimateSkew 2); 40 jobs run one after another on one GPU in arrival
+// order. The run's learned model is the calibrator's own answer for the finished jobs'
+// (estimate, true runtime) pairs in finish order, and a job waiting at the end is read with it:
+// shorter than its estimate, where the prior reads it as longer.
+func TestCalibratedEstimates(t *testing.T) {
+	jt := "ResNet-50 (batch size 32)"
+	thr, _ := table(t).Measured(jt, "v100", 1)
+	tr := &trace.Trace{Name: "cal"}
+	refS := map[string]float64{}
+	for i := range 40 {
+		id := fmt.Sprintf("j%02d", i)
+		refS[id] = float64(600 + 97*i%1300)
+		tr.Jobs = append(tr.Jobs, trace.Job{ID: id, JobType: jt, Model: "ResNet-50", BatchSize: 32, GPUs: 1, TotalSteps: refS[id] * thr})
+	}
+	s := oneClass(t, "Tesla V100-SXM2-16GB", 1, 1)
+	est := sim.Estimates{Seed: 3}
+	rec := &estRecorder{}
+	p := &sim.PipelinePolicy{PolicyName: "est", Estimates: est,
+		Stages: sched.Stages{Ranker: rec, Placer: place.FirstFit{}, Predictor: sim.TablePredictor{Table: table(t)}}}
+	replay := sim.EstimateReplay{LiveEstimates: true, EstimateError: 0.5, CalibrateEstimates: true, EstimateSkew: 2}
+	res, err := sim.Simulate(context.Background(), sim.Setup{Spec: s, Throughput: table(t), Trace: tr, EstimateReplay: replay}, p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.EstimateModel == nil || res.EstimateModel.Runs < 30 {
+		t.Fatalf("learned model %+v, want one learned from most of the 40 jobs", res.EstimateModel)
+	}
+	idOf := func(key string) string { return strings.Split(key, "/")[1] }
+	keyOf := map[string]string{}
+	for _, k := range rec.key {
+		keyOf[idOf(k)] = k
+	}
+	jobs := slices.Clone(res.JobResults)
+	slices.SortStableFunc(jobs, func(a, b sim.JobResult) int { return int(a.FinishS - b.FinishS) })
+	want, err := estimates.New(estimates.Config{Prior: cluster.EstimateModel{Sigma: 0.5}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range jobs[:res.EstimateModel.Runs] {
+		want.Observe(time.Duration(refS[j.ID]*2*est.Factor(keyOf[j.ID])*1e9), time.Duration(refS[j.ID]*1e9))
+	}
+	w := want.Model()
+	if got := res.EstimateModel; math.Abs(got.Bias-w.Bias) > 1e-9 || math.Abs(got.Sigma-w.Sigma) > 1e-9 {
+		t.Errorf("learned bias %.4f sigma %.4f, want %.4f and %.4f", got.Bias, got.Sigma, w.Bias, w.Sigma)
+	}
+	t.Logf("learned %+v", *res.EstimateModel)
+	if !(w.Bias < -0.4) {
+		t.Errorf("bias %.3f after %d runs of users asking for twice the time: want well below 0", w.Bias, res.EstimateModel.Runs)
+	}
+	// The last job waits to the end: first read with the prior, at last with the learned model.
+	last := len(rec.key) - 1
+	user := refS[idOf(rec.key[last])] * 2 * est.Factor(rec.key[last])
+	if first := rec.est[slices.Index(rec.key, rec.key[last])].Seconds() / user; math.Abs(first-math.Exp(0.125)) > 1e-3 {
+		t.Errorf("at arrival the estimate reads %.3f x the user's, want the prior's mean exp(0.5²/2)", first)
+	}
+	if end := rec.est[last].Seconds() / user; !(end < 0.8) {
+		t.Errorf("after the others finished the estimate reads %.3f x the user's, want it shortened by the learned bias", end)
+	}
+}
+
+// TestEstimateReplayValidate: a run refuses replay settings that mean nothing.
+func TestEstimateReplayValidate(t *testing.T) {
+	for _, c := range []struct {
+		r    sim.EstimateReplay
+		want string
+	}{
+		{sim.EstimateReplay{CalibrateEstimates: true}, "need live estimates"},
+		{sim.EstimateReplay{LiveEstimates: true, EstimateError: 4}, "estimate error = 4"},
+		{sim.EstimateReplay{EstimateSkew: 30}, "estimate skew = 30"},
+		{sim.EstimateReplay{EstimateSkew: -1}, "estimate skew = -1"},
+	} {
+		_, err := sim.New(sim.Config{Spec: oneClass(t, "Tesla V100-SXM2-16GB", 1, 1), Throughput: table(t), EstimateReplay: c.r})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want an error naming %q", c.r, err, c.want)
 		}
 	}
 }

@@ -105,6 +105,9 @@ func (e *Engine) complete(j *JobState) {
 	e.lastFinish = e.now
 	e.energyAtFinish, e.busyAtFinish = e.energyJ, e.busyGPUSeconds
 	e.done++
+	if e.calib != nil {
+		e.finished = append(e.finished, j)
+	}
 }
 
 // validate checks that a placement (a decision's GPUs) is legal for the job; it returns the GPU type.

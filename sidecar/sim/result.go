@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/hetgpu/hetgpu/model/gpuspec"
+	"github.com/hetgpu/hetgpu/sidecar/estimates"
 	"github.com/hetgpu/hetgpu/sidecar/throughput"
 	"github.com/hetgpu/hetgpu/sidecar/trace"
 )
@@ -110,6 +111,8 @@ type Result struct {
 	// PartialGangPins counts gangs a pipeline pinned in part over the run (must be 0; counted
 	// by the pipeline).
 	PartialGangPins int `json:"partial_gang_pins,omitempty"`
+	// EstimateModel is what the run's calibrated estimates learned (EstimateReplay.CalibrateEstimates).
+	EstimateModel *estimates.Stats `json:"estimate_model,omitempty"`
 
 	JobResults []JobResult `json:"-"`
 	Series     []Sample    `json:"-"`
@@ -120,6 +123,10 @@ func (e *Engine) Result(policy string) *Result {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	r := &Result{Policy: policy, Cluster: e.cfg.Spec.Name, Unschedulable: e.unschedulble, IdlePowerW: e.idleW}
+	if e.calib != nil && e.calibrated > 0 {
+		st := e.calib.Stats()
+		r.EstimateModel = &st
+	}
 	var jcts, ratios []float64
 	var queue, bsld, refHours float64
 	for _, j := range e.jobs {
@@ -209,18 +216,16 @@ type Setup struct {
 	Throughput *throughput.Table
 	Trace      *trace.Trace
 	Logger     hclog.Logger
-	// RestartPenaltyS, NoSeries, LiveEstimates, EstimateError: see Config.
+	// RestartPenaltyS, NoSeries, EstimateReplay: see Config.
 	RestartPenaltyS float64
 	NoSeries        bool
-	LiveEstimates   bool
-	EstimateError   float64
+	EstimateReplay
 }
 
 // Simulate replays the setup's trace under one policy on a fresh engine.
 func Simulate(ctx context.Context, su Setup, p *PipelinePolicy, progress func(done int)) (*Result, error) {
 	e, err := New(Config{Spec: su.Spec, Throughput: su.Throughput, Oracle: p.NeedsOracle(), Logger: su.Logger,
-		RestartPenaltyS: su.RestartPenaltyS, NoSeries: su.NoSeries, LiveEstimates: su.LiveEstimates,
-		EstimateError: su.EstimateError})
+		RestartPenaltyS: su.RestartPenaltyS, NoSeries: su.NoSeries, EstimateReplay: su.EstimateReplay})
 	if err != nil {
 		return nil, err
 	}

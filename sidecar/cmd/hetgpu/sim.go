@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/hetgpu/hetgpu/model/cluster"
+	"github.com/hetgpu/hetgpu/sidecar/app"
 	"github.com/hetgpu/hetgpu/sidecar/policies"
 	"github.com/hetgpu/hetgpu/sidecar/sim"
 	"github.com/hetgpu/hetgpu/sidecar/sim/report"
@@ -34,14 +36,14 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	asJSON := fs.Bool("json", false, "print a JSON array (one object per policy) instead of the table")
 	parallel := fs.Int("parallel", 0, "policies simulated at once (0: one per CPU)")
 	penalty := fs.Float64("restart-penalty", policies.DefaultRestartPenaltyS, "seconds of work a preempted job loses per restart (preemptive baselines)")
-	estimates := fs.String("estimates", estimatesScaled, estimatesUsage)
+	estimates := addEstimateFlags(fs)
 	logLevel := fs.String("log-level", "warn", "log level on stderr: trace, debug, info, warn, error")
 	queues := fs.String("queues", "", "queues for the hetgpu policies: auto (one per namespace, guarantees splitting 80 % of the cluster by demand), auto:F, or an HCL file of queue blocks; reports per queue")
 	setUsage(fs, fmt.Sprintf("Usage: hetgpu sim [flags]\n\nReplays a trace on a simulated GPU cluster under each policy and compares them.\nBundled traces: %s", strings.Join(trace.BundledNames(), ", ")))
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	live, sigma, err := parseEstimates("hetgpu sim", *estimates)
+	replay, err := estimates.replay("hetgpu sim")
 	if err != nil {
 		return err
 	}
@@ -80,7 +82,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 
 	opts := policies.CompareOptions{Cluster: *clusterRef, Trace: *traceRef, Policies: names, Seed: *seed,
 		Parallel: *parallel, Logger: logger, RestartPenaltyS: *penalty, Queues: *queues,
-		LiveEstimates: live, EstimateError: sigma}
+		EstimateReplay: replay}
 	if f, ok := stdout.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		var mu sync.Mutex
 		var bar *progressbar.ProgressBar
@@ -146,28 +148,64 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 }
 
 // The --estimates values: how the runtime estimates of the policies that see noisy ones are
-// replayed (sim.Config.LiveEstimates).
+// replayed (sim.EstimateReplay).
 const (
 	estimatesScaled = "scaled"
 	estimatesLive   = "live"
-	estimatesUsage  = "runtime estimates of the policies that use them: scaled (each job's remaining runtime times its fixed error factor), live (its whole runtime times the factor, read as the live sidecar reads hetgpu.runtime: minus the time it has run) or live:SIGMA (the sidecar with ranker.estimate_error = SIGMA)"
+	estimatesAuto   = "auto"
+	estimatesUsage  = "runtime estimates of the policies that use them: scaled (each job's remaining runtime times its fixed error factor), live (its whole runtime times the factor, read as the live sidecar reads hetgpu.runtime: minus the time it has run), live:SIGMA (the sidecar with ranker.estimate_error = SIGMA), live:auto or live:auto:SIGMA (the sidecar learning the estimates' error from finished jobs, ranker.calibrate_estimates, from SIGMA, default 0.5)"
+	skewUsage       = "users' habit: median of estimate / true runtime, scaling every noisy estimate (1: unbiased, 2: users ask for twice what their jobs take)"
 )
 
-// parseEstimates reads an --estimates value: whether it is live, and its estimate error.
-func parseEstimates(cmd, v string) (live bool, sigma float64, err error) {
-	switch mode, s, ok := strings.Cut(v, ":"); {
-	case v == estimatesScaled:
-		return false, 0, nil
-	case mode == estimatesLive && !ok:
-		return true, 0, nil
-	case mode == estimatesLive:
+// estimateFlags are the --estimates and --estimate-skew flags of the commands that simulate.
+type estimateFlags struct {
+	mode *string
+	skew *float64
+}
+
+func addEstimateFlags(fs *flag.FlagSet) estimateFlags {
+	return estimateFlags{mode: fs.String("estimates", estimatesScaled, estimatesUsage), skew: fs.Float64("estimate-skew", 1, skewUsage)}
+}
+
+// replay reads the flags; errors name cmd, the flag, the value and what is expected.
+func (f estimateFlags) replay(cmd string) (sim.EstimateReplay, error) {
+	r, err := parseEstimates(cmd, *f.mode)
+	if err != nil {
+		return r, err
+	}
+	if k := *f.skew; !(k >= 0.05 && k <= 20) {
+		return r, fmt.Errorf("%w: %s --estimate-skew = %v, expected a factor from 0.05 to 20 (median estimate / true runtime)", errUsage, cmd, k)
+	} else if k != 1 {
+		r.EstimateSkew = k
+	}
+	return r, nil
+}
+
+// parseEstimates reads an --estimates value.
+func parseEstimates(cmd, v string) (sim.EstimateReplay, error) {
+	sigma := func(s string) (float64, bool) {
 		f, err := strconv.ParseFloat(s, 64)
-		if err == nil && f >= 0 && f <= cluster.MaxEstimateSigma {
-			return true, f, nil
+		return f, err == nil && f >= 0 && f <= cluster.MaxEstimateSigma
+	}
+	mode, rest, ok := strings.Cut(v, ":")
+	switch {
+	case v == estimatesScaled:
+		return sim.EstimateReplay{}, nil
+	case mode == estimatesLive && !ok:
+		return sim.EstimateReplay{LiveEstimates: true}, nil
+	case mode == estimatesLive && rest == estimatesAuto:
+		return sim.EstimateReplay{LiveEstimates: true, CalibrateEstimates: true, EstimateError: app.DefaultEstimateError}, nil
+	case mode == estimatesLive && strings.HasPrefix(rest, estimatesAuto+":"):
+		if f, ok := sigma(strings.TrimPrefix(rest, estimatesAuto+":")); ok {
+			return sim.EstimateReplay{LiveEstimates: true, CalibrateEstimates: true, EstimateError: f}, nil
+		}
+	case mode == estimatesLive:
+		if f, ok := sigma(rest); ok {
+			return sim.EstimateReplay{LiveEstimates: true, EstimateError: f}, nil
 		}
 	}
-	return false, 0, fmt.Errorf("%w: %s --estimates = %q, expected %s, %s or %s:SIGMA with SIGMA from 0 to %d", errUsage, cmd, v,
-		estimatesScaled, estimatesLive, estimatesLive, cluster.MaxEstimateSigma)
+	return sim.EstimateReplay{}, fmt.Errorf("%w: %s --estimates = %q, expected %s, %s, %s:SIGMA, %s:%s or %s:%s:SIGMA with SIGMA from 0 to %d", errUsage, cmd, v,
+		estimatesScaled, estimatesLive, estimatesLive, estimatesLive, estimatesAuto, estimatesLive, estimatesAuto, cluster.MaxEstimateSigma)
 }
 
 // maxRestartPenaltyS bounds --restart-penalty: more than a day of lost work per restart is a

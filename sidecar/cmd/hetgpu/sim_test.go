@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/hetgpu/hetgpu/sidecar/sim"
 )
 
 func TestSimJSONAndReport(t *testing.T) {
@@ -60,7 +62,11 @@ func TestSimUsageErrors(t *testing.T) {
 		{[]string{"sim", "--policies", "nope"}, 2, `unknown policy "nope"`},
 		{[]string{"sim", "extra"}, 2, `unexpected argument "extra"`},
 		{[]string{"sim", "--restart-penalty", "-1"}, 2, "--restart-penalty"},
-		{[]string{"sim", "--estimates", "exact"}, 2, `--estimates = "exact", expected scaled, live or live:SIGMA with SIGMA from 0 to 3`},
+		{[]string{"sim", "--estimates", "exact"}, 2, `--estimates = "exact", expected scaled, live, live:SIGMA, live:auto or live:auto:SIGMA with SIGMA from 0 to 3`},
+		{[]string{"sim", "--estimates", "live:auto:7"}, 2, `--estimates = "live:auto:7"`},
+		{[]string{"sim", "--estimates", "live:auto:"}, 2, `--estimates = "live:auto:"`},
+		{[]string{"sim", "--estimate-skew", "0"}, 2, `--estimate-skew = 0, expected a factor from 0.05 to 20`},
+		{[]string{"sim", "--estimate-skew", "25"}, 2, `--estimate-skew = 25`},
 		{[]string{"sim", "--estimates", "live:9"}, 2, `--estimates = "live:9"`},
 		{[]string{"sim", "--estimates", "live:-0.5"}, 2, `--estimates = "live:-0.5"`},
 		{[]string{"sim", "--estimates", "scaled:0.5"}, 2, `--estimates = "scaled:0.5"`},
@@ -112,5 +118,25 @@ func TestSimRefusesAbsurdInput(t *testing.T) {
 	code := run(context.Background(), []string{"sim", "--cluster", "gavel-108", "--trace", tr, "--policies", "fifo"}, &out, &errb)
 	if code != 0 || !strings.Contains(out.String(), `unschedulable: 1 jobs, left out of the metrics: unknown job types "Quantum (batch size 3)" x1`) {
 		t.Errorf("exit %d\nstdout %s\nstderr %s", code, out.String(), errb.String())
+	}
+}
+
+// TestParseEstimates: every --estimates form gives the replay the simulator runs.
+func TestParseEstimates(t *testing.T) {
+	for _, c := range []struct {
+		v    string
+		want sim.EstimateReplay
+	}{
+		{"scaled", sim.EstimateReplay{}},
+		{"live", sim.EstimateReplay{LiveEstimates: true}},
+		{"live:0.25", sim.EstimateReplay{LiveEstimates: true, EstimateError: 0.25}},
+		{"live:auto", sim.EstimateReplay{LiveEstimates: true, EstimateError: 0.5, CalibrateEstimates: true}},
+		{"live:auto:1", sim.EstimateReplay{LiveEstimates: true, EstimateError: 1, CalibrateEstimates: true}},
+		{"live:auto:0", sim.EstimateReplay{LiveEstimates: true, CalibrateEstimates: true}},
+	} {
+		got, err := parseEstimates("hetgpu sim", c.v)
+		if err != nil || got != c.want {
+			t.Errorf("parseEstimates(%q) = %+v, %v; want %+v", c.v, got, err, c.want)
+		}
 	}
 }

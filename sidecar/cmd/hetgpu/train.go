@@ -148,7 +148,7 @@ func runTrainEval(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	seed := fs.Uint64("seed", 1, "seed")
 	parallel := fs.Int("parallel", 0, "policies simulated at once (0: one per CPU)")
 	asJSON := fs.Bool("json", false, "print JSON")
-	estimates := fs.String("estimates", estimatesScaled, estimatesUsage)
+	estimates := addEstimateFlags(fs)
 	setUsage(fs, "Usage: hetgpu train eval [flags]\n\nCompares hetgpu with every baseline on held-out traces and checks the prioritiser's targets.")
 	if err := parseFlags(fs, args, "hetgpu train eval", ""); err != nil {
 		return err
@@ -156,7 +156,7 @@ func runTrainEval(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if len(splitList(*policyList)) == 0 {
 		return fmt.Errorf("%w: hetgpu train eval --policies is empty", errUsage)
 	}
-	live, sigma, err := parseEstimates("hetgpu train eval", *estimates)
+	replay, err := estimates.replay("hetgpu train eval")
 	if err != nil {
 		return err
 	}
@@ -173,7 +173,7 @@ func runTrainEval(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return fmt.Errorf("%w: hetgpu train eval: --clusters and --traces must not be empty", errUsage)
 	}
 	ev, err := rltrain.Evaluate(ctx, rltrain.EvalOptions{Clusters: cs, Traces: ts, Policies: names, Policy: pol, Seed: *seed, Parallel: *parallel,
-		LiveEstimates: live, EstimateError: sigma, Progress: func(c, t int) { fmt.Fprintf(stderr, "simulating %s on %s...\n", ts[t], cs[c]) }})
+		EstimateReplay: replay, Progress: func(c, t int) { fmt.Fprintf(stderr, "simulating %s on %s...\n", ts[t], cs[c]) }})
 	if err != nil {
 		return err
 	}
@@ -188,7 +188,7 @@ func runTrainCeiling(ctx context.Context, args []string, stdout, stderr io.Write
 	traces := fs.String("traces", strings.Join(rltrain.HeldOutTraces(), ","), "comma-separated held-out traces")
 	policyFile := fs.String("policy", "", "prioritiser checkpoint for hetgpu (default: the bundled policy)")
 	seedList := fs.String("seeds", "1,2,3", "comma-separated seeds (each draws new runtime-estimate errors)")
-	estimates := fs.String("estimates", estimatesScaled, estimatesUsage)
+	estimates := addEstimateFlags(fs)
 	parallel := fs.Int("parallel", 0, "policies simulated at once (0: one per CPU)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	setUsage(fs, fmt.Sprintf("Usage: hetgpu train ceiling [flags]\n\nRuns the learned order (hetgpu), the fallback heuristic (%s) and the heuristic shown exact runtimes (%s) on held-out traces once per seed, and reports the learned and oracle orders' ratios to the heuristic, the share of the gap to the oracle the learned order closes, and the heuristic's own spread over the seeds.", rltrain.HeuristicVariant, policies.HetgpuOracle))
@@ -199,7 +199,7 @@ func runTrainCeiling(ctx context.Context, args []string, stdout, stderr io.Write
 	if err != nil {
 		return fmt.Errorf("%w: hetgpu train ceiling --seeds: %v", errUsage, err)
 	}
-	live, sigma, err := parseEstimates("hetgpu train ceiling", *estimates)
+	replay, err := estimates.replay("hetgpu train ceiling")
 	if err != nil {
 		return err
 	}
@@ -213,7 +213,7 @@ func runTrainCeiling(ctx context.Context, args []string, stdout, stderr io.Write
 	}
 	var seed uint64
 	ce, err := rltrain.RunCeiling(ctx, rltrain.CeilingOptions{Seeds: seeds, SeedProgress: func(s uint64) { seed = s },
-		EvalOptions: rltrain.EvalOptions{Clusters: cs, Traces: ts, Policy: pol, Parallel: *parallel, LiveEstimates: live, EstimateError: sigma,
+		EvalOptions: rltrain.EvalOptions{Clusters: cs, Traces: ts, Policy: pol, Parallel: *parallel, EstimateReplay: replay,
 			Progress: func(c, t int) { fmt.Fprintf(stderr, "seed %d: simulating %s on %s...\n", seed, ts[t], cs[c]) }}})
 	if err != nil {
 		return err

@@ -44,10 +44,8 @@ type EvalOptions struct {
 	Seed     uint64
 	Parallel int
 	Logger   hclog.Logger
-	// LiveEstimates replays runtime estimates as the live sidecar computes them, with
-	// EstimateError as its ranker.estimate_error (sim.Config).
-	LiveEstimates bool
-	EstimateError float64
+	// EstimateReplay: how runtime estimates are replayed (sim.Config).
+	sim.EstimateReplay
 	// Progress gets (cluster index, trace index) before each comparison.
 	Progress func(c, t int)
 }
@@ -167,8 +165,7 @@ func (o EvalOptions) compare(ctx context.Context, cluster, traceRef string) (*co
 		ps = append(ps, p)
 	}
 	res, err := sim.SimulateAll(ctx, sim.Setup{Spec: spec, Throughput: tab, Trace: tr, Logger: o.Logger,
-		RestartPenaltyS: policies.DefaultRestartPenaltyS, NoSeries: true, LiveEstimates: o.LiveEstimates,
-		EstimateError: o.EstimateError}, ps, o.Parallel, nil)
+		RestartPenaltyS: policies.DefaultRestartPenaltyS, NoSeries: true, EstimateReplay: o.EstimateReplay}, ps, o.Parallel, nil)
 	if err != nil {
 		return nil, err
 	}
