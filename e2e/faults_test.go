@@ -473,7 +473,9 @@ func TestRunEndingWhileSidecarDownLearnedOnce(t *testing.T) {
 	c, bins, sidecarURL := e.cluster, e.bins, e.sidecarURL
 	sidecar := e.startSidecar(t)
 
-	submitToy(t, c.API, bins, "once", 150, "100ms", nil)
+	// Estimated at 10 min on the reference V100, the run takes about 15 s: the sidecar's
+	// estimate calibration learns from it, also after restarts (below).
+	submitToy(t, c.API, bins, "once", 150, "100ms", map[string]string{"hetgpu.runtime": "10m"})
 	runningOn(t, c.API, "once", 90*time.Second)
 	alloc := liveAllocs(c.API, "once")[0].ID
 	sidecar.Stop(syscall.SIGKILL)
@@ -500,6 +502,52 @@ func TestRunEndingWhileSidecarDownLearnedOnce(t *testing.T) {
 	if recs[0].Source == "driver" && recs[0].Observation.AllocID != alloc {
 		t.Errorf("the driver's record names allocation %q, want %q", recs[0].Observation.AllocID, alloc)
 	}
+
+	// Estimate calibration (ranker.calibrate_estimates, on by default): the run, 40 times
+	// shorter than its estimate, is one sample of log(true / estimate), clamped at -3, against
+	// the prior's 20 runs at 0: a bias a little below 0.
+	est := estimateCalibration(t, sidecarURL)
+	t.Logf("estimate calibration after the run: %+v", est)
+	if est.Runs != 1 || !(est.Bias < -0.05 && est.Bias >= -3.0/21) || est.PriorSigma != 0.5 {
+		t.Fatalf("calibration %+v, want 1 run and a bias from -3/21 to -0.05", est)
+	}
+	// A restart restores it from the state file, and the backend's second report of the same
+	// run (it forgets what it reported) does not count twice.
+	sidecar.Stop(syscall.SIGKILL)
+	sidecar.Start()
+	waitFor(t, time.Minute, "the restarted sidecar's health", func() bool {
+		var h struct{ Status string }
+		return scGet(sidecarURL+"/v1/health", &h) == nil && h.Status == "ok"
+	})
+	if again := estimateCalibration(t, sidecarURL); again.Runs != 1 || again.Bias != est.Bias {
+		t.Errorf("after a restart: %+v, want %+v restored", again, est)
+	}
+	time.Sleep(25 * time.Second) // past the sidecar's grace, when it reports the run again
+	if again := estimateCalibration(t, sidecarURL); again.Runs != 1 || again.Bias != est.Bias {
+		t.Errorf("after the run was reported again: %+v, want %+v", again, est)
+	}
+}
+
+// calibration is /v1/health's ranker.estimates.
+type calibration struct {
+	Runs       int     `json:"runs"`
+	Bias       float64 `json:"bias"`
+	Sigma      float64 `json:"sigma"`
+	PriorSigma float64 `json:"prior_sigma"`
+}
+
+func estimateCalibration(t *testing.T, sidecarURL string) calibration {
+	t.Helper()
+	var h struct {
+		Ranker struct {
+			Estimates *calibration `json:"estimates"`
+		} `json:"ranker"`
+	}
+	must(t, scGet(sidecarURL+"/v1/health", &h))
+	if h.Ranker.Estimates == nil {
+		t.Fatal("/v1/health has no ranker.estimates")
+	}
+	return *h.Ranker.Estimates
 }
 
 // spoolOf is the task driver's spool directory of the named client of a startCluster cluster.

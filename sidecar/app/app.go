@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/hetgpu/hetgpu/model/cluster"
+	"github.com/hetgpu/hetgpu/sidecar/estimates"
 	"github.com/hetgpu/hetgpu/sidecar/nomad"
 	"github.com/hetgpu/hetgpu/sidecar/place"
 	"github.com/hetgpu/hetgpu/sidecar/policies"
@@ -450,13 +451,19 @@ func New(c *Config, logOut io.Writer) (*Sidecar, error) {
 	}
 	var backend cluster.Backend
 	var nomadURL string
+	var calib *estimates.Calibrator
+	if useNomad && c.Ranker.calibrateEstimates() {
+		if calib, err = estimates.New(estimates.Config{Prior: cluster.EstimateModel{Sigma: c.Ranker.estimateError()}}); err != nil {
+			return fail(fmt.Errorf("ranker.estimate_error: %w", err))
+		}
+	}
 	if useNomad {
 		client, ns, err := NomadClient(c.Nomad)
 		if err != nil {
 			return fail(err)
 		}
 		b, err := nomad.New(nomad.Config{Client: client, Namespace: ns, Logger: log, ExplainBaseURL: public, SignExplain: signQuery(links), ExplainRefresh: c.ExplainLinkTTLD / 2,
-			EstimateError: c.Ranker.estimateError(), Shadow: c.Shadow,
+			EstimateError: c.Ranker.estimateError(), EstimateModel: calibModel(calib), Shadow: c.Shadow,
 			SampleDeviceStats: boolOr(c.Nomad.SampleDeviceStats, true), Topology: boolOr(c.Nomad.Topology, true), ResyncEvery: c.ResyncD,
 			Fence: repl.fence()})
 		if err != nil {
@@ -475,7 +482,7 @@ func New(c *Config, logOut io.Writer) (*Sidecar, error) {
 	}
 	scfg := service.Config{Reconcile: c.ReconcileD, Debounce: c.DebounceD, Shadow: c.Shadow,
 		BackendName: backendName, Logger: log, TuneEvery: c.Ranker.TuneEveryD, GangReserveAfter: c.Gang.ReserveAfterD,
-		Ranker: ranker.Status}
+		Ranker: ranker.Status, Estimates: calib}
 	repl.configure(&scfg)
 	svc, err := service.New(scfg, backend, stages, st)
 	if err != nil {
@@ -529,4 +536,12 @@ func (s *Sidecar) Run(ctx context.Context) error {
 		return first
 	}
 	return nil
+}
+
+// calibModel is the backend's estimate model from a calibrator; nil keeps ranker.estimate_error's.
+func calibModel(c *estimates.Calibrator) func() cluster.EstimateModel {
+	if c == nil {
+		return nil
+	}
+	return c.Model
 }

@@ -85,6 +85,8 @@ import (
 //	  tune_runs     = 200      # finished runs between tuning steps
 //	  estimate_error = 0.5     # how far users' hetgpu.runtime is off (sigma of log true/estimate):
 //	                           # a running job is ranked by its expected time left; 0 = estimate - run
+//	  calibrate_estimates = true  # learn the error (and users' bias) from finished runs, starting
+//	                           # at estimate_error; false keeps estimate_error fixed
 //	}
 //	predictor { window = 1000  min_samples = 3 }
 //	gang {
@@ -212,12 +214,19 @@ type RankerConfig struct {
 	// EstimateError is the sigma of cluster.EstimateModel, which reads a job's hetgpu.runtime
 	// once it has run (DefaultEstimateError when unset).
 	EstimateError *float64 `hcl:"estimate_error,optional"`
+	// CalibrateEstimates learns the model from finished runs, with EstimateError as its prior
+	// (sidecar/estimates; default true).
+	CalibrateEstimates *bool `hcl:"calibrate_estimates,optional"`
 
 	// TuneEveryD is TuneEvery parsed (no hcl tag).
 	TuneEveryD time.Duration
 }
 
 func (r *RankerConfig) onlineTuning() bool { return r != nil && boolOr(r.OnlineTuning, true) }
+
+func (r *RankerConfig) calibrateEstimates() bool {
+	return r == nil || boolOr(r.CalibrateEstimates, true)
+}
 
 // DefaultEstimateError is ranker.estimate_error's default: the simulator's own estimate error
 // (sim.DefaultEstimateSigma: half of the estimates off by more than 40 %).

@@ -70,8 +70,13 @@ func TestConfigDefaults(t *testing.T) {
 	}
 	if c.Listen != "127.0.0.1:4656" || c.ReconcileD != 5*time.Second || c.Backend != "auto" || c.UseNomad() ||
 		c.Token != "from-env" || c.Simulator.Cluster != "modern-mix" || c.Placement.Preset != "hetgpu" || c.StateDir == "" ||
-		c.Preempt.Parsed != preempt.Default() || c.Gang.ReserveAfterD != DefaultReserveAfter {
+		c.Preempt.Parsed != preempt.Default() || c.Gang.ReserveAfterD != DefaultReserveAfter ||
+		!c.Ranker.calibrateEstimates() || c.Ranker.estimateError() != DefaultEstimateError {
 		t.Errorf("defaults = %+v", c)
+	}
+	off, err := ParseConfig("off.hcl", []byte("ranker {\n calibrate_estimates = false\n estimate_error = 0.3\n}"))
+	if err != nil || off.Ranker.calibrateEstimates() || off.Ranker.estimateError() != 0.3 {
+		t.Errorf("calibrate_estimates = false: %v, calibrate %v", err, off != nil && off.Ranker.calibrateEstimates())
 	}
 	t.Setenv("NOMAD_ADDR", "http://127.0.0.1:4646")
 	if !c.UseNomad() {

@@ -33,6 +33,9 @@ type Config struct {
 	// EstimateError is the sigma of the model (cluster.EstimateModel) that reads a group's
 	// hetgpu.runtime after it has run for a while; 0 takes the estimate minus the time run.
 	EstimateError float64
+	// EstimateModel, when set, replaces EstimateError's model: it is asked at every snapshot
+	// (the model learned from finished runs, estimates.Calibrator).
+	EstimateModel func() cluster.EstimateModel
 	// ExplainRefresh: a signed link that expires within this is signed again and the job's ui
 	// block rewritten (linkrefresh.go); 0 never refreshes.
 	ExplainRefresh time.Duration

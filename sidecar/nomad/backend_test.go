@@ -610,9 +610,9 @@ func TestLearnFinishedRun(t *testing.T) {
 func testLearnFinishedRun(t *testing.T, ran string) {
 	clock := time.Now()
 	now := clock
-	var meta map[string]string
+	meta := map[string]string{"hetgpu.runtime": "5m"}
 	if ran != "" {
-		meta = map[string]string{"hetgpu.ran": ran}
+		meta["hetgpu.ran"] = ran
 	}
 	f, d := pinnedFixtureOf(t, func(c *Config) {
 		c.SampleDeviceStats = true
@@ -647,6 +647,14 @@ func testLearnFinishedRun(t *testing.T, ran string) {
 	}
 	if want := 1e6 / 200; ran == "" && o.Throughput != want || ran != "" && o.Throughput != 0 {
 		t.Errorf("throughput = %v, want steps/runtime = %v for a whole run and none for a resumed one (hetgpu.ran %q)", o.Throughput, want, ran)
+	}
+	// The estimate and the earlier run time travel with the run (estimate calibration).
+	var wantRan time.Duration
+	if ran != "" {
+		wantRan, _ = time.ParseDuration(ran)
+	}
+	if r.EstRuntime != 5*time.Minute || r.Ran != wantRan {
+		t.Errorf("run carries estimate %v and earlier run time %v, want 5m0s and %v", r.EstRuntime, r.Ran, wantRan)
 	}
 	// One sample of 500 W after ~100 s of running: energy is the integral from the start.
 	if r.Samples < 1 || o.EnergyJ < 500*90 || o.PeakPowerW != 500 {

@@ -475,7 +475,8 @@ func (b *Backend) finishedRuns() []cluster.FinishedRun {
 			obs.AvgPowerW = obs.EnergyJ / obs.RuntimeS
 		}
 		sum := sha256.Sum256([]byte(strings.Join(ids, ",")))
-		out = append(out, cluster.FinishedRun{Key: gk + "@" + hex.EncodeToString(sum[:8]), AllocIDs: ids, Obs: obs, Start: start, Samples: samples})
+		out = append(out, cluster.FinishedRun{Key: gk + "@" + hex.EncodeToString(sum[:8]), AllocIDs: ids, Obs: obs, Start: start, Samples: samples,
+			EstRuntime: a.EstRuntime, Ran: a.Ran})
 	}
 	return out
 }

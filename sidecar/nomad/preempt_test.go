@@ -2,6 +2,7 @@ package nomad
 
 import (
 	"context"
+	"math"
 	"sort"
 	"strings"
 	"testing"
@@ -244,8 +245,20 @@ func TestPreemptCarriesRan(t *testing.T) {
 // through cluster.EstimateModel: the mean before it ever ran, the expected rest given its
 // hetgpu.ran after a preemption; 0 keeps the estimate minus the time run.
 func TestEstimateErrorModel(t *testing.T) {
-	for _, sigma := range []float64{0, 0.5} {
-		f := newFixture(t, func(c *Config) { c.EstimateError = sigma })
+	// A learned model (Config.EstimateModel) replaces the configured sigma: users who ask for
+	// twice what they need make a 10 h estimate read as about 5 h.
+	learned := cluster.EstimateModel{Sigma: 0.3, Bias: -math.Ln2}
+	for _, c := range []struct {
+		sigma float64
+		model *cluster.EstimateModel
+	}{{0, nil}, {0.5, nil}, {0.5, &learned}} {
+		sigma := c.sigma
+		f := newFixture(t, func(cfg *Config) {
+			cfg.EstimateError = sigma
+			if c.model != nil {
+				cfg.EstimateModel = func() cluster.EstimateModel { return *c.model }
+			}
+		})
 		meta := map[string]string{"hetgpu.enable": "true", "hetgpu.model": "resnet/ResNet-50", "hetgpu.runtime": "10h"}
 		f.srv.Register(heldJob("fresh", 1, 1, meta))
 		resumed := heldJob("resumed", 1, 1, meta)
@@ -253,6 +266,9 @@ func TestEstimateErrorModel(t *testing.T) {
 		f.srv.Register(resumed)
 		f.resync(t)
 		m := cluster.EstimateModel{Sigma: sigma}
+		if c.model != nil {
+			m = *c.model
+		}
 		want := map[string]time.Duration{"fresh": m.Remaining(10*time.Hour, 0), "resumed": m.Remaining(10*time.Hour, 12*time.Hour)}
 		got := map[string]time.Duration{}
 		for _, j := range f.snapshot(t).Pending {
@@ -263,8 +279,11 @@ func TestEstimateErrorModel(t *testing.T) {
 		}
 		// What the model means: trusting the estimate, a job past it is nearly done; with an
 		// error, it is expected to run on for hours.
-		if sigma == 0 && got["resumed"] != cluster.MinRemainingEstimate || sigma > 0 && got["resumed"] < 2*time.Hour {
+		if c.model == nil && (sigma == 0 && got["resumed"] != cluster.MinRemainingEstimate || sigma > 0 && got["resumed"] < 2*time.Hour) {
 			t.Errorf("sigma %v: a 10 h job that ran 12 h has %v left", sigma, got["resumed"])
+		}
+		if c.model != nil && (got["fresh"] < 5*time.Hour || got["fresh"] > 5*time.Hour+20*time.Minute) {
+			t.Errorf("learned model %+v: a fresh 10 h estimate reads %v, want about 5 h", *c.model, got["fresh"])
 		}
 	}
 }

@@ -179,12 +179,17 @@ func (b *Backend) snapshotUnplacedPins(snap *cluster.Snapshot, jobKeys []string,
 }
 
 // remaining is what is left of a group's hetgpu.runtime once it has run for its hetgpu.ran and
-// then for ran more (Config.EstimateError's model); 0 when the group has no estimate.
+// then for ran more (Config.EstimateModel, else EstimateError's model); 0 when the group has
+// no estimate.
 func (b *Backend) remaining(a cluster.Annotations, ran time.Duration) time.Duration {
 	if a.EstRuntime <= 0 {
 		return 0
 	}
-	return cluster.EstimateModel{Sigma: b.cfg.EstimateError}.Remaining(a.EstRuntime, a.Ran+ran)
+	m := cluster.EstimateModel{Sigma: b.cfg.EstimateError}
+	if b.cfg.EstimateModel != nil {
+		m = b.cfg.EstimateModel()
+	}
+	return m.Remaining(a.EstRuntime, a.Ran+ran)
 }
 
 // preemptible lists the running pinned groups annotated hetgpu.preemptible, as the jobs they

@@ -142,8 +142,8 @@ func (c capacity) fits(job *cluster.Job, typ string) bool {
 	return sum >= job.GPUs
 }
 
-// estimates predicts the job on every GPU type of the cluster.
-func estimates(c capacity, job *cluster.Job, pred sched.Predictor, chosen *cluster.Decision) []store.Estimate {
+// typeEstimates predicts the job on every GPU type of the cluster.
+func typeEstimates(c capacity, job *cluster.Job, pred sched.Predictor, chosen *cluster.Decision) []store.Estimate {
 	var ref sched.Estimate
 	if job.Hetgpu.EstRuntime > 0 {
 		ref = pred.Predict(job, gpuspec.ReferenceGPU, job.GPUs)
@@ -428,7 +428,7 @@ func (s *Service) Explain(ns, id string) (*Explanation, error) {
 				continue
 			}
 			if ge := groups[j.Group]; ge != nil && (ge.Status == "waiting" || ge.Status == cluster.WaitInfeasible) {
-				ge.Estimates = estimates(freeCapacity(snap), j, s.stages.Predictor, nil)
+				ge.Estimates = typeEstimates(freeCapacity(snap), j, s.stages.Predictor, nil)
 				ge.Alternatives = nil
 			}
 		}

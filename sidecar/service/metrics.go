@@ -32,6 +32,9 @@ type Metrics struct {
 	GangPartialPins prometheus.Counter
 	// GangReservedGPUs is what the last round's gang reservation holds (0: none).
 	GangReservedGPUs prometheus.Gauge
+	// EstimateModel{param} is the model runtime estimates are read with (bias, sigma) and
+	// how many finished runs it is learned from (runs).
+	EstimateModel *prometheus.GaugeVec
 }
 
 func newMetrics() *Metrics {
@@ -77,10 +80,12 @@ func newMetrics() *Metrics {
 			Help: "Gangs of which some but not all waiting groups were pinned; hetgpu never decides a gang in part, so anything but 0 is a bug."}),
 		GangReservedGPUs: prometheus.NewGauge(prometheus.GaugeOpts{Name: "hetgpu_gang_reserved_gpus",
 			Help: "GPUs the last round reserved for a gang that waited past gang.reserve_after and could not be placed (0: no reservation)."}),
+		EstimateModel: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "hetgpu_estimate_model",
+			Help: "How users' hetgpu.runtime estimates are read: bias (mean log of true runtime over estimate) and sigma (its spread), learned from runs (finished runs in the window) with ranker.calibrate_estimates."}, []string{"param"}),
 	}
 	m.Registry.MustRegister(m.QueueLength, m.InvalidJobs, m.InfeasibleGroups, m.WaitingGroups, m.DecisionLatency, m.Rounds, m.SolverOutcomes, m.Pins,
 		m.Conflicts, m.Preemptions, m.Tuning, m.Reheld, m.Observations, m.Rejected, m.PredictionError, m.Shadow,
-		m.GangsDeferred, m.GangPartialPins, m.GangReservedGPUs,
+		m.GangsDeferred, m.GangPartialPins, m.GangReservedGPUs, m.EstimateModel,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/hetgpu/hetgpu/internal/tick"
 	"github.com/hetgpu/hetgpu/model/cluster"
+	"github.com/hetgpu/hetgpu/sidecar/estimates"
 	"github.com/hetgpu/hetgpu/sidecar/feasible"
 	"github.com/hetgpu/hetgpu/sidecar/queue"
 	"github.com/hetgpu/hetgpu/sidecar/rank"
@@ -51,6 +52,10 @@ type Config struct {
 	// from; a request's runs are acknowledged only after it succeeded.
 	Leadership Leadership
 	Share      func(ctx context.Context) error
+	// Estimates, when set, learns how far users' hetgpu.runtime is off from the runs that
+	// finish (ranker.calibrate_estimates); the backend reads estimates with its model. Its
+	// window is kept in the store, so a restart starts where it stopped.
+	Estimates *estimates.Calibrator
 }
 
 // RankerStatus is the ranking policy in use and why.
@@ -62,6 +67,9 @@ type RankerStatus struct {
 	Reason string `json:"reason"`
 	// Verdict is the held-out verdict of the learned policy the choice was made on, if any.
 	Verdict *rank.Verdict `json:"verdict,omitempty"`
+	// Estimates is the model runtime estimates are read with, learned from finished runs
+	// (ranker.calibrate_estimates).
+	Estimates *estimates.Stats `json:"estimates,omitempty"`
 }
 
 // Stages are the pipeline's parts (one policy of sidecar/policies); Learner may be nil.
@@ -155,6 +163,7 @@ func New(cfg Config, backend cluster.Backend, stages Stages, st *store.Store) (*
 		s.metrics.Registry.MustRegister(newQueueCollector(s))
 	}
 	s.learner = &learnGroup{s: s}
+	s.restoreEstimates()
 	if err := s.catchUp(context.Background()); err != nil {
 		// The runs stay stored and are replayed at the next start; health says so meanwhile.
 		s.log.Error("learning stored runs failed", "error", err)
@@ -529,7 +538,7 @@ func (s *Service) record(ctx context.Context, round uint64, r *sched.Round, pred
 				c := freeCapacity(snap)
 				capOnce = &c
 			}
-			rec.Estimates = estimates(*capOnce, job, pred, &d)
+			rec.Estimates = typeEstimates(*capOnce, job, pred, &d)
 			rec.Alternatives = alternatives(*capOnce, job, &d, rec.Estimates)
 		}
 		switch {
@@ -707,6 +716,13 @@ func (s *Service) Health() Health {
 	if s.cfg.Ranker != nil {
 		rs := s.cfg.Ranker()
 		h.Ranker = &rs
+	}
+	if s.cfg.Estimates != nil {
+		if h.Ranker == nil {
+			h.Ranker = &RankerStatus{}
+		}
+		st := s.cfg.Estimates.Stats()
+		h.Ranker.Estimates = &st
 	}
 	stale := h.LastRound.IsZero() && now.Sub(s.started) > 3*s.cfg.Reconcile || !h.LastRound.IsZero() && now.Sub(h.LastRound) > 3*s.cfg.Reconcile
 	if standby, since := s.role(&h); standby {

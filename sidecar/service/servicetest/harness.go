@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/hetgpu/hetgpu/sidecar/estimates"
 	"github.com/hetgpu/hetgpu/sidecar/nomad"
 	"github.com/hetgpu/hetgpu/sidecar/nomad/nomadtest"
 	"github.com/hetgpu/hetgpu/sidecar/queue"
@@ -37,6 +38,11 @@ type Harness struct {
 	// Stages, when set before Start, are the service's stages instead of all the above (a
 	// registered policy).
 	Stages *service.Stages
+	// Calibrate, when set before Start, gives every start a new estimate calibrator, read by
+	// the backend and taught by the service, as the sidecar wires ranker.calibrate_estimates.
+	Calibrate *estimates.Config
+	// Estimates is the calibrator of the current start (with Calibrate).
+	Estimates *estimates.Calibrator
 }
 
 // NewHarness builds the harness; mod may change the service and backend configuration.
@@ -59,7 +65,16 @@ func NewHarness(t testing.TB, mod func(*service.Config, *nomad.Config)) *Harness
 // Start (re)creates backend, store and service, as a sidecar process start does.
 func (h *Harness) Start() {
 	h.T.Helper()
-	b, err := nomad.New(h.bcfg)
+	cfg, bcfg := h.cfg, h.bcfg
+	h.Estimates = nil
+	if h.Calibrate != nil {
+		cal, err := estimates.New(*h.Calibrate)
+		if err != nil {
+			h.T.Fatal(err)
+		}
+		h.Estimates, cfg.Estimates, bcfg.EstimateModel = cal, cal, cal.Model
+	}
+	b, err := nomad.New(bcfg)
 	if err != nil {
 		h.T.Fatal(err)
 	}
@@ -75,7 +90,7 @@ func (h *Harness) Start() {
 	if h.Stages != nil {
 		stages = *h.Stages
 	}
-	svc, err := service.New(h.cfg, b, stages, st)
+	svc, err := service.New(cfg, b, stages, st)
 	if err != nil {
 		h.T.Fatal(err)
 	}

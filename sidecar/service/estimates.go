@@ -1,0 +1,80 @@
+package service
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/hetgpu/hetgpu/model/cluster"
+	"github.com/hetgpu/hetgpu/model/gpuspec"
+	"github.com/hetgpu/hetgpu/sidecar/estimates"
+)
+
+// metaEstimates is the store meta key of the estimate calibrator's window (JSON samples).
+const metaEstimates = "estimate_samples"
+
+// calibrate teaches Config.Estimates how far a finished run's hetgpu.runtime was off. The
+// estimate is on the reference GPU type; the run's time (with hetgpu.ran, what it ran before a
+// preemption) is taken to the reference type by the predicted speed of the type it ran on. A
+// run counts once by its key, also when the backend reports it again after a restart.
+func (s *Service) calibrate(fr cluster.FinishedRun) {
+	cal := s.cfg.Estimates
+	if cal == nil || fr.EstRuntime <= 0 || fr.Obs.RuntimeS <= 0 {
+		return
+	}
+	wall := fr.Ran + time.Duration(fr.Obs.RuntimeS*float64(time.Second))
+	speed := 1.0
+	if fr.Obs.GPUType != gpuspec.ReferenceGPU {
+		ref := fr.Obs
+		ref.GPUType = gpuspec.ReferenceGPU
+		// The same throughput on the reference type, unless the predictor knows both.
+		if on, at := s.estimate(&fr.Obs).Throughput, s.estimate(&ref).Throughput; on > 0 && at > 0 {
+			speed = on / at
+		}
+	}
+	actual := time.Duration(float64(wall) * speed)
+	if !cal.ObserveRun(fr.Key, fr.EstRuntime, actual) {
+		return
+	}
+	st := cal.Stats()
+	s.noteEstimates(st)
+	s.log.Debug("runtime estimate calibrated", "run", fr.Key, "estimate", fr.EstRuntime, "took_on_reference", actual,
+		"bias", st.Bias, "sigma", st.Sigma, "runs", st.Runs)
+	b, err := json.Marshal(cal.Samples())
+	if err == nil {
+		err = s.store.PutMeta(metaEstimates, string(b))
+	}
+	if err != nil {
+		s.log.Warn("saving the runtime-estimate calibration failed; it is learned again from runs after a restart", "error", err)
+	}
+}
+
+// restoreEstimates loads the calibrator's saved window. A bad saved window is dropped with a
+// warning: the calibrator then starts from its prior.
+func (s *Service) restoreEstimates() {
+	cal := s.cfg.Estimates
+	if cal == nil {
+		return
+	}
+	defer func() { s.noteEstimates(cal.Stats()) }()
+	raw := s.store.Meta(metaEstimates)
+	if raw == "" {
+		return
+	}
+	var ss []estimates.Sample
+	err := json.Unmarshal([]byte(raw), &ss)
+	if err == nil {
+		err = cal.Restore(ss)
+	}
+	if err != nil {
+		s.log.Warn("saved runtime-estimate calibration unreadable; starting from ranker.estimate_error", "key", metaEstimates, "error", err)
+		return
+	}
+	st := cal.Stats()
+	s.log.Info("runtime-estimate calibration restored", "runs", st.Runs, "bias", st.Bias, "sigma", st.Sigma)
+}
+
+func (s *Service) noteEstimates(st estimates.Stats) {
+	s.metrics.EstimateModel.WithLabelValues("bias").Set(st.Bias)
+	s.metrics.EstimateModel.WithLabelValues("sigma").Set(st.Sigma)
+	s.metrics.EstimateModel.WithLabelValues("runs").Set(float64(st.Runs))
+}
