@@ -81,10 +81,9 @@ func TestHAFailover(t *testing.T) {
 	e := newFaultEnv(t, "sidecar replicas failing over", []clusterClient{{Name: "a100", Fake: []string{"8x A100"}}}, "")
 	ports := []int{e.port, freePort(t)}
 	urls := []string{e.sidecarURL, fmt.Sprintf("http://127.0.0.1:%d", ports[1])}
-	replicas := []*proc{
-		startSidecar(t, e.cluster, e.bins, ports[0], haSidecarConfig),
-		startSidecar(t, e.cluster, e.bins, ports[1], haSidecarConfig),
-	}
+	// The second replica starts once the first leads and has learned what a newcomer can
+	// only get from the shared state (below).
+	replicas := []*proc{startSidecar(t, e.cluster, e.bins, ports[0], haSidecarConfig), nil}
 	leaderIndex := func() int {
 		idx := -1
 		waitFor(t, 30*time.Second, "exactly one leader", func() bool {
@@ -106,6 +105,39 @@ func TestHAFailover(t *testing.T) {
 	submitToy(t, e.API, e.bins, job(0), 20, "100ms", nil)
 	waitDead(t, e.API, job(0), 60*time.Second)
 	waitFor(t, 30*time.Second, "the first run learned", func() bool { return finishedRuns(t, urls[lead], job(0)) == 1 })
+	// Each run with an estimate (the example jobspec's 2m, here 1m) calibrates runtime
+	// estimates once the leader reports it itself, after its grace. ha-cal is then purged and
+	// collected before the second replica starts, so that replica can read the first run from
+	// Nomad but never ha-cal's: that sample has to reach it with the shared state when it takes
+	// over.
+	submitToy(t, e.API, e.bins, "ha-cal", 20, "100ms", map[string]string{"hetgpu.runtime": "1m"})
+	waitDead(t, e.API, "ha-cal", 60*time.Second)
+	waitFor(t, 60*time.Second, "both runs calibrating runtime estimates", func() bool { return estimateCalibration(t, urls[lead]).Runs == 2 })
+	calibrated := estimateCalibration(t, urls[lead])
+	calAllocs, _, err := e.API.Jobs().Allocations("ha-cal", true, nil)
+	must(t, err)
+	_, _, err = e.API.Jobs().Deregister("ha-cal", true, nil)
+	must(t, err)
+	must(t, e.API.System().GarbageCollect())
+	waitFor(t, 30*time.Second, "ha-cal and its allocations collected", func() bool {
+		if _, _, err := e.API.Jobs().Info("ha-cal", nil); err == nil {
+			return false
+		}
+		for _, a := range calAllocs {
+			if _, _, err := e.API.Allocations().Info(a.ID, nil); err == nil {
+				return false
+			}
+		}
+		return true
+	})
+	replicas[1] = startSidecar(t, e.cluster, e.bins, ports[1], haSidecarConfig)
+	waitFor(t, 30*time.Second, "the second replica to stand by", func() bool {
+		h, err := haRole(urls[1])
+		return err == nil && h.Role == "standby"
+	})
+	if c := estimateCalibration(t, urls[1]); c.Runs != 0 {
+		t.Fatalf("the standby started after the run was purged, yet its calibration holds %d runs", c.Runs)
+	}
 
 	var took []time.Duration
 	for i := 1; i <= failovers; i++ {
@@ -139,6 +171,9 @@ func TestHAFailover(t *testing.T) {
 		}
 		if h.Observations < before.Observations {
 			t.Fatalf("failover %d: the new leader holds %d runs, the old one held %d", i, h.Observations, before.Observations)
+		}
+		if c := estimateCalibration(t, urls[next]); i == 1 && (c.Runs != 2 || c.Bias != calibrated.Bias || c.Sigma != calibrated.Sigma) {
+			t.Fatalf("failover %d: the new leader's estimate calibration %+v, want the old leader's %+v", i, c, calibrated)
 		}
 		t.Logf("failover %d: job %s pinned %.2f s after the leader (replica %d) was killed; runs before %d, new leader %d",
 			i, job(i), d.Seconds(), lead, before.Observations, h.Observations)

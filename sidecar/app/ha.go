@@ -127,6 +127,7 @@ func (r *replication) takeOver(ctx context.Context) error {
 			r.log.Warn("learning the shared runs failed; the store keeps them for the next start", "error", err)
 		}
 	}
+	r.svc.RestoreEstimates()
 	wrote, err := r.shared.LoadFile(ctx, ha.BlobPolicy, r.tunedPath)
 	if err != nil {
 		r.log.Warn("loading the shared tuned policy failed; the local one stays", "error", err)

@@ -35,6 +35,9 @@ type RunsState struct {
 	// stored under (its allocation, the request's key or its content hash): the learned-runs
 	// set a new leader checks a reported run against.
 	Observations []store.ObservationRecord `json:"observations"`
+	// EstimateSamples is the leader's runtime-estimate calibration window (store meta
+	// store.MetaEstimateSamples), so a new leader reads estimates as the old one did.
+	EstimateSamples json.RawMessage `json:"estimate_samples,omitempty"`
 }
 
 // Shared copies the local store's runs to Nomad Variables and back. Safe for concurrent use.
@@ -94,6 +97,9 @@ func (s *Shared) PublishIfNewer(ctx context.Context) error {
 
 func (s *Shared) publish(ctx context.Context) error {
 	st := RunsState{Version: 1, Leader: s.ID, At: time.Now().UTC(), DecisionSeq: s.Store.DecisionSeq()}
+	if raw := s.Store.Meta(store.MetaEstimateSamples); raw != "" && json.Valid([]byte(raw)) {
+		st.EstimateSamples = json.RawMessage(raw)
+	}
 	window := s.Window
 	if window <= 0 {
 		window = 1000
@@ -155,6 +161,11 @@ func (s *Shared) Load(ctx context.Context) (int, error) {
 	}
 	if err := s.Store.RaiseDecisionSeq(st.DecisionSeq); err != nil {
 		return added, err
+	}
+	if len(st.EstimateSamples) > 0 {
+		if err := s.Store.PutMeta(store.MetaEstimateSamples, string(st.EstimateSamples)); err != nil {
+			return added, fmt.Errorf("load the shared estimate calibration: %w", err)
+		}
 	}
 	s.mu.Lock()
 	s.seqShared = st.DecisionSeq

@@ -166,6 +166,10 @@ func TestSharedRunsCarryOverOnce(t *testing.T) {
 	if err := old.PutDecisions([]*store.DecisionRecord{{JobKey: "default/j/g"}, {JobKey: "default/k/g"}}); err != nil {
 		t.Fatal(err)
 	}
+	const samples = `[{"key":"default/j/g@1","x":-0.5}]`
+	if err := old.PutMeta(store.MetaEstimateSamples, samples); err != nil {
+		t.Fatal(err)
+	}
 	leader := &ha.Shared{Blobs: blobs, Store: old, Window: 3000, ID: "old"}
 	if err := leader.Publish(ctx); err != nil {
 		t.Fatal(err)
@@ -196,6 +200,9 @@ func TestSharedRunsCarryOverOnce(t *testing.T) {
 	}
 	if got := next.DecisionSeq(); got != 2 {
 		t.Fatalf("decision sequence %d, want 2 (continued from the old leader)", got)
+	}
+	if got := next.Meta(store.MetaEstimateSamples); got != samples {
+		t.Fatalf("estimate calibration %q in the new store, want the old leader's %q", got, samples)
 	}
 }
 

@@ -7,10 +7,8 @@ import (
 	"github.com/hetgpu/hetgpu/model/cluster"
 	"github.com/hetgpu/hetgpu/model/gpuspec"
 	"github.com/hetgpu/hetgpu/sidecar/estimates"
+	"github.com/hetgpu/hetgpu/sidecar/store"
 )
-
-// metaEstimates is the store meta key of the estimate calibrator's window (JSON samples).
-const metaEstimates = "estimate_samples"
 
 // calibrate teaches Config.Estimates how far a finished run's hetgpu.runtime was off. The
 // estimate is on the reference GPU type; the run's time (with hetgpu.ran, what it ran before a
@@ -41,22 +39,23 @@ func (s *Service) calibrate(fr cluster.FinishedRun) {
 		"bias", st.Bias, "sigma", st.Sigma, "runs", st.Runs)
 	b, err := json.Marshal(cal.Samples())
 	if err == nil {
-		err = s.store.PutMeta(metaEstimates, string(b))
+		err = s.store.PutMeta(store.MetaEstimateSamples, string(b))
 	}
 	if err != nil {
 		s.log.Warn("saving the runtime-estimate calibration failed; it is learned again from runs after a restart", "error", err)
 	}
 }
 
-// restoreEstimates loads the calibrator's saved window. A bad saved window is dropped with a
-// warning: the calibrator then starts from its prior.
-func (s *Service) restoreEstimates() {
+// RestoreEstimates adds the calibration window saved in the store to the calibrator: at start,
+// and when a new leader loaded the old one's (runs already in the window count once). A bad
+// saved window is left out with a warning.
+func (s *Service) RestoreEstimates() {
 	cal := s.cfg.Estimates
 	if cal == nil {
 		return
 	}
 	defer func() { s.noteEstimates(cal.Stats()) }()
-	raw := s.store.Meta(metaEstimates)
+	raw := s.store.Meta(store.MetaEstimateSamples)
 	if raw == "" {
 		return
 	}
@@ -66,7 +65,7 @@ func (s *Service) restoreEstimates() {
 		err = cal.Restore(ss)
 	}
 	if err != nil {
-		s.log.Warn("saved runtime-estimate calibration unreadable; starting from ranker.estimate_error", "key", metaEstimates, "error", err)
+		s.log.Warn("saved runtime-estimate calibration unreadable; starting from ranker.estimate_error", "key", store.MetaEstimateSamples, "error", err)
 		return
 	}
 	st := cal.Stats()

@@ -163,7 +163,7 @@ func New(cfg Config, backend cluster.Backend, stages Stages, st *store.Store) (*
 		s.metrics.Registry.MustRegister(newQueueCollector(s))
 	}
 	s.learner = &learnGroup{s: s}
-	s.restoreEstimates()
+	s.RestoreEstimates()
 	if err := s.catchUp(context.Background()); err != nil {
 		// The runs stay stored and are replayed at the next start; health says so meanwhile.
 		s.log.Error("learning stored runs failed", "error", err)

@@ -410,6 +410,10 @@ func (s *Store) PolicyCheckpoint() string {
 	return ref
 }
 
+// MetaEstimateSamples is the meta key of the runtime-estimate calibration's window (JSON
+// samples, sidecar/estimates), which replicas share with the runs.
+const MetaEstimateSamples = "estimate_samples"
+
 // PutMeta and Meta keep small named values (e.g. the last event index seen).
 func (s *Store) PutMeta(key, value string) error {
 	return s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bMeta).Put([]byte(key), []byte(value)) })
