@@ -511,6 +511,11 @@ func TestRunEndingWhileSidecarDownLearnedOnce(t *testing.T) {
 	if est.Runs != 1 || !(est.Bias < -0.05 && est.Bias >= -3.0/21) || est.PriorSigma != 0.5 {
 		t.Fatalf("calibration %+v, want 1 run and a bias from -3/21 to -0.05", est)
 	}
+	// The run's namespace has a model of its own, its one run against the cluster's 1 + 20.
+	if len(est.Namespaces) != 1 || est.Namespaces[0].Namespace != "default" || est.Namespaces[0].Runs != 1 ||
+		!(est.Namespaces[0].Bias < est.Bias) {
+		t.Errorf("namespace models %+v, want one for default with its 1 run, more negative than the cluster's", est.Namespaces)
+	}
 	// A restart restores it from the state file, and the backend's second report of the same
 	// run (it forgets what it reported) does not count twice.
 	sidecar.Stop(syscall.SIGKILL)
@@ -534,6 +539,11 @@ type calibration struct {
 	Bias       float64 `json:"bias"`
 	Sigma      float64 `json:"sigma"`
 	PriorSigma float64 `json:"prior_sigma"`
+	Namespaces []struct {
+		Namespace string  `json:"namespace"`
+		Runs      int     `json:"runs"`
+		Bias      float64 `json:"bias"`
+	} `json:"namespaces"`
 }
 
 func estimateCalibration(t *testing.T, sidecarURL string) calibration {

@@ -451,9 +451,9 @@ func New(c *Config, logOut io.Writer) (*Sidecar, error) {
 	}
 	var backend cluster.Backend
 	var nomadURL string
-	var calib *estimates.Calibrator
+	var calib *estimates.Set
 	if useNomad && c.Ranker.calibrateEstimates() {
-		if calib, err = estimates.New(estimates.Config{Prior: cluster.EstimateModel{Sigma: c.Ranker.estimateError()}}); err != nil {
+		if calib, err = estimates.NewSet(estimates.Config{Prior: cluster.EstimateModel{Sigma: c.Ranker.estimateError()}}); err != nil {
 			return fail(fmt.Errorf("ranker.estimate_error: %w", err))
 		}
 	}
@@ -538,8 +538,9 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	return nil
 }
 
-// calibModel is the backend's estimate model from a calibrator; nil keeps ranker.estimate_error's.
-func calibModel(c *estimates.Calibrator) func() cluster.EstimateModel {
+// calibModel is the backend's estimate models from a calibration set; nil keeps
+// ranker.estimate_error's.
+func calibModel(c *estimates.Set) func(string) cluster.EstimateModel {
 	if c == nil {
 		return nil
 	}

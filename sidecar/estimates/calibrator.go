@@ -35,8 +35,12 @@ type Config struct {
 	Prior cluster.EstimateModel
 	// PriorRuns is how many runs the prior weighs (DefaultPriorRuns when zero).
 	PriorRuns float64
-	// Window is how many of the newest runs count (DefaultWindow when zero).
+	// Window is how many of the newest runs count (DefaultWindow when zero), in the cluster
+	// and in each namespace (Set).
 	Window int
+	// NamespaceRuns is how many runs the cluster-wide model weighs in a namespace's (Set;
+	// DefaultNamespaceRuns when zero).
+	NamespaceRuns float64
 }
 
 // Validate names the first unusable field.
@@ -66,6 +70,8 @@ type Stats struct {
 	// Observed counts every run given to Observe, Skipped those without a usable estimate or runtime.
 	Observed int `json:"observed"`
 	Skipped  int `json:"skipped"`
+	// Namespaces are the per-namespace models (Set), by name.
+	Namespaces []NamespaceStats `json:"namespaces,omitempty"`
 }
 
 // Calibrator is safe for concurrent use: the learn path writes, every snapshot reads.
@@ -96,9 +102,11 @@ func New(cfg Config) (*Calibrator, error) {
 	return &Calibrator{cfg: cfg, ring: make([]Sample, cfg.Window), keys: map[string]bool{}, model: cfg.Prior}, nil
 }
 
-// Sample is one finished run's log(true runtime / estimate), with the run's key when it has one.
+// Sample is one finished run's log(true runtime / estimate), with the run's key when it has one
+// and its namespace (Set).
 type Sample struct {
 	Key string  `json:"key,omitempty"`
+	NS  string  `json:"ns,omitempty"`
 	X   float64 `json:"x"`
 }
 
@@ -109,19 +117,46 @@ func (c *Calibrator) Observe(est, actual time.Duration) bool { return c.ObserveR
 // ObserveRun is Observe for a run with a key: a run whose key is already in the window (seen
 // again after a restart) is not counted twice.
 func (c *Calibrator) ObserveRun(key string, est, actual time.Duration) bool {
+	_, ok := c.observe(Sample{Key: key}, est, actual)
+	return ok
+}
+
+// observe adds s with x computed from est and actual; it returns the sample as added.
+func (c *Calibrator) observe(s Sample, est, actual time.Duration) (Sample, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if key != "" && c.keys[key] {
-		return false
+	if s.Key != "" && c.keys[s.Key] {
+		return s, false
 	}
 	c.obs++
 	if est <= 0 || actual <= 0 {
 		c.skipped++
+		return s, false
+	}
+	s.X = math.Max(-maxLogRatio, math.Min(maxLogRatio, math.Log(actual.Seconds()/est.Seconds())))
+	c.add(s)
+	c.fit()
+	return s, true
+}
+
+// addSample adds a sample already computed, unless its run is in the window.
+func (c *Calibrator) addSample(s Sample) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s.Key != "" && c.keys[s.Key] {
 		return false
 	}
-	c.add(Sample{Key: key, X: math.Max(-maxLogRatio, math.Min(maxLogRatio, math.Log(actual.Seconds()/est.Seconds())))})
+	c.obs++
+	c.add(s)
 	c.fit()
 	return true
+}
+
+// sums are the window's sum, sum of squares and size.
+func (c *Calibrator) sums() (sum, sq float64, n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.sum, c.sq, c.n
 }
 
 // add puts s in the window, dropping the oldest run when it is full (callers hold c.mu).
@@ -169,36 +204,41 @@ func (c *Calibrator) Samples() []Sample {
 // Restore adds saved samples (oldest first) as if their runs had just finished; a sample out
 // of range is an error naming it, and none is added then.
 func (c *Calibrator) Restore(ss []Sample) error {
+	if err := checkSamples(ss); err != nil {
+		return err
+	}
+	for _, s := range ss {
+		c.addSample(s)
+	}
+	return nil
+}
+
+func checkSamples(ss []Sample) error {
 	for i, s := range ss {
 		if !(math.Abs(s.X) <= maxLogRatio) {
 			return fmt.Errorf("estimate calibration: sample %d (run %q): x = %v, expected a log ratio from -%d to %d", i, s.Key, s.X, maxLogRatio, maxLogRatio)
 		}
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, s := range ss {
-		if s.Key != "" && c.keys[s.Key] {
-			continue
-		}
-		c.obs++
-		c.add(s)
-	}
-	c.fit()
 	return nil
 }
 
-// fit shrinks the window's mean and spread towards the prior (callers hold c.mu). The prior
-// counts as PriorRuns runs around Prior.Bias with spread Prior.Sigma.
-func (c *Calibrator) fit() {
-	k, n := c.cfg.PriorRuns, float64(c.n)
-	p := c.cfg.Prior
-	bias := (k*p.Bias + c.sum) / (k + n)
+// fit shrinks the window's mean and spread towards the prior (callers hold c.mu).
+func (c *Calibrator) fit() { c.model = shrink(c.sum, c.sq, c.n, c.cfg.Prior, c.cfg.PriorRuns) }
+
+// shrink is the model of n samples with sum and sum of squares sq, with the prior counted as k
+// runs around p.Bias with spread p.Sigma.
+func shrink(sum, sq float64, n int, p cluster.EstimateModel, k float64) cluster.EstimateModel {
+	fn := float64(n)
+	if k+fn == 0 {
+		return p
+	}
+	bias := (k*p.Bias + sum) / (k + fn)
 	// Squared deviations from the shrunk mean: the window's, and the prior's own (its spread
 	// plus the distance of its centre).
-	dev := c.sq - 2*bias*c.sum + n*bias*bias
+	dev := sq - 2*bias*sum + fn*bias*bias
 	pdev := k * (p.Sigma*p.Sigma + (p.Bias-bias)*(p.Bias-bias))
-	sigma := math.Sqrt(math.Max(0, (pdev+dev)/(k+n)))
-	c.model = cluster.EstimateModel{Sigma: math.Min(sigma, cluster.MaxEstimateSigma), Bias: bias}
+	sigma := math.Sqrt(math.Max(0, (pdev+dev)/(k+fn)))
+	return cluster.EstimateModel{Sigma: math.Min(sigma, cluster.MaxEstimateSigma), Bias: bias}
 }
 
 // Model is the estimate model learned so far (the prior before any run).

@@ -34,8 +34,8 @@ type Config struct {
 	// hetgpu.runtime after it has run for a while; 0 takes the estimate minus the time run.
 	EstimateError float64
 	// EstimateModel, when set, replaces EstimateError's model: it is asked at every snapshot
-	// (the model learned from finished runs, estimates.Calibrator).
-	EstimateModel func() cluster.EstimateModel
+	// for the namespace of each group (the models learned from finished runs, estimates.Set).
+	EstimateModel func(namespace string) cluster.EstimateModel
 	// ExplainRefresh: a signed link that expires within this is signed again and the job's ui
 	// block rewritten (linkrefresh.go); 0 never refreshes.
 	ExplainRefresh time.Duration

@@ -256,7 +256,7 @@ func TestEstimateErrorModel(t *testing.T) {
 		f := newFixture(t, func(cfg *Config) {
 			cfg.EstimateError = sigma
 			if c.model != nil {
-				cfg.EstimateModel = func() cluster.EstimateModel { return *c.model }
+				cfg.EstimateModel = func(string) cluster.EstimateModel { return *c.model }
 			}
 		})
 		meta := map[string]string{"hetgpu.enable": "true", "hetgpu.model": "resnet/ResNet-50", "hetgpu.runtime": "10h"}

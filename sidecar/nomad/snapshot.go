@@ -107,7 +107,7 @@ func (b *Backend) snapshotPending(snap *cluster.Snapshot, jobKeys []string) map[
 		if err != nil {
 			return // reported by Maintain as invalid
 		}
-		pj.Hetgpu.EstRuntime = b.remaining(pj.Hetgpu, 0)
+		pj.Hetgpu.EstRuntime = b.remaining(pj.Namespace, pj.Hetgpu, 0)
 		snap.Pending = append(snap.Pending, pj)
 		if shadowOnly {
 			shadowKeys[pj.Key()] = true
@@ -181,13 +181,13 @@ func (b *Backend) snapshotUnplacedPins(snap *cluster.Snapshot, jobKeys []string,
 // remaining is what is left of a group's hetgpu.runtime once it has run for its hetgpu.ran and
 // then for ran more (Config.EstimateModel, else EstimateError's model); 0 when the group has
 // no estimate.
-func (b *Backend) remaining(a cluster.Annotations, ran time.Duration) time.Duration {
+func (b *Backend) remaining(ns string, a cluster.Annotations, ran time.Duration) time.Duration {
 	if a.EstRuntime <= 0 {
 		return 0
 	}
 	m := cluster.EstimateModel{Sigma: b.cfg.EstimateError}
 	if b.cfg.EstimateModel != nil {
-		m = b.cfg.EstimateModel()
+		m = b.cfg.EstimateModel(ns)
 	}
 	return m.Remaining(a.EstRuntime, a.Ran+ran)
 }
@@ -236,7 +236,7 @@ func (b *Backend) preemptible(jobKeys []string, running []cluster.Alloc, now tim
 		if !start.IsZero() {
 			ran = max(now.Sub(start), 0)
 		}
-		pj.Hetgpu.EstRuntime = b.remaining(pj.Hetgpu, ran)
+		pj.Hetgpu.EstRuntime = b.remaining(pj.Namespace, pj.Hetgpu, ran)
 		pj.AttainedGPUSeconds += ran.Seconds() * float64(pj.GPUs)
 		out = append(out, pj)
 	})

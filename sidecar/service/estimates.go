@@ -30,13 +30,14 @@ func (s *Service) calibrate(fr cluster.FinishedRun) {
 		}
 	}
 	actual := time.Duration(float64(wall) * speed)
-	if !cal.ObserveRun(fr.Key, fr.EstRuntime, actual) {
+	if !cal.ObserveRun(fr.Obs.Namespace, fr.Key, fr.EstRuntime, actual) {
 		return
 	}
 	st := cal.Stats()
 	s.noteEstimates(st)
+	m := cal.Model(fr.Obs.Namespace)
 	s.log.Debug("runtime estimate calibrated", "run", fr.Key, "estimate", fr.EstRuntime, "took_on_reference", actual,
-		"bias", st.Bias, "sigma", st.Sigma, "runs", st.Runs)
+		"namespace_bias", m.Bias, "namespace_sigma", m.Sigma, "bias", st.Bias, "sigma", st.Sigma, "runs", st.Runs)
 	b, err := json.Marshal(cal.Samples())
 	if err == nil {
 		err = s.store.PutMeta(store.MetaEstimateSamples, string(b))
@@ -76,4 +77,9 @@ func (s *Service) noteEstimates(st estimates.Stats) {
 	s.metrics.EstimateModel.WithLabelValues("bias").Set(st.Bias)
 	s.metrics.EstimateModel.WithLabelValues("sigma").Set(st.Sigma)
 	s.metrics.EstimateModel.WithLabelValues("runs").Set(float64(st.Runs))
+	for _, n := range st.Namespaces {
+		s.metrics.NamespaceEstimateModel.WithLabelValues(n.Namespace, "bias").Set(n.Bias)
+		s.metrics.NamespaceEstimateModel.WithLabelValues(n.Namespace, "sigma").Set(n.Sigma)
+		s.metrics.NamespaceEstimateModel.WithLabelValues(n.Namespace, "runs").Set(float64(n.Runs))
+	}
 }

@@ -41,15 +41,16 @@ func TestCalibrateFromFinishedRuns(t *testing.T) {
 	}
 	h.Round()
 	h.Round()
-	want, err := estimates.New(estimates.Config{Prior: prior})
+	want, err := estimates.NewSet(estimates.Config{Prior: prior})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for range 2 {
+	for i := range 2 {
 		took := 100 * 700.0 / 300 * float64(time.Second)
-		want.Observe(10*time.Minute, time.Duration(took))
+		want.ObserveRun("default", fmt.Sprint(i), 10*time.Minute, time.Duration(took))
 	}
-	w := want.Model()
+	w := want.Stats()
+	nsModel := want.Model("default")
 	check := func(when string) {
 		t.Helper()
 		st := h.Estimates.Stats()
@@ -57,11 +58,13 @@ func TestCalibrateFromFinishedRuns(t *testing.T) {
 			t.Errorf("%s: calibration %+v, want 2 runs, bias %.4f, sigma %.4f", when, st, w.Bias, w.Sigma)
 		}
 		hl := h.Service.Health()
-		if hl.Ranker == nil || hl.Ranker.Estimates == nil || hl.Ranker.Estimates.Runs != 2 || hl.Ranker.Estimates.PriorSigma != 0.5 {
+		if hl.Ranker == nil || hl.Ranker.Estimates == nil || hl.Ranker.Estimates.Runs != 2 || hl.Ranker.Estimates.PriorSigma != 0.5 ||
+			len(hl.Ranker.Estimates.Namespaces) != 1 || hl.Ranker.Estimates.Namespaces[0].Bias != nsModel.Bias {
 			t.Errorf("%s: health ranker %+v, want the calibration", when, hl.Ranker)
 		}
 		if body := scrape(t, h); !strings.Contains(body, `hetgpu_estimate_model{param="runs"} 2`) ||
-			!strings.Contains(body, fmt.Sprintf(`hetgpu_estimate_model{param="bias"} %v`, st.Bias)) {
+			!strings.Contains(body, fmt.Sprintf(`hetgpu_estimate_model{param="bias"} %v`, st.Bias)) ||
+			!strings.Contains(body, fmt.Sprintf(`hetgpu_namespace_estimate_model{namespace="default",param="bias"} %v`, nsModel.Bias)) {
 			t.Errorf("%s: metrics lack the estimate model:\n%s", when, body)
 		}
 	}
@@ -78,8 +81,8 @@ func TestCalibrateFromFinishedRuns(t *testing.T) {
 			got = j.Hetgpu.EstRuntime
 		}
 	}
-	if exp := w.Remaining(10*time.Minute, 0); got != exp {
-		t.Errorf("waiting job read as %v, want %v (learned), not %v (prior)", got, exp, prior.Remaining(10*time.Minute, 0))
+	if exp := nsModel.Remaining(10*time.Minute, 0); got != exp {
+		t.Errorf("waiting job read as %v, want %v (its namespace's learned model), not %v (prior)", got, exp, prior.Remaining(10*time.Minute, 0))
 	}
 	// Restart: the window comes back from the store; the backend reports the two runs again
 	// (its own memory of them is gone) and they are not counted twice.

@@ -35,6 +35,8 @@ type Metrics struct {
 	// EstimateModel{param} is the model runtime estimates are read with (bias, sigma) and
 	// how many finished runs it is learned from (runs).
 	EstimateModel *prometheus.GaugeVec
+	// NamespaceEstimateModel{namespace,param} is each namespace's.
+	NamespaceEstimateModel *prometheus.GaugeVec
 }
 
 func newMetrics() *Metrics {
@@ -82,10 +84,12 @@ func newMetrics() *Metrics {
 			Help: "GPUs the last round reserved for a gang that waited past gang.reserve_after and could not be placed (0: no reservation)."}),
 		EstimateModel: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "hetgpu_estimate_model",
 			Help: "How users' hetgpu.runtime estimates are read: bias (mean log of true runtime over estimate) and sigma (its spread), learned from runs (finished runs in the window) with ranker.calibrate_estimates."}, []string{"param"}),
+		NamespaceEstimateModel: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "hetgpu_namespace_estimate_model",
+			Help: "How one namespace's hetgpu.runtime estimates are read: bias, sigma, and runs (its finished runs in the window); its own runs shrunk towards hetgpu_estimate_model."}, []string{"namespace", "param"}),
 	}
 	m.Registry.MustRegister(m.QueueLength, m.InvalidJobs, m.InfeasibleGroups, m.WaitingGroups, m.DecisionLatency, m.Rounds, m.SolverOutcomes, m.Pins,
 		m.Conflicts, m.Preemptions, m.Tuning, m.Reheld, m.Observations, m.Rejected, m.PredictionError, m.Shadow,
-		m.GangsDeferred, m.GangPartialPins, m.GangReservedGPUs, m.EstimateModel,
+		m.GangsDeferred, m.GangPartialPins, m.GangReservedGPUs, m.EstimateModel, m.NamespaceEstimateModel,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

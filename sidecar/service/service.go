@@ -53,9 +53,9 @@ type Config struct {
 	Leadership Leadership
 	Share      func(ctx context.Context) error
 	// Estimates, when set, learns how far users' hetgpu.runtime is off from the runs that
-	// finish (ranker.calibrate_estimates); the backend reads estimates with its model. Its
-	// window is kept in the store, so a restart starts where it stopped.
-	Estimates *estimates.Calibrator
+	// finish, per namespace (ranker.calibrate_estimates); the backend reads estimates with its
+	// models. Its window is kept in the store, so a restart starts where it stopped.
+	Estimates *estimates.Set
 }
 
 // RankerStatus is the ranking policy in use and why.

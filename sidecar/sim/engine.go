@@ -197,9 +197,9 @@ type Engine struct {
 	cfg Config
 	log hclog.Logger
 
-	// calib learns the live estimates' model (Config.CalibrateEstimates) from finished, the
+	// calib learns the live estimates' models (Config.CalibrateEstimates) from finished, the
 	// jobs done in order, up to calibrated.
-	calib      *estimates.Calibrator
+	calib      *estimates.Set
 	finished   []*JobState
 	calibrated int
 
@@ -275,7 +275,7 @@ func New(cfg Config) (*Engine, error) {
 	e.idleW = e.powerW
 	e.baseNodes = e.buildNodes()
 	if cfg.LiveEstimates && cfg.CalibrateEstimates {
-		cal, err := estimates.New(estimates.Config{Prior: cluster.EstimateModel{Sigma: cfg.EstimateError}})
+		cal, err := estimates.NewSet(estimates.Config{Prior: cluster.EstimateModel{Sigma: cfg.EstimateError}})
 		if err != nil {
 			return nil, fmt.Errorf("sim: %w", err)
 		}

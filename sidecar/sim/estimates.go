@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/hetgpu/hetgpu/model/cluster"
@@ -36,6 +37,9 @@ type EstimateReplay struct {
 	// EstimateSkew is the users' habit: the median of estimate / true runtime (1 when zero; 2
 	// for users who ask for twice what their jobs take). Every noisy estimate is scaled by it.
 	EstimateSkew float64
+	// EstimateSkewSpread makes teams differ: each namespace's estimates are further scaled by
+	// exp(EstimateSkewSpread x z), z ~ N(0, 1) fixed per namespace (0: every team alike).
+	EstimateSkewSpread float64
 }
 
 // Validate names the first unusable field.
@@ -45,6 +49,8 @@ func (r EstimateReplay) Validate() error {
 		return fmt.Errorf("sim: estimate error = %v, expected 0 to %d", r.EstimateError, cluster.MaxEstimateSigma)
 	case !(r.EstimateSkew == 0 || r.EstimateSkew >= 0.05 && r.EstimateSkew <= 20):
 		return fmt.Errorf("sim: estimate skew = %v, expected a factor from 0.05 to 20 (median estimate / true runtime)", r.EstimateSkew)
+	case !(r.EstimateSkewSpread >= 0 && r.EstimateSkewSpread <= cluster.MaxEstimateSigma):
+		return fmt.Errorf("sim: estimate skew spread = %v, expected 0 to %d (sigma of log skew between namespaces)", r.EstimateSkewSpread, cluster.MaxEstimateSigma)
 	case r.CalibrateEstimates && !r.LiveEstimates:
 		return fmt.Errorf("sim: calibrated estimates need live estimates")
 	}
@@ -77,10 +83,14 @@ func (e Estimates) Factor(key string) float64 {
 	if s == 0 {
 		return 1
 	}
+	return math.Exp(s * e.z(key))
+}
+
+// z is a standard normal draw fixed by key and Seed.
+func (e Estimates) z(key string) float64 {
 	h := fnv.New64a()
 	h.Write([]byte(key))
-	z := rand.New(rand.NewPCG(e.Seed, h.Sum64())).NormFloat64()
-	return math.Exp(s * z)
+	return rand.New(rand.NewPCG(e.Seed, h.Sum64())).NormFloat64()
 }
 
 // estimating is the engine inside a round, whose snapshots carry the configured estimates (the
@@ -110,8 +120,15 @@ func (c *estimating) factor(key string) float64 {
 
 func (c *estimating) skewed(key string) float64 {
 	f := c.est.Factor(key)
-	if k := c.e.cfg.EstimateSkew; k > 0 && c.est.sigma() > 0 {
+	if c.est.sigma() == 0 {
+		return f
+	}
+	if k := c.e.cfg.EstimateSkew; k > 0 {
 		f *= k
+	}
+	if sp := c.e.cfg.EstimateSkewSpread; sp > 0 {
+		ns, _, _ := strings.Cut(key, "/")
+		f *= math.Exp(sp * c.est.z("namespace:"+ns))
 	}
 	return f
 }
@@ -119,17 +136,18 @@ func (c *estimating) skewed(key string) float64 {
 func (c *estimating) Snapshot(ctx context.Context) (*cluster.Snapshot, error) {
 	snap := c.e.snapshot()
 	c.snap = snap
-	model := cluster.EstimateModel{Sigma: c.e.cfg.EstimateError}
+	fixed := cluster.EstimateModel{Sigma: c.e.cfg.EstimateError}
+	model := func(string) cluster.EstimateModel { return fixed }
 	if cal := c.e.calib; cal != nil && c.e.cfg.LiveEstimates && !c.est.Off && c.est.sigma() > 0 {
-		// The jobs finished since the last round teach the model, as finished runs teach the
+		// The jobs finished since the last round teach the models, as finished runs teach the
 		// live sidecar's: each one's estimate against its true runtime on the reference type.
 		for ; c.e.calibrated < len(c.e.finished); c.e.calibrated++ {
 			js := c.e.finished[c.e.calibrated]
 			if js.RefS > 0 {
-				cal.Observe(seconds(js.RefS*c.factor(js.Key)), seconds(js.RefS))
+				cal.ObserveRun(js.Namespace, "", seconds(js.RefS*c.factor(js.Key)), seconds(js.RefS))
 			}
 		}
-		model = cal.Model()
+		model = cal.Model
 	}
 	for _, jobs := range [][]cluster.Job{snap.Pending, snap.Preemptible} {
 		for i := range jobs {
@@ -144,7 +162,7 @@ func (c *estimating) Snapshot(ctx context.Context) (*cluster.Snapshot, error) {
 			if js := c.e.byKey[j.Key()]; c.e.cfg.LiveEstimates && c.est.sigma() > 0 && js != nil && js.RefS > 0 {
 				est := time.Duration(js.RefS * c.factor(j.Key()) * float64(time.Second))
 				ran := time.Duration(js.RunTime(c.e.now) * float64(time.Second))
-				j.Hetgpu.EstRuntime = model.Remaining(est, ran)
+				j.Hetgpu.EstRuntime = model(j.Namespace).Remaining(est, ran)
 				continue
 			}
 			j.Hetgpu.EstRuntime = time.Duration(float64(j.Hetgpu.EstRuntime) * c.factor(j.Key()))

@@ -158,10 +158,83 @@ func TestEstimateReplayValidate(t *testing.T) {
 		{sim.EstimateReplay{LiveEstimates: true, EstimateError: 4}, "estimate error = 4"},
 		{sim.EstimateReplay{EstimateSkew: 30}, "estimate skew = 30"},
 		{sim.EstimateReplay{EstimateSkew: -1}, "estimate skew = -1"},
+		{sim.EstimateReplay{EstimateSkewSpread: 5}, "estimate skew spread = 5"},
 	} {
 		_, err := sim.New(sim.Config{Spec: oneClass(t, "Tesla V100-SXM2-16GB", 1, 1), Throughput: table(t), EstimateReplay: c.r})
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: %v, want an error naming %q", c.r, err, c.want)
 		}
+	}
+}
+
+// TestEstimateSkewSpread: with EstimateSkewSpread each namespace's users have a habit of their
+// own, the same for all their jobs; with calibration each namespace's model learns its habit.
+func TestEstimateSkewSpread(t *testing.T) {
+	jt := "ResNet-50 (batch size 32)"
+	thr, _ := table(t).Measured(jt, "v100", 1)
+	tr := &trace.Trace{Name: "teams"}
+	refS := map[string]float64{}
+	for i := range 60 {
+		id := fmt.Sprintf("j%02d", i)
+		refS[id] = float64(600 + 97*i%1300)
+		ns := []string{"team-a", "team-b"}[i%2]
+		tr.Jobs = append(tr.Jobs, trace.Job{ID: id, Namespace: ns, JobType: jt, Model: "ResNet-50", BatchSize: 32, GPUs: 1, TotalSteps: refS[id] * thr})
+	}
+	s := oneClass(t, "Tesla V100-SXM2-16GB", 1, 1)
+	est := sim.Estimates{Seed: 11}
+	habits := map[float64]map[string]float64{}
+	for _, spread := range []float64{0, 1} {
+		rec := &estRecorder{}
+		p := &sim.PipelinePolicy{PolicyName: "est", Estimates: est,
+			Stages: sched.Stages{Ranker: rec, Placer: place.FirstFit{}, Predictor: sim.TablePredictor{Table: table(t)}}}
+		// EstimateError 0 and no calibration: a job's estimate at arrival is the user's.
+		replay := sim.EstimateReplay{LiveEstimates: true, EstimateSkew: 2, EstimateSkewSpread: spread}
+		if _, err := sim.Simulate(context.Background(), sim.Setup{Spec: s, Throughput: table(t), Trace: tr, EstimateReplay: replay}, p, nil); err != nil {
+			t.Fatal(err)
+		}
+		habits[spread] = map[string]float64{}
+		for i, key := range rec.key {
+			parts := strings.Split(key, "/")
+			ns, id := parts[0], parts[1]
+			if _, seen := habits[spread][ns+"/"+id]; seen {
+				continue
+			}
+			habits[spread][ns+"/"+id] = 1
+			h := rec.est[i].Seconds() / (refS[id] * est.Factor(key))
+			if prev, ok := habits[spread][ns]; ok && math.Abs(prev-h) > 1e-6*h {
+				t.Fatalf("spread %v: namespace %s has habits %v and %v", spread, ns, prev, h)
+			}
+			habits[spread][ns] = h
+		}
+	}
+	if a, b := habits[0]["team-a"], habits[0]["team-b"]; math.Abs(a-2) > 1e-6 || math.Abs(b-2) > 1e-6 {
+		t.Errorf("without a spread both teams ask for twice the time: %v and %v", a, b)
+	}
+	a, b := habits[1]["team-a"], habits[1]["team-b"]
+	if math.Abs(math.Log(a/b)) < 0.2 {
+		t.Fatalf("with a spread of 1 the teams' habits %v and %v hardly differ (pick another seed)", a, b)
+	}
+	// Calibrated, each namespace's model learns its own habit: bias about -log(habit).
+	p := &sim.PipelinePolicy{PolicyName: "est", Estimates: est,
+		Stages: sched.Stages{Ranker: &estRecorder{}, Placer: place.FirstFit{}, Predictor: sim.TablePredictor{Table: table(t)}}}
+	replay := sim.EstimateReplay{LiveEstimates: true, EstimateError: 0.5, CalibrateEstimates: true, EstimateSkew: 2, EstimateSkewSpread: 1}
+	res, err := sim.Simulate(context.Background(), sim.Setup{Spec: s, Throughput: table(t), Trace: tr, EstimateReplay: replay}, p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.EstimateModel == nil || len(res.EstimateModel.Namespaces) != 2 {
+		t.Fatalf("learned %+v, want a model per team", res.EstimateModel)
+	}
+	for _, n := range res.EstimateModel.Namespaces {
+		// About 30 runs each (noise sigma 0.5) against the cluster's model (both habits mixed)
+		// weighted as 20 runs.
+		own, all := -math.Log(habits[1][n.Namespace]), res.EstimateModel.Bias
+		want := (20*all + float64(n.Runs)*own) / (20 + float64(n.Runs))
+		if math.Abs(n.Bias-want) > 0.25 || n.Runs < 25 {
+			t.Errorf("namespace %s: bias %.3f from %d runs, want near %.3f (own habit %.3f, cluster %.3f)", n.Namespace, n.Bias, n.Runs, want, own, all)
+		}
+	}
+	if d := res.EstimateModel.Namespaces[0].Bias - res.EstimateModel.Namespaces[1].Bias; math.Signbit(d) != math.Signbit(math.Log(b/a)) {
+		t.Errorf("the teams' learned biases are ordered against their habits %v and %v: %+v", a, b, res.EstimateModel.Namespaces)
 	}
 }

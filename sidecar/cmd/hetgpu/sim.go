@@ -155,16 +155,18 @@ const (
 	estimatesAuto   = "auto"
 	estimatesUsage  = "runtime estimates of the policies that use them: scaled (each job's remaining runtime times its fixed error factor), live (its whole runtime times the factor, read as the live sidecar reads hetgpu.runtime: minus the time it has run), live:SIGMA (the sidecar with ranker.estimate_error = SIGMA), live:auto or live:auto:SIGMA (the sidecar learning the estimates' error from finished jobs, ranker.calibrate_estimates, from SIGMA, default 0.5)"
 	skewUsage       = "users' habit: median of estimate / true runtime, scaling every noisy estimate (1: unbiased, 2: users ask for twice what their jobs take)"
+	spreadUsage     = "how much teams' habits differ: each namespace's estimates are further scaled by exp(S x z), z ~ N(0, 1) fixed per namespace (0: every team alike)"
 )
 
 // estimateFlags are the --estimates and --estimate-skew flags of the commands that simulate.
 type estimateFlags struct {
-	mode *string
-	skew *float64
+	mode         *string
+	skew, spread *float64
 }
 
 func addEstimateFlags(fs *flag.FlagSet) estimateFlags {
-	return estimateFlags{mode: fs.String("estimates", estimatesScaled, estimatesUsage), skew: fs.Float64("estimate-skew", 1, skewUsage)}
+	return estimateFlags{mode: fs.String("estimates", estimatesScaled, estimatesUsage), skew: fs.Float64("estimate-skew", 1, skewUsage),
+		spread: fs.Float64("estimate-skew-spread", 0, spreadUsage)}
 }
 
 // replay reads the flags; errors name cmd, the flag, the value and what is expected.
@@ -173,11 +175,18 @@ func (f estimateFlags) replay(cmd string) (sim.EstimateReplay, error) {
 	if err != nil {
 		return r, err
 	}
-	if k := *f.skew; !(k >= 0.05 && k <= 20) {
+	k := *f.skew
+	if !(k >= 0.05 && k <= 20) {
 		return r, fmt.Errorf("%w: %s --estimate-skew = %v, expected a factor from 0.05 to 20 (median estimate / true runtime)", errUsage, cmd, k)
-	} else if k != 1 {
+	}
+	if k != 1 {
 		r.EstimateSkew = k
 	}
+	sp := *f.spread
+	if !(sp >= 0 && sp <= cluster.MaxEstimateSigma) {
+		return r, fmt.Errorf("%w: %s --estimate-skew-spread = %v, expected 0 to %d (sigma of log habit between namespaces)", errUsage, cmd, sp, cluster.MaxEstimateSigma)
+	}
+	r.EstimateSkewSpread = sp
 	return r, nil
 }
 

@@ -67,6 +67,7 @@ func TestSimUsageErrors(t *testing.T) {
 		{[]string{"sim", "--estimates", "live:auto:"}, 2, `--estimates = "live:auto:"`},
 		{[]string{"sim", "--estimate-skew", "0"}, 2, `--estimate-skew = 0, expected a factor from 0.05 to 20`},
 		{[]string{"sim", "--estimate-skew", "25"}, 2, `--estimate-skew = 25`},
+		{[]string{"sim", "--estimate-skew-spread", "-1"}, 2, `--estimate-skew-spread = -1, expected 0 to 3`},
 		{[]string{"sim", "--estimates", "live:9"}, 2, `--estimates = "live:9"`},
 		{[]string{"sim", "--estimates", "live:-0.5"}, 2, `--estimates = "live:-0.5"`},
 		{[]string{"sim", "--estimates", "scaled:0.5"}, 2, `--estimates = "scaled:0.5"`},

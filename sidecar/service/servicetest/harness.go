@@ -41,8 +41,8 @@ type Harness struct {
 	// Calibrate, when set before Start, gives every start a new estimate calibrator, read by
 	// the backend and taught by the service, as the sidecar wires ranker.calibrate_estimates.
 	Calibrate *estimates.Config
-	// Estimates is the calibrator of the current start (with Calibrate).
-	Estimates *estimates.Calibrator
+	// Estimates is the calibration of the current start (with Calibrate).
+	Estimates *estimates.Set
 }
 
 // NewHarness builds the harness; mod may change the service and backend configuration.
@@ -68,7 +68,7 @@ func (h *Harness) Start() {
 	cfg, bcfg := h.cfg, h.bcfg
 	h.Estimates = nil
 	if h.Calibrate != nil {
-		cal, err := estimates.New(*h.Calibrate)
+		cal, err := estimates.NewSet(*h.Calibrate)
 		if err != nil {
 			h.T.Fatal(err)
 		}
