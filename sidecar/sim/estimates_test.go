@@ -93,15 +93,7 @@ func TestLiveEstimates(t *testing.T) {
 // (estimate, true runtime) pairs in finish order, and a job waiting at the end is read with it:
 // shorter than its estimate, where the prior reads it as longer.
 func TestCalibratedEstimates(t *testing.T) {
-	jt := "ResNet-50 (batch size 32)"
-	thr, _ := table(t).Measured(jt, "v100", 1)
-	tr := &trace.Trace{Name: "cal"}
-	refS := map[string]float64{}
-	for i := range 40 {
-		id := fmt.Sprintf("j%02d", i)
-		refS[id] = float64(600 + 97*i%1300)
-		tr.Jobs = append(tr.Jobs, trace.Job{ID: id, JobType: jt, Model: "ResNet-50", BatchSize: 32, GPUs: 1, TotalSteps: refS[id] * thr})
-	}
+	tr, refS := queueTrace(t, "cal", 40)
 	s := oneClass(t, "Tesla V100-SXM2-16GB", 1, 1)
 	est := sim.Estimates{Seed: 3}
 	rec := &estRecorder{}
@@ -148,6 +140,24 @@ func TestCalibratedEstimates(t *testing.T) {
 	}
 }
 
+// queueTrace is n one-GPU jobs arriving at once, of 600 to 1,900 s on the reference V100, in
+// the namespaces given in turn (the default one when none); refS is each job's runtime by ID.
+func queueTrace(t *testing.T, name string, n int, namespaces ...string) (tr *trace.Trace, refS map[string]float64) {
+	jt := "ResNet-50 (batch size 32)"
+	thr, _ := table(t).Measured(jt, "v100", 1)
+	tr, refS = &trace.Trace{Name: name}, map[string]float64{}
+	for i := range n {
+		id := fmt.Sprintf("j%02d", i)
+		refS[id] = float64(600 + 97*i%1300)
+		j := trace.Job{ID: id, JobType: jt, Model: "ResNet-50", BatchSize: 32, GPUs: 1, TotalSteps: refS[id] * thr}
+		if len(namespaces) > 0 {
+			j.Namespace = namespaces[i%len(namespaces)]
+		}
+		tr.Jobs = append(tr.Jobs, j)
+	}
+	return tr, refS
+}
+
 // TestEstimateReplayValidate: a run refuses replay settings that mean nothing.
 func TestEstimateReplayValidate(t *testing.T) {
 	for _, c := range []struct {
@@ -170,16 +180,7 @@ func TestEstimateReplayValidate(t *testing.T) {
 // TestEstimateSkewSpread: with EstimateSkewSpread each namespace's users have a habit of their
 // own, the same for all their jobs; with calibration each namespace's model learns its habit.
 func TestEstimateSkewSpread(t *testing.T) {
-	jt := "ResNet-50 (batch size 32)"
-	thr, _ := table(t).Measured(jt, "v100", 1)
-	tr := &trace.Trace{Name: "teams"}
-	refS := map[string]float64{}
-	for i := range 60 {
-		id := fmt.Sprintf("j%02d", i)
-		refS[id] = float64(600 + 97*i%1300)
-		ns := []string{"team-a", "team-b"}[i%2]
-		tr.Jobs = append(tr.Jobs, trace.Job{ID: id, Namespace: ns, JobType: jt, Model: "ResNet-50", BatchSize: 32, GPUs: 1, TotalSteps: refS[id] * thr})
-	}
+	tr, refS := queueTrace(t, "teams", 60, "team-a", "team-b")
 	s := oneClass(t, "Tesla V100-SXM2-16GB", 1, 1)
 	est := sim.Estimates{Seed: 11}
 	habits := map[float64]map[string]float64{}
