@@ -118,6 +118,7 @@ func (c *estimating) factor(key string) float64 {
 	return f
 }
 
+// skewed is the job's Factor times the users' habits (EstimateSkew, EstimateSkewSpread).
 func (c *estimating) skewed(key string) float64 {
 	f := c.est.Factor(key)
 	if c.est.sigma() == 0 {
