@@ -215,7 +215,7 @@ type RankerConfig struct {
 	// once it has run (DefaultEstimateError when unset).
 	EstimateError *float64 `hcl:"estimate_error,optional"`
 	// CalibrateEstimates learns the model from finished runs, with EstimateError as its prior
-	// (sidecar/estimates; default true).
+	// (model/estimates; default true).
 	CalibrateEstimates *bool `hcl:"calibrate_estimates,optional"`
 
 	// TuneEveryD is TuneEvery parsed (no hcl tag).

@@ -5,8 +5,8 @@ import (
 	"time"
 
 	"github.com/hetgpu/hetgpu/model/cluster"
+	"github.com/hetgpu/hetgpu/model/estimates"
 	"github.com/hetgpu/hetgpu/model/gpuspec"
-	"github.com/hetgpu/hetgpu/sidecar/estimates"
 	"github.com/hetgpu/hetgpu/sidecar/store"
 )
 

@@ -10,7 +10,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/hetgpu/hetgpu/model/cluster"
-	"github.com/hetgpu/hetgpu/sidecar/estimates"
+	"github.com/hetgpu/hetgpu/model/estimates"
 	"github.com/hetgpu/hetgpu/sidecar/service/servicetest"
 )
 

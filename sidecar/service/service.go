@@ -19,7 +19,7 @@ import (
 
 	"github.com/hetgpu/hetgpu/internal/tick"
 	"github.com/hetgpu/hetgpu/model/cluster"
-	"github.com/hetgpu/hetgpu/sidecar/estimates"
+	"github.com/hetgpu/hetgpu/model/estimates"
 	"github.com/hetgpu/hetgpu/sidecar/feasible"
 	"github.com/hetgpu/hetgpu/sidecar/queue"
 	"github.com/hetgpu/hetgpu/sidecar/rank"

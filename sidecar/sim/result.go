@@ -11,8 +11,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/hetgpu/hetgpu/model/estimates"
 	"github.com/hetgpu/hetgpu/model/gpuspec"
-	"github.com/hetgpu/hetgpu/sidecar/estimates"
 	"github.com/hetgpu/hetgpu/sidecar/throughput"
 	"github.com/hetgpu/hetgpu/sidecar/trace"
 )

@@ -411,7 +411,7 @@ func (s *Store) PolicyCheckpoint() string {
 }
 
 // MetaEstimateSamples is the meta key of the runtime-estimate calibration's window (JSON
-// samples, sidecar/estimates), which replicas share with the runs.
+// samples, model/estimates), which replicas share with the runs.
 const MetaEstimateSamples = "estimate_samples"
 
 // PutMeta and Meta keep small named values (e.g. the last event index seen).
