@@ -6,6 +6,7 @@ package e2e
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -432,6 +433,24 @@ func TestInfeasibleReported(t *testing.T) {
 	}
 	if !strings.Contains(reasons["big16"], "16 GPUs") || !strings.Contains(reasons["ddp-resnet"], "2 nodes") {
 		t.Errorf("reasons do not name the requirement: %v", reasons)
+	}
+	// The explanation says how the ranker reads the job's hetgpu.runtime (the example's 2m):
+	// with the calibration's prior before any run finished, the log-normal mean 2m x e^(0.5²/2).
+	var ex struct {
+		Groups []struct {
+			Summary string `json:"summary"`
+			Runtime *struct {
+				DeclaredS  float64 `json:"declared_s"`
+				LeftS      float64 `json:"left_s"`
+				Calibrated bool    `json:"calibrated"`
+				Runs       int     `json:"runs"`
+			} `json:"runtime"`
+		} `json:"groups"`
+	}
+	must(t, scGet(sidecarURL+"/v1/jobs/default/big16/explain", &ex))
+	if r := ex.Groups[0].Runtime; r == nil || r.DeclaredS != 120 || math.Abs(r.LeftS-120*math.Exp(0.125)) > 0.5 || !r.Calibrated || r.Runs != 0 ||
+		!strings.Contains(ex.Groups[0].Summary, "hetgpu.runtime 2m0s read as 2m16s left") {
+		t.Errorf("big16's runtime reading: %+v in %q", r, ex.Groups[0].Summary)
 	}
 	var queue struct {
 		Jobs []struct {

@@ -340,8 +340,12 @@ type Annotations struct {
 	// ParamCount is the model's parameter count when known.
 	ParamCount float64
 	Framework  string
-	// EstRuntime is the user's runtime estimate on the reference GPU type.
+	// EstRuntime is the user's runtime estimate on the reference GPU type; in a live snapshot,
+	// what the backend expects is left of it (EstimateModel).
 	EstRuntime time.Duration
+	// DeclaredRuntime is hetgpu.runtime as the user wrote it, where a backend replaced
+	// EstRuntime by what is left of it (for explanations).
+	DeclaredRuntime time.Duration
 	// MinThroughput is T_min: the slowest acceptable throughput (samples or steps per second).
 	MinThroughput float64
 	// MaxNodes is D_j, the distribution degree.

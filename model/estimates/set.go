@@ -67,15 +67,21 @@ func (s *Set) ObserveRun(ns, key string, est, actual time.Duration) bool {
 
 // Model is the model namespace ns's estimates are read with.
 func (s *Set) Model(ns string) cluster.EstimateModel {
+	m, _ := s.Namespace(ns)
+	return m
+}
+
+// Namespace is Model with how many of the namespace's own runs it is learned from.
+func (s *Set) Namespace(ns string) (cluster.EstimateModel, int) {
 	all := s.all.Model()
 	s.mu.Lock()
 	c := s.ns[ns]
 	s.mu.Unlock()
 	if c == nil {
-		return all
+		return all, 0
 	}
 	sum, sq, n := c.sums()
-	return shrink(sum, sq, n, all, s.cfg.NamespaceRuns)
+	return shrink(sum, sq, n, all, s.cfg.NamespaceRuns), n
 }
 
 // NamespaceStats is one namespace's model.
@@ -97,8 +103,7 @@ func (s *Set) Stats() Stats {
 	s.mu.Unlock()
 	slices.Sort(names)
 	for _, n := range names {
-		m := s.Model(n)
-		_, _, runs := s.namespace(n).sums()
+		m, runs := s.Namespace(n)
 		st.Namespaces = append(st.Namespaces, NamespaceStats{Namespace: n, Runs: runs, Bias: m.Bias, Sigma: m.Sigma})
 	}
 	return st

@@ -107,7 +107,7 @@ func (b *Backend) snapshotPending(snap *cluster.Snapshot, jobKeys []string) map[
 		if err != nil {
 			return // reported by Maintain as invalid
 		}
-		pj.Hetgpu.EstRuntime = b.remaining(pj.Namespace, pj.Hetgpu, 0)
+		b.readRuntime(pj.Namespace, &pj.Hetgpu, 0)
 		snap.Pending = append(snap.Pending, pj)
 		if shadowOnly {
 			shadowKeys[pj.Key()] = true
@@ -178,18 +178,20 @@ func (b *Backend) snapshotUnplacedPins(snap *cluster.Snapshot, jobKeys []string,
 	})
 }
 
-// remaining is what is left of a group's hetgpu.runtime once it has run for its hetgpu.ran and
-// then for ran more (Config.EstimateModel, else EstimateError's model); 0 when the group has
-// no estimate.
-func (b *Backend) remaining(ns string, a cluster.Annotations, ran time.Duration) time.Duration {
+// readRuntime replaces a group's hetgpu.runtime (a.EstRuntime) by what is left of it once it
+// has run for its hetgpu.ran and then for ran more (Config.EstimateModel, else EstimateError's
+// model), and keeps the runtime as written in a.DeclaredRuntime. A group without an estimate
+// keeps none.
+func (b *Backend) readRuntime(ns string, a *cluster.Annotations, ran time.Duration) {
+	a.DeclaredRuntime = a.EstRuntime
 	if a.EstRuntime <= 0 {
-		return 0
+		return
 	}
 	m := cluster.EstimateModel{Sigma: b.cfg.EstimateError}
 	if b.cfg.EstimateModel != nil {
 		m = b.cfg.EstimateModel(ns)
 	}
-	return m.Remaining(a.EstRuntime, a.Ran+ran)
+	a.EstRuntime = m.Remaining(a.EstRuntime, a.Ran+ran)
 }
 
 // preemptible lists the running pinned groups annotated hetgpu.preemptible, as the jobs they
@@ -236,7 +238,7 @@ func (b *Backend) preemptible(jobKeys []string, running []cluster.Alloc, now tim
 		if !start.IsZero() {
 			ran = max(now.Sub(start), 0)
 		}
-		pj.Hetgpu.EstRuntime = b.remaining(pj.Namespace, pj.Hetgpu, ran)
+		b.readRuntime(pj.Namespace, &pj.Hetgpu, ran)
 		pj.AttainedGPUSeconds += ran.Seconds() * float64(pj.GPUs)
 		out = append(out, pj)
 	})

@@ -72,8 +72,9 @@ func TestCalibrateFromFinishedRuns(t *testing.T) {
 	if !(w.Bias < -0.04) {
 		t.Fatalf("bias %v: two runs at 0.39 x their estimate should move it below 0", w.Bias)
 	}
-	// A new job is read with the learned model.
-	h.Nomad.Register(servicetest.HeldJob("c3", 1, 1, meta))
+	// A new job is read with the learned model; it asks for more GPUs than a node has, so it
+	// waits, and its explanation says how its estimate is read.
+	h.Nomad.Register(servicetest.HeldJob("c3", 9, 1, meta))
 	h.Round()
 	var got time.Duration
 	for _, j := range h.Service.LastSnapshot().Pending {
@@ -81,8 +82,20 @@ func TestCalibrateFromFinishedRuns(t *testing.T) {
 			got = j.Hetgpu.EstRuntime
 		}
 	}
-	if exp := nsModel.Remaining(10*time.Minute, 0); got != exp {
+	exp := nsModel.Remaining(10*time.Minute, 0)
+	if got != exp {
 		t.Errorf("waiting job read as %v, want %v (its namespace's learned model), not %v (prior)", got, exp, prior.Remaining(10*time.Minute, 0))
+	}
+	ex, err := h.Service.Explain("default", "c3")
+	if err != nil || len(ex.Groups) != 1 {
+		t.Fatalf("explain c3: %+v, %v", ex, err)
+	}
+	g := ex.Groups[0]
+	if r := g.Runtime; r == nil || r.DeclaredS != 600 || r.LeftS != exp.Seconds() || !r.Calibrated || r.Bias != nsModel.Bias || r.Runs != 2 {
+		t.Errorf("explained runtime %+v, want 600 s declared, %v left, the namespace's model from 2 runs", g.Runtime, exp)
+	}
+	if want := fmt.Sprintf("hetgpu.runtime 10m0s read as %s left (namespace default's runs take %.2fx", exp.Round(time.Second), math.Exp(nsModel.Bias)); !strings.Contains(g.Summary, want) {
+		t.Errorf("explain summary %q lacks %q", g.Summary, want)
 	}
 	// Restart: the window comes back from the store; the backend reports the two runs again
 	// (its own memory of them is gone) and they are not counted twice.
