@@ -31,7 +31,7 @@ type fixture struct {
 	now time.Time
 }
 
-func newFixture(t *testing.T, mod func(*Config)) *fixture {
+func newFixture(t testing.TB, mod func(*Config)) *fixture {
 	t.Helper()
 	srv := nomadtest.New()
 	t.Cleanup(srv.Close)

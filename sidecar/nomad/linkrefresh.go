@@ -72,7 +72,7 @@ func (b *Backend) refreshLinks(ctx context.Context) {
 	var todo [][2]string
 	b.mu.Lock()
 	for _, jr := range b.jobs {
-		if jobStopped(jr.job) {
+		if jr.linkExp.IsZero() || jr.linkExp.Sub(now) > b.cfg.ExplainRefresh || jobStopped(jr.job) {
 			continue
 		}
 		if _, _, ok := b.staleLink(jr.job, now); ok {

@@ -2,10 +2,13 @@ package nomad
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/nomad/api"
 
 	"github.com/hetgpu/hetgpu/model/cluster"
 	"github.com/hetgpu/hetgpu/sidecar/explainlink"
@@ -100,5 +103,29 @@ func TestExplainLinkRefresh(t *testing.T) {
 	}
 	if got := explainLink(f.srv.Job("default", "stopped")); got != stoppedLink {
 		t.Errorf("the stopped job's link was rewritten: %q -> %q", stoppedLink, got)
+	}
+}
+
+// BenchmarkRefreshLinksScan is the maintenance pass's look at 10,000 live jobs whose signed
+// links are far from expiring: what every round pays under the backend lock.
+func BenchmarkRefreshLinksScan(b *testing.B) {
+	now := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	signer, err := explainlink.New([]byte(strings.Repeat("k", 32)), 30*24*time.Hour, clock)
+	if err != nil {
+		b.Fatal(err)
+	}
+	f := newFixture(b, func(c *Config) {
+		c.SignExplain, c.ExplainRefresh, c.Now = signer.Query, 15*24*time.Hour, clock
+	})
+	for i := range 10000 {
+		job := heldJob(fmt.Sprintf("job-%05d", i), 1, 1, nil)
+		job.UI = &api.JobUIConfig{Links: []*api.JobUILink{{Label: LinkLabel, URL: f.b.explainURL("default", *job.ID)}}}
+		f.b.storeJob(job)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		f.b.refreshLinks(context.Background())
 	}
 }

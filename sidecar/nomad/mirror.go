@@ -27,6 +27,17 @@ type jobRec struct {
 	// firstSubmit is the earliest submit time seen: re-registers (pins, re-holds) must not
 	// reset a job's waiting time.
 	firstSubmit time.Time
+	// linkExp is when the job's signed explain link expires (zero: it has none), read once
+	// per job version so that maintenance does not parse every live job's link each round.
+	linkExp time.Time
+}
+
+func newJobRec(job *api.Job, firstSubmit time.Time) *jobRec {
+	jr := &jobRec{job: job, firstSubmit: firstSubmit}
+	if exp, ok := linkExpiry(explainLink(job)); ok {
+		jr.linkExp = exp
+	}
+	return jr
 }
 
 type allocRec struct {
@@ -216,7 +227,7 @@ func (b *Backend) storeJob(job *api.Job) {
 			submit = old.firstSubmit
 		}
 	}
-	b.jobs[k] = &jobRec{job: job, firstSubmit: submit}
+	b.jobs[k] = newJobRec(job, submit)
 }
 
 func (b *Backend) dropJob(ns, id string) {

@@ -209,7 +209,7 @@ func (b *Backend) jobCurrent(ns string, ev *api.Event) bool {
 	cp := *jr.job
 	idx := uint64(mi)
 	cp.ModifyIndex, cp.Status = &idx, &status
-	b.jobs[jobKey(ns, ev.Key)] = &jobRec{job: &cp, firstSubmit: jr.firstSubmit}
+	b.jobs[jobKey(ns, ev.Key)] = &jobRec{job: &cp, firstSubmit: jr.firstSubmit, linkExp: jr.linkExp} // same ui block
 	return true
 }
 
