@@ -24,7 +24,7 @@ func (s *Service) calibrate(fr cluster.FinishedRun) {
 	if fr.Obs.GPUType != gpuspec.ReferenceGPU {
 		ref := fr.Obs
 		ref.GPUType = gpuspec.ReferenceGPU
-		// The same throughput on the reference type, unless the predictor knows both.
+		// A type the predictor cannot answer for counts as fast as the reference type.
 		if on, at := s.estimate(&fr.Obs).Throughput, s.estimate(&ref).Throughput; on > 0 && at > 0 {
 			speed = on / at
 		}
