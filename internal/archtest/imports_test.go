@@ -27,7 +27,7 @@ type rule struct {
 var (
 	model     = []string{"model/...", "sidecar/trace", "sidecar/throughput"}
 	framework = []string{"sidecar/sched"}
-	stages    = []string{"sidecar/rank", "sidecar/predict", "sidecar/place", "sidecar/preempt", "sidecar/constraint", "sidecar/feasible"}
+	stages    = []string{"sidecar/estimate", "sidecar/rank", "sidecar/predict", "sidecar/place", "sidecar/preempt", "sidecar/constraint", "sidecar/feasible"}
 	backends  = []string{"sidecar/nomad/...", "sidecar/sim"}
 	// runtime is what the live sidecar runs; offline is simulation, training and evaluation.
 	runtime = append(append([]string{"sidecar/sched", "sidecar/service/...", "sidecar/server", "sidecar/store", "sidecar/dashboard", "sidecar/nomad/..."}, model...), stages...)

@@ -270,7 +270,10 @@ type Alloc struct {
 type Job struct {
 	Namespace string
 	ID        string
-	Group     string
+	// ParentID is the parameterized or periodic job a dispatched or periodic child was
+	// launched from ("" for other jobs): children share their parent's runtime history.
+	ParentID string
+	Group    string
 	// Priority is Nomad's job priority (1..100, default 50).
 	Priority   int
 	SubmitTime time.Time
@@ -362,6 +365,52 @@ type Annotations struct {
 	NoGang bool
 	// Ran is how long the group ran in earlier allocations (hetgpu.ran, written by hetgpu when
 	// it preempts a checkpointing group).
+	Ran time.Duration
+	// Steps is hetgpu.steps: the job's total work in steps (per-GPU batches, whole job); 0
+	// when not declared.
+	Steps float64
+	// Est says how EstRuntime was read (the round's estimates step).
+	Est EstimateInfo
+}
+
+// EstimateSource is where a job's runtime estimate comes from.
+type EstimateSource uint8
+
+// Sources of runtime estimates, in the order the estimates step prefers them.
+const (
+	// EstNone: no estimate (EstRuntime is 0).
+	EstNone EstimateSource = iota
+	// EstUser: the user's hetgpu.runtime.
+	EstUser
+	// EstSteps: hetgpu.steps over the predicted throughput on the reference GPU type.
+	EstSteps
+	// EstHistory: the finished runs of similar jobs (model/history).
+	EstHistory
+)
+
+var estimateSources = [...]string{"none", "user", "steps", "history"}
+
+func (s EstimateSource) String() string {
+	if int(s) < len(estimateSources) {
+		return estimateSources[s]
+	}
+	return fmt.Sprintf("source(%d)", uint8(s))
+}
+
+// MarshalText writes the source's name (JSON of explanations).
+func (s EstimateSource) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// EstimateInfo is how a job's runtime estimate was read.
+type EstimateInfo struct {
+	Source EstimateSource
+	// Level, Runs and Confidence describe a history estimate: the most specific group of
+	// similar jobs with finished runs ("job", "model", "gpus", "namespace", "cluster", or
+	// "prior" before any run), how many runs it holds, and the share of the estimate resting
+	// on them.
+	Level      string
+	Runs       int
+	Confidence float64
+	// Ran is the time the job has run so far (per GPU), which the estimate is conditioned on.
 	Ran time.Duration
 }
 

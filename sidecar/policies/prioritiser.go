@@ -5,6 +5,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/hetgpu/hetgpu/model/history"
+	"github.com/hetgpu/hetgpu/sidecar/estimate"
 	"github.com/hetgpu/hetgpu/sidecar/place"
 	"github.com/hetgpu/hetgpu/sidecar/preempt"
 	"github.com/hetgpu/hetgpu/sidecar/queue"
@@ -79,7 +81,13 @@ func hetgpuPipelineStages(o Options, r sched.Ranker) (sched.Stages, error) {
 	if err != nil {
 		return sched.Stages{}, fmt.Errorf("placer: %w", err)
 	}
-	st := sched.Stages{Ranker: r, Predictor: pred, Placer: pl, Learner: learnerOf(pred)}
+	hist := o.History
+	if hist == nil {
+		if hist, err = history.New(history.Config{}); err != nil {
+			return sched.Stages{}, fmt.Errorf("runtime history: %w", err)
+		}
+	}
+	st := sched.Stages{Ranker: r, Predictor: pred, Placer: pl, Learner: learnerOf(pred), Estimator: estimate.New(hist)}
 	if !o.NoPreempt {
 		pc := preempt.Default()
 		if o.Preempt != nil {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/hetgpu/hetgpu/model/history"
 	"github.com/hetgpu/hetgpu/sidecar/preempt"
 	"github.com/hetgpu/hetgpu/sidecar/queue"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
@@ -51,6 +52,9 @@ type Options struct {
 	// Ranker, when set, is the hetgpu policy's ranker instead of the bundled learned one (the
 	// live sidecar's choice, app.StagesWithRanker).
 	Ranker sched.Ranker
+	// History, when set, is the runtime history of the hetgpu policies' estimates step (the
+	// live sidecar's, durable across restarts); each run gets a fresh one otherwise.
+	History *history.Model
 }
 
 // Policy is what a constructor builds: the stages, and what the simulator shows them.

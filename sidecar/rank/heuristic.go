@@ -15,11 +15,20 @@ import "math"
 // and 610 with ten hours), because mean slowdown is dominated by short jobs and any aging lets
 // long jobs overtake them. Set AgingMinutes where starvation of wide or long jobs matters more
 // than mean slowdown: every AgingMinutes of waiting then counts as halving a job's GPU-time.
+//
+// Starvation guard: a job that has waited more than Starvation times its expected runtime T
+// (its slowdown so far is above Starvation) gains one point, a halving of its GPU-time, per
+// doubling of that excess, so that no job, however wide or long, waits without bound behind a
+// stream of short ones. Without runtime estimates T is the history's expected runtime (the
+// estimates step), which for a job that has waited long is no longer much shorter than its
+// wait.
 type Heuristic struct {
 	// AgingMinutes enables aging when > 0.
 	AgingMinutes float64
 	// DefaultRuntimeS is assumed for jobs without an estimate (default 3600 s).
 	DefaultRuntimeS float64
+	// Starvation is the starvation guard's slowdown threshold (> 1; 0 turns it off).
+	Starvation float64
 }
 
 // Score computes the heuristic score of one raw feature row of schema version 1.
@@ -36,6 +45,12 @@ func (h Heuristic) Score(row []float64) float64 {
 	score := -gpuMinutesLog2
 	if h.AgingMinutes > 0 {
 		score += math.Expm1(row[FWait]) / h.AgingMinutes
+	}
+	if h.Starvation > 0 {
+		waitS := math.Expm1(row[FWait]) * 60
+		if x := waitS / (h.Starvation * math.Pow(10, logT)); x > 1 {
+			score += math.Log2(x)
+		}
 	}
 	return score
 }

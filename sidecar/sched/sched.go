@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hetgpu/hetgpu/model/cluster"
+	"github.com/hetgpu/hetgpu/model/history"
 )
 
 // Estimate is a predicted figure for one job on one GPU type and count.
@@ -72,6 +73,15 @@ type Ranked struct {
 // Ranker orders the pending queue (RLTune's policy or a heuristic).
 type Ranker interface {
 	Rank(ctx context.Context, snap *cluster.Snapshot, pred Predictor) ([]Ranked, error)
+}
+
+// Estimator is the estimates step: before anything ranks, it fills the runtime estimates
+// (Annotations.EstRuntime, what is left on the reference GPU type, and Annotations.Est) of the
+// snapshot's pending and preemptible jobs that carry none from the user, from what the cluster
+// sees. It learns from the whole runtimes of the jobs that finish, which both backends report.
+type Estimator interface {
+	Estimate(ctx context.Context, snap *cluster.Snapshot, pred Predictor) error
+	ObserveRuntime(r history.Run)
 }
 
 // PlaceStats describes one placement solve.
@@ -140,6 +150,8 @@ type Pipeline struct {
 	Ranker    Ranker
 	Predictor Predictor
 	Placer    Placer
+	// Estimator, when set, fills the runtime estimates of jobs without one before ranking.
+	Estimator Estimator
 	// Preemptor, when set and the backend is a cluster.Preempter, runs before placement.
 	Preemptor Preemptor
 	// ReserveAfter, when > 0, lets the best-ranked gang that has waited this long go first
@@ -165,6 +177,9 @@ func (p *Pipeline) RunRound(ctx context.Context) (*Round, error) {
 	snap, err := p.Cluster.Snapshot(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	if err := p.estimate(ctx, snap); err != nil {
+		return nil, err
 	}
 	snap = snap.Indexed() // every stage reads this round's free capacity from one index
 	if p.Queues != nil {
@@ -220,11 +235,25 @@ func (p *Pipeline) RunRound(ctx context.Context) (*Round, error) {
 // Decide ranks and places the pending jobs of a snapshot without pinning (shadow mode; it
 // never preempts).
 func (p *Pipeline) Decide(ctx context.Context, snap *cluster.Snapshot) (*Round, error) {
+	if err := p.estimate(ctx, snap); err != nil {
+		return nil, err
+	}
 	snap = snap.Indexed()
 	if p.Queues != nil {
 		snap = p.Queues.Prepare(snap)
 	}
 	return p.decide(ctx, snap, nil)
+}
+
+// estimate runs the estimates step, when the pipeline has one.
+func (p *Pipeline) estimate(ctx context.Context, snap *cluster.Snapshot) error {
+	if p.Estimator == nil {
+		return nil
+	}
+	if err := p.Estimator.Estimate(ctx, snap, p.Predictor); err != nil {
+		return fmt.Errorf("runtime estimates: %w", err)
+	}
+	return nil
 }
 
 // plan ranks pending and preemptible running jobs together and asks the Preemptor.

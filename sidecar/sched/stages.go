@@ -25,11 +25,15 @@ type Stages struct {
 	Tuner Tuner
 	// Queues, when set, is the queue stage (caps, reclaim, fair share).
 	Queues Queues
+	// Estimator, when set, is the estimates step: runtime estimates for the jobs whose users
+	// gave none.
+	Estimator Estimator
 }
 
 // Pipeline is the pipeline that runs these stages against a backend (no reservations).
 func (s Stages) Pipeline(c cluster.Cluster) *Pipeline {
-	p := &Pipeline{Cluster: c, Ranker: s.Ranker, Predictor: s.Predictor, Placer: s.Placer, Preemptor: s.Preemptor}
+	p := &Pipeline{Cluster: c, Ranker: s.Ranker, Predictor: s.Predictor, Placer: s.Placer, Preemptor: s.Preemptor,
+		Estimator: s.Estimator}
 	if s.Queues != nil {
 		p.Queues = s.Queues
 	}

@@ -198,10 +198,16 @@ type Engine struct {
 	log hclog.Logger
 
 	// calib learns the live estimates' models (Config.CalibrateEstimates) from finished, the
-	// jobs done in order, up to calibrated.
+	// jobs done in order, up to calibrated; the policy's estimates step learns runtimes from
+	// them up to historied.
 	calib      *estimates.Set
 	finished   []*JobState
 	calibrated int
+	historied  int
+	// namespaces is how many namespaces the jobs submitted so far come from (at most 2 counted:
+	// partial estimates are per namespace, or per job in a trace with one).
+	namespaces int
+	firstNS    string
 
 	nodes          []*simNode
 	nodeIdx        map[string]int

@@ -6,10 +6,13 @@ import (
 	"hash/fnv"
 	"math"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/hetgpu/hetgpu/model/cluster"
+	"github.com/hetgpu/hetgpu/model/history"
+	"github.com/hetgpu/hetgpu/sidecar/sched"
 )
 
 // DefaultEstimateSigma is the spread of simulated user runtime estimates: each job's estimate is
@@ -40,6 +43,40 @@ type EstimateReplay struct {
 	// EstimateSkewSpread makes teams differ: each namespace's estimates are further scaled by
 	// exp(EstimateSkewSpread x z), z ~ N(0, 1) fixed per namespace (0: every team alike).
 	EstimateSkewSpread float64
+	// NoEstimates replays users who write no hetgpu.runtime: no job carries an estimate (the
+	// policies that would see noisy ones see none; oracles keep theirs).
+	NoEstimates bool
+	// PartialEstimates, in (0, 1), is the share of namespaces whose users write hetgpu.runtime
+	// (of jobs, in a trace with one namespace), drawn with the run's seed; the rest write none.
+	PartialEstimates float64
+	// DeclareSteps makes every job declare hetgpu.steps, its total work, as a user who knows
+	// epochs x steps would.
+	DeclareSteps bool
+}
+
+// Regime names what users tell in this replay, as --estimates spells it: "scaled", "live",
+// "live:SIGMA", "live:auto:SIGMA", "none" or "partial:F", with "+steps" when jobs declare
+// hetgpu.steps.
+func (r EstimateReplay) Regime() string {
+	var s string
+	switch {
+	case r.NoEstimates:
+		s = "none"
+	case r.PartialEstimates > 0:
+		s = "partial:" + strconv.FormatFloat(r.PartialEstimates, 'g', -1, 64)
+	case r.CalibrateEstimates:
+		s = "live:auto:" + strconv.FormatFloat(r.EstimateError, 'g', -1, 64)
+	case r.LiveEstimates && r.EstimateError > 0:
+		s = "live:" + strconv.FormatFloat(r.EstimateError, 'g', -1, 64)
+	case r.LiveEstimates:
+		s = "live"
+	default:
+		s = "scaled"
+	}
+	if r.DeclareSteps {
+		s += "+steps"
+	}
+	return s
 }
 
 // Validate names the first unusable field.
@@ -53,6 +90,10 @@ func (r EstimateReplay) Validate() error {
 		return fmt.Errorf("sim: estimate skew spread = %v, expected 0 to %d (sigma of log skew between namespaces)", r.EstimateSkewSpread, cluster.MaxEstimateSigma)
 	case r.CalibrateEstimates && !r.LiveEstimates:
 		return fmt.Errorf("sim: calibrated estimates need live estimates")
+	case !(r.PartialEstimates >= 0 && r.PartialEstimates < 1):
+		return fmt.Errorf("sim: partial estimates = %v, expected a share of namespaces above 0 and below 1", r.PartialEstimates)
+	case r.NoEstimates && r.PartialEstimates > 0:
+		return fmt.Errorf("sim: no estimates and partial estimates (%v) together, expected one of them", r.PartialEstimates)
 	}
 	return nil
 }
@@ -87,10 +128,15 @@ func (e Estimates) Factor(key string) float64 {
 }
 
 // z is a standard normal draw fixed by key and Seed.
-func (e Estimates) z(key string) float64 {
+func (e Estimates) z(key string) float64 { return e.rand(key).NormFloat64() }
+
+// u is a uniform draw in [0, 1) fixed by key and Seed.
+func (e Estimates) u(key string) float64 { return e.rand(key).Float64() }
+
+func (e Estimates) rand(key string) *rand.Rand {
 	h := fnv.New64a()
 	h.Write([]byte(key))
-	return rand.New(rand.NewPCG(e.Seed, h.Sum64())).NormFloat64()
+	return rand.New(rand.NewPCG(e.Seed, h.Sum64()))
 }
 
 // estimating is the engine inside a round, whose snapshots carry the configured estimates (the
@@ -103,6 +149,53 @@ type estimating struct {
 	factors map[string]float64
 	// snap is the last snapshot taken (the round hands its arrays back, see Engine.recycle).
 	snap *cluster.Snapshot
+	// learn, when set, is the policy's estimates step, taught the runtime of every job that
+	// finishes, as the live sidecar teaches it from the runs it sees end.
+	learn sched.Estimator
+	// tells memoises, per namespace (or job), whether its users write hetgpu.runtime under
+	// PartialEstimates.
+	tells map[string]bool
+}
+
+// tellsRuntime reports whether the users of the job with key in namespace ns write
+// hetgpu.runtime in this replay.
+func (c *estimating) tellsRuntime(ns, jobKey string) bool {
+	r := c.e.cfg.EstimateReplay
+	switch {
+	case r.NoEstimates:
+		return false
+	case r.PartialEstimates <= 0:
+		return true
+	}
+	key := "namespace:" + ns
+	if c.e.namespaces < 2 {
+		key = "job:" + jobKey
+	}
+	t, ok := c.tells[key]
+	if !ok {
+		t = c.est.u("partial/"+key) < r.PartialEstimates
+		if c.tells != nil {
+			c.tells[key] = t
+		}
+	}
+	return t
+}
+
+// observeFinished teaches the estimates step the whole runtime, on the reference type, of each
+// job finished since the last round.
+func (c *estimating) observeFinished() {
+	if c.learn == nil {
+		c.e.historied = len(c.e.finished)
+		return
+	}
+	for ; c.e.historied < len(c.e.finished); c.e.historied++ {
+		js := c.e.finished[c.e.historied]
+		if js.RefS <= 0 {
+			continue
+		}
+		cj := c.e.clusterJob(js)
+		c.learn.ObserveRuntime(history.Run{Key: js.Key, Job: history.JobOf(&cj), RuntimeS: js.RefS})
+	}
 }
 
 // factor is the job's Factor times the users' skew, memoised when the round has a memo.
@@ -144,16 +237,23 @@ func (c *estimating) Snapshot(ctx context.Context) (*cluster.Snapshot, error) {
 		// live sidecar's: each one's estimate against its true runtime on the reference type.
 		for ; c.e.calibrated < len(c.e.finished); c.e.calibrated++ {
 			js := c.e.finished[c.e.calibrated]
-			if js.RefS > 0 {
+			if js.RefS > 0 && c.tellsRuntime(js.Namespace, js.Key) {
 				cal.ObserveRun(js.Namespace, "", seconds(js.RefS*c.factor(js.Key)), seconds(js.RefS))
 			}
 		}
 		model = cal.Model
 	}
+	c.observeFinished()
+	replay := c.e.cfg.EstimateReplay
 	for _, jobs := range [][]cluster.Job{snap.Pending, snap.Preemptible} {
 		for i := range jobs {
 			j := &jobs[i]
-			if c.est.Off {
+			if replay.DeclareSteps {
+				if js := c.e.byKey[j.Key()]; js != nil {
+					j.Hetgpu.Steps = js.TotalSteps
+				}
+			}
+			if c.est.Off || c.est.sigma() > 0 && !c.tellsRuntime(j.Namespace, j.Key()) {
 				j.Hetgpu.EstRuntime = 0
 				continue
 			}

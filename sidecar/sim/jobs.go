@@ -67,6 +67,12 @@ func (e *Engine) newJob(tj trace.Job) (*JobState, error) {
 		remaining: tj.TotalSteps, heapIdx: -1, runIdx: -1}
 	j.Namespace = ns
 	j.MaxNodes = max(1, (tj.GPUs+e.maxPerNode-1)/e.maxPerNode)
+	switch {
+	case e.namespaces == 0:
+		e.namespaces, e.firstNS = 1, ns
+	case e.namespaces == 1 && ns != e.firstNS:
+		e.namespaces = 2
+	}
 	return j, nil
 }
 
@@ -105,9 +111,7 @@ func (e *Engine) complete(j *JobState) {
 	e.lastFinish = e.now
 	e.energyAtFinish, e.busyAtFinish = e.energyJ, e.busyGPUSeconds
 	e.done++
-	if e.calib != nil {
-		e.finished = append(e.finished, j)
-	}
+	e.finished = append(e.finished, j)
 }
 
 // validate checks that a placement (a decision's GPUs) is legal for the job; it returns the GPU type.

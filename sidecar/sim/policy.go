@@ -34,8 +34,10 @@ type PipelinePolicy struct {
 	pinsView sched.PinsView
 	// scratch holds the arrays the pipeline reuses from round to round.
 	scratch sched.Scratch
-	// factors memoises each job's estimate error (Estimates.Factor) across rounds.
+	// factors memoises each job's estimate error (Estimates.Factor) across rounds, tells
+	// whether a namespace's users write estimates (EstimateReplay.PartialEstimates).
 	factors map[string]float64
+	tells   map[string]bool
 }
 
 // Meter measures a run from outside its policy: it sees the cluster as every round left it
@@ -60,7 +62,10 @@ func (p *PipelinePolicy) round(ctx context.Context, e *Engine) error {
 	if p.factors == nil {
 		p.factors = map[string]float64{}
 	}
-	c := &estimating{e: e, est: p.Estimates, factors: p.factors}
+	if p.tells == nil {
+		p.tells = map[string]bool{}
+	}
+	c := &estimating{e: e, est: p.Estimates, factors: p.factors, learn: p.Stages.Estimator, tells: p.tells}
 	pl := p.Stages.Pipeline(c)
 	if p.OnRound == nil {
 		pl.Reuse = &p.scratch // nothing reads a round's snapshots once the next starts

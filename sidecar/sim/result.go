@@ -88,8 +88,10 @@ type Result struct {
 	IdlePowerW    float64 `json:"idle_power_w"`
 	// EnergyPerWork is kWh per V100 GPU-hour of work (the jobs' work measured on gpuspec.ReferenceGPU).
 	EnergyPerWork float64 `json:"energy_per_work_kwh"`
-	// BoundedSlowdown is the mean of max(1, JCT / max(ideal runtime, 10 s)).
-	BoundedSlowdown float64 `json:"bounded_slowdown"`
+	// BoundedSlowdown is the mean of max(1, JCT / max(ideal runtime, 10 s)), P99BoundedSlowdown
+	// its 99th percentile (the starving few).
+	BoundedSlowdown    float64 `json:"bounded_slowdown"`
+	P99BoundedSlowdown float64 `json:"p99_bounded_slowdown"`
 	// JainFairness is Jain's index of finish-time fairness rho = JCT / ideal runtime.
 	JainFairness  float64 `json:"jain_fairness"`
 	Preemptions   int     `json:"preemptions"`
@@ -111,6 +113,9 @@ type Result struct {
 	// PartialGangPins counts gangs a pipeline pinned in part over the run (must be 0; counted
 	// by the pipeline).
 	PartialGangPins int `json:"partial_gang_pins,omitempty"`
+	// Estimates is what users told in this run (EstimateReplay.Regime: "scaled", "none",
+	// "partial:0.3", ... with "+steps"), the same for every policy of a comparison.
+	Estimates string `json:"estimates"`
 	// EstimateModel is what the run's calibrated estimates learned (EstimateReplay.CalibrateEstimates).
 	EstimateModel *estimates.Stats `json:"estimate_model,omitempty"`
 
@@ -122,12 +127,13 @@ type Result struct {
 func (e *Engine) Result(policy string) *Result {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	r := &Result{Policy: policy, Cluster: e.cfg.Spec.Name, Unschedulable: e.unschedulble, IdlePowerW: e.idleW}
+	r := &Result{Policy: policy, Cluster: e.cfg.Spec.Name, Unschedulable: e.unschedulble, IdlePowerW: e.idleW,
+		Estimates: e.cfg.EstimateReplay.Regime()}
 	if e.calib != nil && e.calibrated > 0 {
 		st := e.calib.Stats()
 		r.EstimateModel = &st
 	}
-	var jcts, ratios []float64
+	var jcts, ratios, bslds []float64
 	var queue, bsld, refHours float64
 	for _, j := range e.jobs {
 		switch j.Status {
@@ -141,7 +147,9 @@ func (e *Engine) Result(policy string) *Result {
 		jct := j.Finish - j.ArrivalS
 		jcts = append(jcts, jct)
 		queue += j.FirstStart - j.ArrivalS
-		bsld += math.Max(1, jct/math.Max(j.IdealS, BoundedSlowdownFloorS))
+		b := math.Max(1, jct/math.Max(j.IdealS, BoundedSlowdownFloorS))
+		bsld += b
+		bslds = append(bslds, b)
 		ratios = append(ratios, jct/j.IdealS)
 		refHours += j.RefGPUHours
 		r.Preemptions += j.Preemptions
@@ -168,6 +176,8 @@ func (e *Engine) Result(policy string) *Result {
 		sort.Float64s(jcts)
 		r.P50JCTS, r.P95JCTS, r.P99JCTS = Percentile(jcts, 50), Percentile(jcts, 95), Percentile(jcts, 99)
 		r.JainFairness = Jain(ratios)
+		sort.Float64s(bslds)
+		r.P99BoundedSlowdown = Percentile(bslds, 99)
 		r.MakespanS = e.lastFinish - e.firstArrival
 		if r.MakespanS > 0 {
 			r.GPUUtil = e.busyAtFinish / (float64(e.totalGPUs) * r.MakespanS)

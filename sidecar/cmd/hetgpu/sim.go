@@ -153,20 +153,24 @@ const (
 	estimatesScaled = "scaled"
 	estimatesLive   = "live"
 	estimatesAuto   = "auto"
-	estimatesUsage  = "runtime estimates of the policies that use them: scaled (each job's remaining runtime times its fixed error factor), live (its whole runtime times the factor, read as the live sidecar reads hetgpu.runtime: minus the time it has run), live:SIGMA (the sidecar with ranker.estimate_error = SIGMA), live:auto or live:auto:SIGMA (the sidecar learning the estimates' error from finished jobs, ranker.calibrate_estimates, from SIGMA, default 0.5)"
+	estimatesNone   = "none"
+	estimatesPart   = "partial"
+	estimatesUsage  = "runtime estimates of the policies that use them: scaled (each job's remaining runtime times its fixed error factor), live (its whole runtime times the factor, read as the live sidecar reads hetgpu.runtime: minus the time it has run), live:SIGMA (the sidecar with ranker.estimate_error = SIGMA), live:auto or live:auto:SIGMA (the sidecar learning the estimates' error from finished jobs, ranker.calibrate_estimates, from SIGMA, default 0.5), none (no job carries hetgpu.runtime), partial:F (a seeded share F of namespaces, or of jobs in a trace with one namespace, carries one, scaled; the rest none)"
 	skewUsage       = "users' habit: median of estimate / true runtime, scaling every noisy estimate (1: unbiased, 2: users ask for twice what their jobs take)"
 	spreadUsage     = "how much teams' habits differ: each namespace's estimates are further scaled by exp(S x z), z ~ N(0, 1) fixed per namespace (0: every team alike)"
+	stepsUsage      = "jobs declare hetgpu.steps, their total work, as a user who knows epochs x steps would"
 )
 
 // estimateFlags are the --estimates and --estimate-skew flags of the commands that simulate.
 type estimateFlags struct {
 	mode         *string
 	skew, spread *float64
+	steps        *bool
 }
 
 func addEstimateFlags(fs *flag.FlagSet) estimateFlags {
 	return estimateFlags{mode: fs.String("estimates", estimatesScaled, estimatesUsage), skew: fs.Float64("estimate-skew", 1, skewUsage),
-		spread: fs.Float64("estimate-skew-spread", 0, spreadUsage)}
+		spread: fs.Float64("estimate-skew-spread", 0, spreadUsage), steps: fs.Bool("steps", false, stepsUsage)}
 }
 
 // replay reads the flags; errors name cmd, the flag, the value and what is expected.
@@ -187,6 +191,7 @@ func (f estimateFlags) replay(cmd string) (sim.EstimateReplay, error) {
 		return r, fmt.Errorf("%w: %s --estimate-skew-spread = %v, expected 0 to %d (sigma of log habit between namespaces)", errUsage, cmd, sp, cluster.MaxEstimateSigma)
 	}
 	r.EstimateSkewSpread = sp
+	r.DeclareSteps = *f.steps
 	return r, nil
 }
 
@@ -200,6 +205,13 @@ func parseEstimates(cmd, v string) (sim.EstimateReplay, error) {
 	switch {
 	case v == estimatesScaled:
 		return sim.EstimateReplay{}, nil
+	case v == estimatesNone:
+		return sim.EstimateReplay{NoEstimates: true}, nil
+	case mode == estimatesPart && ok:
+		if f, err := strconv.ParseFloat(rest, 64); err == nil && f > 0 && f < 1 {
+			return sim.EstimateReplay{PartialEstimates: f}, nil
+		}
+		return sim.EstimateReplay{}, fmt.Errorf("%w: %s --estimates = %q, expected %s:F with F a share of namespaces above 0 and below 1", errUsage, cmd, v, estimatesPart)
 	case mode == estimatesLive && !ok:
 		return sim.EstimateReplay{LiveEstimates: true}, nil
 	case mode == estimatesLive && rest == estimatesAuto:
@@ -213,8 +225,8 @@ func parseEstimates(cmd, v string) (sim.EstimateReplay, error) {
 			return sim.EstimateReplay{LiveEstimates: true, EstimateError: f}, nil
 		}
 	}
-	return sim.EstimateReplay{}, fmt.Errorf("%w: %s --estimates = %q, expected %s, %s, %s:SIGMA, %s:%s or %s:%s:SIGMA with SIGMA from 0 to %d", errUsage, cmd, v,
-		estimatesScaled, estimatesLive, estimatesLive, estimatesLive, estimatesAuto, estimatesLive, estimatesAuto, cluster.MaxEstimateSigma)
+	return sim.EstimateReplay{}, fmt.Errorf("%w: %s --estimates = %q, expected %s, %s, %s:SIGMA, %s:%s, %s:%s:SIGMA (SIGMA from 0 to %d), %s or %s:F", errUsage, cmd, v,
+		estimatesScaled, estimatesLive, estimatesLive, estimatesLive, estimatesAuto, estimatesLive, estimatesAuto, cluster.MaxEstimateSigma, estimatesNone, estimatesPart)
 }
 
 // maxRestartPenaltyS bounds --restart-penalty: more than a day of lost work per restart is a
