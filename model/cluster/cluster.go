@@ -412,6 +412,10 @@ type EstimateInfo struct {
 	Confidence float64
 	// Ran is the time the job has run so far (per GPU), which the estimate is conditioned on.
 	Ran time.Duration
+	// Left, for a history estimate, is the expected time left; EstRuntime is then what the
+	// job ranks as (history.Estimate.Rank: a fresh job whose peers mostly finish soon ranks
+	// as short even when its expected time left is long).
+	Left time.Duration
 }
 
 // MinRemainingEstimate is the least an EstimateModel gives: a job that has outrun its estimate

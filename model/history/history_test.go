@@ -230,3 +230,37 @@ func BenchmarkEstimate(b *testing.B) {
 		_ = m.Estimate(j, time.Hour)
 	}
 }
+
+func TestGittins(t *testing.T) {
+	mu := math.Log(3600)
+	// A known runtime: what is left.
+	if g := Gittins(mu, 0, 600); math.Abs(g-3000) > 1e-9 {
+		t.Fatalf("sigma 0: %v, want 3000 s left", g)
+	}
+	// A narrow spread is close to what is left at the median.
+	if g := Gittins(mu, 0.05, 0); math.Abs(g/3600-1) > 0.1 {
+		t.Fatalf("sigma 0.05: %v s, want about an hour", g)
+	}
+	// A wide spread: a fresh job ranks far below its mean (most finish soon)...
+	fresh := Gittins(mu, 2, 0)
+	mean := 3600 * math.Exp(2)
+	if !(fresh < mean/4) {
+		t.Fatalf("sigma 2, fresh: %v s, want well below the mean %v s", fresh, mean)
+	}
+	// ...and one that outran most of its peers ranks long.
+	for _, ran := range []float64{3600, 36000, 360000} {
+		if g := Gittins(mu, 2, ran); !(g > fresh) {
+			t.Fatalf("ran %v s: %v, want above the fresh job's %v", ran, g, fresh)
+		}
+	}
+	if g := Gittins(mu, 1, 1e12); !(g > 1e12) {
+		t.Fatalf("far in the tail: %v, want at least what it ran", g)
+	}
+}
+
+func BenchmarkGittins(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = Gittins(8, 1.7, 5000)
+	}
+}

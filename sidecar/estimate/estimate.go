@@ -8,7 +8,9 @@
 //  2. hetgpu.steps, the job's total work, over the predicted throughput on the reference GPU
 //     type: the work is known, the speed is the predictor's (its error read as StepsSigma);
 //  3. the history of finished runs of similar jobs (model/history), given the time the job
-//     has already run: its attained service.
+//     has already run: its attained service. The job ranks by the reciprocal of its Gittins
+//     index (history.Estimate.Rank), not by its mean time left: with heavy-tailed runtimes
+//     the mean is the tail's, and a fresh job is most likely one of the many short ones.
 //
 // Both backends run this same step (the live sidecar and the simulator) and both feed the
 // history the whole runtimes of the jobs that finish (ObserveRuntime).
@@ -80,9 +82,9 @@ func (s *Stage) estimate(j *cluster.Job, pred sched.Predictor) {
 		return
 	}
 	e := s.History.Estimate(history.JobOf(j), ran)
-	h.EstRuntime = e.Left
+	h.EstRuntime = e.Rank
 	h.Est = cluster.EstimateInfo{Source: cluster.EstHistory, Level: e.Level.String(), Runs: e.Runs,
-		Confidence: e.Confidence, Ran: ran}
+		Confidence: e.Confidence, Ran: ran, Left: e.Left}
 }
 
 // maxSeconds bounds a steps-based runtime (a year): a tiny predicted throughput must not
@@ -128,6 +130,9 @@ func (s *Stage) stepsSigma() float64 {
 func Describe(j *cluster.Job) string {
 	e := j.Hetgpu.Est
 	left := round(j.Hetgpu.EstRuntime)
+	if e.Left > 0 {
+		left = round(e.Left)
+	}
 	ran := ""
 	if e.Ran > 0 {
 		ran = ", has run " + round(e.Ran).String()

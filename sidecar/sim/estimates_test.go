@@ -11,6 +11,8 @@ import (
 
 	"github.com/hetgpu/hetgpu/model/cluster"
 	"github.com/hetgpu/hetgpu/model/estimates"
+	"github.com/hetgpu/hetgpu/model/history"
+	"github.com/hetgpu/hetgpu/sidecar/estimate"
 	"github.com/hetgpu/hetgpu/sidecar/place"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
 	"github.com/hetgpu/hetgpu/sidecar/sim"
@@ -169,6 +171,9 @@ func TestEstimateReplayValidate(t *testing.T) {
 		{sim.EstimateReplay{EstimateSkew: 30}, "estimate skew = 30"},
 		{sim.EstimateReplay{EstimateSkew: -1}, "estimate skew = -1"},
 		{sim.EstimateReplay{EstimateSkewSpread: 5}, "estimate skew spread = 5"},
+		{sim.EstimateReplay{PartialEstimates: 1}, "partial estimates = 1"},
+		{sim.EstimateReplay{PartialEstimates: -0.2}, "partial estimates = -0.2"},
+		{sim.EstimateReplay{NoEstimates: true, PartialEstimates: 0.5}, "no estimates and partial estimates (0.5) together"},
 	} {
 		_, err := sim.New(sim.Config{Spec: oneClass(t, "Tesla V100-SXM2-16GB", 1, 1), Throughput: table(t), EstimateReplay: c.r})
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -237,5 +242,111 @@ func TestEstimateSkewSpread(t *testing.T) {
 	}
 	if d := res.EstimateModel.Namespaces[0].Bias - res.EstimateModel.Namespaces[1].Bias; math.Signbit(d) != math.Signbit(math.Log(b/a)) {
 		t.Errorf("the teams' learned biases are ordered against their habits %v and %v: %+v", a, b, res.EstimateModel.Namespaces)
+	}
+}
+
+// sourceRecorder ranks in arrival order and records, per job key, the estimate source and
+// declared steps of the last round it ranked the job in, and every estimate it saw.
+type sourceRecorder struct {
+	place.FIFO
+	src   map[string]cluster.EstimateSource
+	steps map[string]float64
+	ests  map[string][]time.Duration
+}
+
+func (r *sourceRecorder) Rank(ctx context.Context, snap *cluster.Snapshot, pred sched.Predictor) ([]sched.Ranked, error) {
+	if r.src == nil {
+		r.src, r.steps, r.ests = map[string]cluster.EstimateSource{}, map[string]float64{}, map[string][]time.Duration{}
+	}
+	for _, j := range snap.Pending {
+		r.src[j.Key()] = j.Hetgpu.Est.Source
+		r.steps[j.Key()] = j.Hetgpu.Steps
+		r.ests[j.Key()] = append(r.ests[j.Key()], j.Hetgpu.EstRuntime)
+	}
+	return r.FIFO.Rank(ctx, snap, pred)
+}
+
+// TestEstimateRegimes: what users tell (EstimateReplay) reaches the pipeline's estimates step
+// the same way for every policy: none hides every estimate, partial:F a seeded share of the
+// namespaces' (of jobs, with one namespace), and DeclareSteps gives every job its work. The
+// history learns from the jobs that finish, so later jobs without an estimate are read from it.
+func TestEstimateRegimes(t *testing.T) {
+	s := oneClass(t, "Tesla V100-SXM2-16GB", 1, 1)
+	run := func(tr *trace.Trace, replay sim.EstimateReplay) *sourceRecorder {
+		t.Helper()
+		h, err := history.New(history.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := &sourceRecorder{}
+		p := &sim.PipelinePolicy{PolicyName: "est", Estimates: sim.Estimates{Seed: 3},
+			Stages: sched.Stages{Ranker: rec, Placer: place.FirstFit{}, Predictor: sim.TablePredictor{Table: table(t)}, Estimator: estimate.New(h)}}
+		if _, err := sim.Simulate(context.Background(), sim.Setup{Spec: s, Throughput: table(t), Trace: tr, EstimateReplay: replay}, p, nil); err != nil {
+			t.Fatal(err)
+		}
+		return rec
+	}
+	count := func(rec *sourceRecorder) map[cluster.EstimateSource]int {
+		n := map[cluster.EstimateSource]int{}
+		for _, src := range rec.src {
+			n[src]++
+		}
+		return n
+	}
+	teams, _ := queueTrace(t, "teams", 80, "a", "b", "c", "d", "e", "f", "g", "h")
+	one, _ := queueTrace(t, "one", 80)
+
+	if n := count(run(teams, sim.EstimateReplay{})); n[cluster.EstUser] != 80 {
+		t.Fatalf("with estimates: sources %v, want every job the user's", n)
+	}
+	none := run(teams, sim.EstimateReplay{NoEstimates: true})
+	if n := count(none); n[cluster.EstHistory] != 80 {
+		t.Fatalf("none: sources %v, want every job read from the history", n)
+	}
+	// The queue drains one job at a time: the last jobs' estimates rest on the first ones' runs,
+	// about 600 to 1,900 s, not on the one-hour prior.
+	last := none.ests["h/j79/"+sim.JobGroup]
+	if got := last[len(last)-1]; got > 40*time.Minute {
+		t.Fatalf("none: the last job is read as %v, want what the finished jobs took rather than the prior", got)
+	}
+	for _, c := range []struct {
+		tr   *trace.Trace
+		per  string
+		want func(key string) string
+	}{
+		{teams, "namespace", func(k string) string { return strings.Split(k, "/")[0] }},
+		{one, "job", func(k string) string { return k }},
+	} {
+		rec := run(c.tr, sim.EstimateReplay{PartialEstimates: 0.5})
+		again := run(c.tr, sim.EstimateReplay{PartialEstimates: 0.5})
+		told := map[string]bool{}
+		for key, src := range rec.src {
+			if again.src[key] != src {
+				t.Fatalf("partial per %s: job %s is %v in one run and %v in another", c.per, key, src, again.src[key])
+			}
+			g := c.want(key)
+			if prev, ok := told[g]; ok && prev != (src == cluster.EstUser) {
+				t.Fatalf("partial per %s: %s both tells and does not", c.per, g)
+			}
+			told[g] = src == cluster.EstUser
+		}
+		n := 0
+		for _, v := range told {
+			if v {
+				n++
+			}
+		}
+		if n == 0 || n == len(told) {
+			t.Fatalf("partial per %s: %d of %d tell their runtime, want some but not all", c.per, n, len(told))
+		}
+	}
+	steps := run(teams, sim.EstimateReplay{NoEstimates: true, DeclareSteps: true})
+	if n := count(steps); n[cluster.EstSteps] != 80 {
+		t.Fatalf("steps: sources %v, want every job read from its steps", n)
+	}
+	for key, v := range steps.steps {
+		if !(v > 0) {
+			t.Fatalf("steps: job %s declares %v steps", key, v)
+		}
 	}
 }

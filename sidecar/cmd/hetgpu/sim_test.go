@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -134,10 +135,20 @@ func TestParseEstimates(t *testing.T) {
 		{"live:auto", sim.EstimateReplay{LiveEstimates: true, EstimateError: 0.5, CalibrateEstimates: true}},
 		{"live:auto:1", sim.EstimateReplay{LiveEstimates: true, EstimateError: 1, CalibrateEstimates: true}},
 		{"live:auto:0", sim.EstimateReplay{LiveEstimates: true, CalibrateEstimates: true}},
+		{"none", sim.EstimateReplay{NoEstimates: true}},
+		{"partial:0.3", sim.EstimateReplay{PartialEstimates: 0.3}},
 	} {
 		got, err := parseEstimates("hetgpu sim", c.v)
 		if err != nil || got != c.want {
 			t.Errorf("parseEstimates(%q) = %+v, %v; want %+v", c.v, got, err, c.want)
+		}
+		if r := got.Regime(); r != c.v && c.v != "live:auto" {
+			t.Errorf("%q reads back as regime %q", c.v, r)
+		}
+	}
+	for _, bad := range []string{"partial", "partial:1", "partial:0", "partial:x", "nothing"} {
+		if _, err := parseEstimates("hetgpu sim", bad); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("--estimates = %q", bad)) {
+			t.Errorf("parseEstimates(%q): %v, want an error naming the value", bad, err)
 		}
 	}
 }
