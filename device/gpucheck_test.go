@@ -426,7 +426,10 @@ func TestGPUCheckPowerAndEnergyUnderLoad(t *testing.T) {
 		}
 	}
 	c.write(t, "device-power-energy.json", map[string]any{"load": loadNote, "load_seconds": d.Seconds(), "gpus": results})
-	t.Logf("load: %s; %+v", loadNote, results)
+	for _, r := range results {
+		t.Logf("GPU %s (load: %s): idle %.1f W, under load %.1f W mean / %.1f W peak, energy counter +%.1f J (%.1f W average)",
+			r.UUID, loadNote, r.IdleW, r.MeanLoadW, r.PeakLoadW, r.EnergyJ, r.CounterAvgW)
+	}
 }
 
 // TestGPUCheckXIDRegistration: the plugin's XID watcher registers for critical XID events on
