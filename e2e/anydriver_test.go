@@ -292,7 +292,7 @@ func (e *anyDriverEnv) runToCompletion(t *testing.T, drv string) {
 	_, _, err := c.Jobs().Register(job, nil)
 	must(t, err)
 	scCheckPinned(t, c, e.sidecarURL, id)
-	pinned, err := c.Jobs().Info(id, nil)
+	pinned, _, err := c.Jobs().Info(id, nil)
 	must(t, err)
 	_, devs := scPinOf(pinned.TaskGroups[0])
 	t.Logf("%s: pinned to %v after %s", id, devs, time.Since(t0).Round(time.Millisecond))
