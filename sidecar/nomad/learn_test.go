@@ -103,7 +103,9 @@ func TestAnyDriverRunLearnedFromDeviceStatsAndProgress(t *testing.T) {
 func TestAnyDriverRunWithoutProgressFile(t *testing.T) {
 	for _, tt := range []struct {
 		name, file string
-	}{{"no file", ""}, {"malformed", `{"steps": "many"}`}, {"unknown key", `{"step": 10}`}, {"zero steps", `{"steps": 0}`}} {
+	}{{"no file", ""}, {"malformed", `{"steps": "many"}`}, {"unknown key", `{"step": 10}`}, {"zero steps", `{"steps": 0}`},
+		// A token without read-fs: the real agent answers 200 with this body.
+		{"permission denied", "Permission denied"}} {
 		t.Run(tt.name, func(t *testing.T) {
 			clock := time.Now()
 			now := clock

@@ -20,6 +20,9 @@ import (
 // run by the hetgpu task driver get a measured throughput too (docs/any-driver.md).
 const ProgressPath = "alloc/hetgpu/progress.json"
 
+// errNoProgress: the task wrote no progress file.
+var errNoProgress = errors.New("no progress file")
+
 // maxProgressBytes bounds the read: the file is a few dozen bytes.
 const maxProgressBytes = 64 << 10
 
@@ -66,14 +69,14 @@ func ParseProgress(b []byte) (Progress, error) {
 
 // readProgress reads an ended allocation's progress file through Nomad's file-system API
 // (forwarded by the servers to the allocation's client, as long as the client has not
-// garbage-collected the allocation's directory).
+// garbage-collected the allocation's directory). The real agent (2.0) answers a failed read
+// with status 200 and the error as the body ("stat ...: no such file or directory",
+// "Permission denied", "Unknown allocation ...", "state for allocation ... not found on
+// client"), so anything that is not a JSON object is read as the agent's error.
 func (b *Backend) readProgress(ctx context.Context, allocID, nodeID string) (Progress, error) {
 	q := (&api.QueryOptions{}).WithContext(ctx)
-	r, err := b.c.AllocFS().ReadAt(&api.Allocation{ID: allocID, NodeID: nodeID}, ProgressPath, 0, maxProgressBytes, q)
+	r, err := b.c.AllocFS().ReadAt(&api.Allocation{ID: allocID, NodeID: nodeID}, ProgressPath, 0, maxProgressBytes+1, q)
 	if err != nil {
-		if strings.Contains(strings.ToLower(err.Error()), "no such file") || strings.Contains(err.Error(), "not exist") {
-			return Progress{}, fmt.Errorf("allocation %s has no %s: %w", allocID, ProgressPath, errNoProgress)
-		}
 		return Progress{}, fmt.Errorf("reading %s of allocation %s: %w", ProgressPath, allocID, err)
 	}
 	defer r.Close()
@@ -84,8 +87,15 @@ func (b *Backend) readProgress(ctx context.Context, allocID, nodeID string) (Pro
 	if len(data) > maxProgressBytes {
 		return Progress{}, fmt.Errorf("allocation %s: %s is larger than %d bytes", allocID, ProgressPath, maxProgressBytes)
 	}
+	if t := bytes.TrimSpace(data); len(t) > 0 && t[0] != '{' {
+		msg := string(t[:min(len(t), 200)])
+		switch {
+		case strings.Contains(msg, "no such file or directory"):
+			return Progress{}, fmt.Errorf("allocation %s has no %s: %w", allocID, ProgressPath, errNoProgress)
+		case strings.Contains(msg, "Permission denied"):
+			return Progress{}, fmt.Errorf("reading %s of allocation %s: Nomad says %q: the sidecar's token needs the read-fs capability in the job's namespace (jobspecs/hetgpu-sidecar.policy.hcl)", ProgressPath, allocID, msg)
+		}
+		return Progress{}, fmt.Errorf("reading %s of allocation %s: Nomad says %q", ProgressPath, allocID, msg)
+	}
 	return ParseProgress(data)
 }
-
-// errNoProgress: the task wrote no progress file.
-var errNoProgress = errors.New("no progress file")

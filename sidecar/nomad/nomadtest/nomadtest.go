@@ -781,18 +781,19 @@ func (s *Server) statsOf(id string) map[string]*api.StatValue {
 }
 
 // allocFile answers /v1/client/fs/readat and /cat with a file SetAllocFile put there, and
-// errors worded as the real agent's (see missingFile).
+// errors as the real agent (2.0) sends them: status 200, the error as the body.
 func (s *Server) allocFile(w http.ResponseWriter, r *http.Request, id string) {
 	path := r.URL.Query().Get("path")
 	s.mu.Lock()
 	_, known := s.allocs[id]
 	data, ok := s.files[id][path]
 	s.mu.Unlock()
+	// The real agent answers a failed read with status 200 and the error as the body.
 	switch {
 	case !known:
-		http.Error(w, "Unknown allocation \""+id+"\"", http.StatusNotFound)
+		_, _ = w.Write([]byte("Unknown allocation \"" + id + "\""))
 	case !ok:
-		http.Error(w, missingFile(path), http.StatusInternalServerError)
+		_, _ = w.Write([]byte(missingFile(id, path)))
 	default:
 		if lim, err := strconv.Atoi(r.URL.Query().Get("limit")); err == nil && lim > 0 && lim < len(data) {
 			data = data[:lim]
@@ -1233,6 +1234,6 @@ func replyCopy[T any](s *Server, w http.ResponseWriter, m map[string]*T, key, no
 
 // missingFile is the real agent's answer to reading a file an allocation's directory does
 // not hold.
-func missingFile(path string) string {
-	return "stat " + path + ": no such file or directory"
+func missingFile(allocID, path string) string {
+	return "stat /var/lib/nomad/alloc/" + allocID + "/" + path + ": no such file or directory"
 }
