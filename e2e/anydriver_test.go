@@ -83,6 +83,8 @@ func anyDriverJob(t *testing.T, c *api.Client, drv, id string, steps int) *api.J
 	task.Driver = drv
 	delete(task.Config, "runtime") // fake GPUs: no NVIDIA container runtime
 	task.Resources.CPU, task.Resources.MemoryMB = ptrTo(100), ptrTo(64)
+	// Two GPUs, so that the pin, the task's environment and the energy name exactly a set.
+	task.Resources.Devices[0].Count = ptrTo(uint64(2))
 	return job
 }
 
