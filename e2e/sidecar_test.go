@@ -47,6 +47,9 @@ func TestSidecarPinsJobspecs(t *testing.T) {
 		if filepath.Base(f) == "hetgpu-sidecar.nomad.hcl" {
 			continue // the sidecar itself, not a GPU workload (TestHASidecarAsNomadJobWithACL runs it)
 		}
+		if anyDriverSpecs[filepath.Base(f)] != "" {
+			continue // other drivers' examples: TestAnyDriver runs them with the drivers this machine has
+		}
 		job := scRegister(t, c.API, f, "", bins.Toy)
 		if scHeld(job) {
 			held[*job.ID] = job
@@ -161,6 +164,13 @@ func TestSidecarPinsJobspecs(t *testing.T) {
 // configuration and waits for its API.
 func startSidecar(t *testing.T, c *cluster, bins binaries, port int, extra string) *proc {
 	t.Helper()
+	return startSidecarNomad(t, c, bins, port, "", extra)
+}
+
+// startSidecarNomad is startSidecar with nomadExtra inside the configuration's nomad block
+// (a token, sample_every).
+func startSidecarNomad(t *testing.T, c *cluster, bins binaries, port int, nomadExtra, extra string) *proc {
+	t.Helper()
 	scDir := t.TempDir()
 	cfg := fmt.Sprintf(`
 listen    = "127.0.0.1:%d"
@@ -169,9 +179,10 @@ debounce  = "200ms"
 log_level = "info"
 nomad {
   address = %q
+%s
 }
 %s
-`, port, filepath.Join(scDir, "state"), c.HTTP, extra)
+`, port, filepath.Join(scDir, "state"), c.HTTP, nomadExtra, extra)
 	cfgPath := filepath.Join(scDir, "sidecar.hcl")
 	must(t, os.WriteFile(cfgPath, []byte(cfg), 0o644))
 	env := []string{"NOMAD_ADDR=", "NOMAD_TOKEN=", "NOMAD_NAMESPACE=", "HETGPU_TOKEN="}

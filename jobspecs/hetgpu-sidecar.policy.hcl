@@ -10,8 +10,10 @@ namespace "default" {
   # list-jobs, read-job: the resync and the event stream's Job, Allocation and Evaluation
   # topics, allocation stats (energy). submit-job: pins and re-holds (a job register with
   # EnforceIndex). tag-job-version: the hetgpu-pin-N and hetgpu-rehold-N version tags.
-  # alloc-lifecycle: preemption stops the preempted group's allocations.
-  capabilities = ["list-jobs", "read-job", "submit-job", "tag-job-version", "alloc-lifecycle"]
+  # alloc-lifecycle: preemption stops the preempted group's allocations. read-fs: the
+  # progress file (alloc/hetgpu/progress.json) of a finished run of a task not run by the
+  # hetgpu task driver (docker, podman, exec, raw_exec: docs/any-driver.md).
+  capabilities = ["list-jobs", "read-job", "submit-job", "tag-job-version", "alloc-lifecycle", "read-fs"]
 
   # The leader lock (hetgpu/leader) and the shared state (hetgpu/state/...): write takes and
   # renews the lock and writes chunks, destroy removes superseded chunks.

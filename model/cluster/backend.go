@@ -57,6 +57,12 @@ type FinishedRun struct {
 	// EstRuntime is the group's hetgpu.runtime (0: none) and Ran its hetgpu.ran, the time it
 	// ran before this run: with the run's own runtime they tell how far the estimate was off.
 	EstRuntime, Ran time.Duration
+	// EnergySource says where Obs.EnergyJ came from: "counter" (the GPUs' energy counters in
+	// the device stats, read during the run), "power" (their sampled power, integrated) or
+	// "" (not measured). Progress is set when Obs.Steps (and the throughput) came from the
+	// task's progress file.
+	EnergySource string
+	Progress     bool
 }
 
 // Placement is where Nomad itself placed an annotated job that was not held.

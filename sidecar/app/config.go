@@ -59,6 +59,7 @@ import (
 //	  ca_file   = "" cert_file = "" key_file = ""  # else NOMAD_CACERT, NOMAD_CLIENT_CERT, NOMAD_CLIENT_KEY
 //	  tls_server_name = ""  tls_skip_verify = false  # else NOMAD_TLS_SERVER_NAME, NOMAD_SKIP_VERIFY
 //	  sample_device_stats = true   # measure energy from allocation device stats
+//	  sample_every = "5s"          # how often (energy counters and power of running GPUs)
 //	  topology = true              # read GPU topology from node device stats
 //	  resync   = "1m"              # full list resync besides the one on every reconnect
 //	}
@@ -141,6 +142,8 @@ type Config struct {
 
 	// Parsed values (no hcl tag: gohcl ignores untagged fields).
 	ReconcileD, DebounceD, ResyncD, ExplainLinkTTLD time.Duration
+	// SampleEveryD is nomad.sample_every.
+	SampleEveryD time.Duration
 	// QueueConfig is the queue and queues blocks, checked (no queue: not Enabled).
 	QueueConfig queue.Config
 	// File is where the configuration came from ("" for defaults).
@@ -161,6 +164,7 @@ type NomadConfig struct {
 	SampleDeviceStats *bool  `hcl:"sample_device_stats,optional"`
 	Topology          *bool  `hcl:"topology,optional"`
 	Resync            string `hcl:"resync,optional"`
+	SampleEvery       string `hcl:"sample_every,optional"`
 }
 
 // SimConfig is the simulator block.
@@ -340,6 +344,9 @@ func (c *Config) finish() error {
 	}
 	if c.ResyncD, err = duration(c.Nomad.Resync, time.Minute); err != nil || c.ResyncD < time.Second {
 		return bad("nomad.resync", c.Nomad.Resync, "a duration of at least 1s, e.g. \"1m\"")
+	}
+	if c.SampleEveryD, err = duration(c.Nomad.SampleEvery, 5*time.Second); err != nil || c.SampleEveryD < 500*time.Millisecond {
+		return bad("nomad.sample_every", c.Nomad.SampleEvery, "a duration of at least 500ms, e.g. \"5s\"")
 	}
 	if c.Simulator == nil {
 		c.Simulator = &SimConfig{}

@@ -25,6 +25,7 @@ nomad {
   namespace           = "ml"
   sample_device_stats = false
   resync              = "30s"
+  sample_every        = "2s"
 }
 
 simulator {
@@ -52,7 +53,7 @@ gang {
 `
 	c := mustConfig(t, src, "")
 	if c.Listen != "0.0.0.0:9000" || c.Token != "t0k" || !c.Insecure || !c.Shadow || c.ReconcileD != 2*time.Second || c.DebounceD != 100*time.Millisecond ||
-		c.Nomad.Address != "https://nomad:4646" || c.Nomad.Namespace != "ml" || *c.Nomad.SampleDeviceStats || c.ResyncD != 30*time.Second ||
+		c.Nomad.Address != "https://nomad:4646" || c.Nomad.Namespace != "ml" || *c.Nomad.SampleDeviceStats || c.ResyncD != 30*time.Second || c.SampleEveryD != 2*time.Second ||
 		c.Simulator.Cluster != "gavel-108" || c.Simulator.Speed != 60 || c.Simulator.Trace != "bundled:default" ||
 		c.Placement.Preset != "gogh" || c.Predictor.Window != 500 || !c.UseNomad() ||
 		c.Preempt.Parsed.MinRun != time.Hour || c.Preempt.Parsed.Hysteresis != 2 || c.Preempt.Parsed.LongJobGuard ||
@@ -96,6 +97,7 @@ func TestConfigErrors(t *testing.T) {
 		{"placement {\n preset = \"best\"\n}", `config placement.preset = "best"`},
 		{"simulator {\n speed = -1\n}", "simulator.speed"},
 		{"nomad {\n resync = \"1ms\"\n}", "nomad.resync"},
+		{"nomad {\n sample_every = \"10ms\"\n}", `config nomad.sample_every = "10ms": expected a duration of at least 500ms`},
 		{"ranker {\n tune_every = \"1ms\"\n}", `config ranker.tune_every = "1ms"`},
 		{"ranker {\n tune_runs = -1\n}", `config ranker.tune_runs = "-1"`},
 		{"ranker {\n estimate_error = -0.5\n}", `config ranker.estimate_error = "-0.5"`},

@@ -2,8 +2,6 @@ package nomad
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"sort"
 	"strings"
@@ -11,7 +9,6 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/hetgpu/hetgpu/internal/parallel"
 	"github.com/hetgpu/hetgpu/model/annot"
 	"github.com/hetgpu/hetgpu/model/cluster"
 	"github.com/hetgpu/hetgpu/model/gpuspec"
@@ -43,7 +40,7 @@ func (b *Backend) Maintain(ctx context.Context) (*cluster.Maintenance, error) {
 	}
 	b.refreshLinks(ctx)
 	m.Placed = placed
-	m.Finished = b.finishedRuns()
+	m.Finished = b.finishedRuns(ctx)
 	b.mu.Lock()
 	m.Gone, b.gone = b.gone, nil
 	b.mu.Unlock()
@@ -293,192 +290,6 @@ func (b *Backend) showInvalid(ctx context.Context, inv invalidJob) {
 	}
 	job.JobModifyIndex = &resp.JobModifyIndex
 	b.storeJob(job)
-}
-
-// sampleEnergy integrates the power of running hetgpu allocations' GPUs. It reads each
-// node's device stats once (one call per node holding such allocations, side by side,
-// StatsParallel at a time) and sums each allocation's own instances, rather than asking for
-// every allocation's stats: the calls per cycle are bounded by the nodes, not the
-// allocations (1,280 nodes x 8 GPUs can run thousands of allocations).
-func (b *Backend) sampleEnergy(ctx context.Context) {
-	b.mu.Lock()
-	now := b.now()
-	if now.Sub(b.lastStats) < b.cfg.SampleEvery {
-		b.mu.Unlock()
-		return
-	}
-	b.lastStats = now
-	byNode := map[string][]*allocRec{}
-	for _, a := range b.allocs {
-		if a.ClientStatus == api.AllocClientStatusRunning && !terminal(a) && len(a.Devices) > 0 {
-			if _, ok := b.jobs[jobKey(a.Namespace, a.JobID)]; ok {
-				byNode[a.NodeID] = append(byNode[a.NodeID], a)
-			}
-		}
-	}
-	b.mu.Unlock()
-	nodes := make([]string, 0, len(byNode))
-	for n := range byNode {
-		nodes = append(nodes, n)
-	}
-	sort.Strings(nodes)
-	parallel.For(len(nodes), b.cfg.StatsParallel, func(i int) {
-		if ctx.Err() != nil {
-			return
-		}
-		sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		hs, err := b.c.Nodes().Stats(nodes[i], (&api.QueryOptions{}).WithContext(sctx))
-		cancel()
-		if err != nil || hs == nil {
-			b.log.Debug("node device stats unavailable; no energy sample", "node", nodes[i], "error", err)
-			return
-		}
-		power := map[string]float64{}
-		eachInstance(hs, func(id string, st *api.DeviceStats) {
-			if p, ok := powerW(st.Stats); ok {
-				power[id] = p
-			}
-		})
-		t := b.now()
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		for _, a := range byNode[nodes[i]] {
-			total, n := 0.0, 0
-			seen := map[string]bool{}
-			for _, id := range a.deviceIDs() {
-				if p, ok := power[id]; ok && !seen[id] {
-					total += p
-					n++
-					seen[id] = true // an instance listed twice counts once
-				}
-			}
-			if n == 0 {
-				continue
-			}
-			acc := b.energy[a.ID]
-			if acc == nil {
-				acc = &energyAcc{}
-				b.energy[a.ID] = acc
-			}
-			if !acc.last.IsZero() {
-				acc.joules += (acc.lastW + total) / 2 * t.Sub(acc.last).Seconds()
-			} else if !a.Start.IsZero() && a.Start.Before(t) {
-				// First sample: assume the draw since the task started was the same.
-				acc.joules += total * t.Sub(a.Start).Seconds()
-			}
-			acc.last, acc.lastW = t, total
-			acc.peak = max(acc.peak, total)
-			acc.samples++
-		}
-	})
-}
-
-// finishedRuns reports groups whose allocations all ended, at least one of them having
-// finished its work (finishedOK), once LearnGrace has passed since the last one ended.
-// Stopped, failed and lost allocations are never a finished run: the task driver reports
-// what they did, marked partial. Each run's record claims its allocations, so whichever of
-// the task driver and the sidecar reports it first is the one stored and learned.
-func (b *Backend) finishedRuns() []cluster.FinishedRun {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	type run struct {
-		live     int
-		complete []*allocRec
-	}
-	runs := map[string]*run{}
-	for _, a := range b.allocs {
-		gk := groupKey(a.Namespace, a.JobID, a.Group)
-		r := runs[gk]
-		if r == nil {
-			r = &run{}
-			runs[gk] = r
-		}
-		if !terminal(a) {
-			r.live++
-		} else if finishedOK(a) && len(a.Devices) > 0 && !b.learned[a.ID] {
-			r.complete = append(r.complete, a)
-		}
-	}
-	keys := make([]string, 0, len(runs))
-	for k := range runs {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var out []cluster.FinishedRun
-	for _, gk := range keys {
-		r := runs[gk]
-		if r.live > 0 || len(r.complete) == 0 {
-			continue
-		}
-		last := time.Time{}
-		for _, al := range r.complete {
-			if al.End.After(last) {
-				last = al.End
-			}
-		}
-		if b.now().Sub(last) < b.cfg.LearnGrace {
-			continue // the task driver's record, measured on the GPUs, usually comes first
-		}
-		sort.Slice(r.complete, func(i, j int) bool { return r.complete[i].ID < r.complete[j].ID })
-		first := r.complete[0]
-		jr, ok := b.jobs[jobKey(first.Namespace, first.JobID)]
-		if !ok {
-			continue
-		}
-		tg := findGroup(jr.job, first.Group)
-		if tg == nil {
-			continue
-		}
-		a, _ := annot.Parse(jr.job.Meta, tg.Meta, first.Group)
-		obs := cluster.Observation{
-			Namespace: first.Namespace, JobID: first.JobID, Group: first.Group,
-			ModelFamily: a.ModelFamily, ModelName: a.ModelName, BatchSize: a.BatchSize, ParamCount: a.ParamCount,
-			Framework: a.Framework,
-		}
-		var start, end time.Time
-		nodes := map[string]bool{}
-		ids := []string{}
-		samples := 0
-		for _, al := range r.complete {
-			b.learned[al.ID] = true
-			ids = append(ids, al.ID)
-			nodes[al.NodeID] = true
-			obs.GPUs += len(al.deviceIDs())
-			if obs.GPUName == "" {
-				obs.GPUName = al.Devices[0].Name
-				obs.GPUType = gpuspec.Canonical(obs.GPUName)
-			}
-			if !al.Start.IsZero() && (start.IsZero() || al.Start.Before(start)) {
-				start = al.Start
-			}
-			if al.End.After(end) {
-				end = al.End
-			}
-			if e := b.energy[al.ID]; e != nil {
-				obs.EnergyJ += e.joules
-				obs.PeakPowerW = max(obs.PeakPowerW, e.peak)
-				samples += e.samples
-				delete(b.energy, al.ID)
-			}
-		}
-		obs.Nodes = len(nodes)
-		if !start.IsZero() && end.After(start) {
-			obs.RuntimeS = end.Sub(start).Seconds()
-		}
-		obs.Time = end
-		// A run resumed after a preemption (hetgpu.ran) did only the rest of the steps, how
-		// many is not known here: steps over its runtime would overstate its throughput.
-		if w := annot.Steps(jr.job.Meta, tg.Meta, first.Group); w > 0 && obs.RuntimeS > 0 && a.Ran == 0 {
-			obs.Throughput = w / obs.RuntimeS
-		}
-		if obs.EnergyJ > 0 && obs.RuntimeS > 0 {
-			obs.AvgPowerW = obs.EnergyJ / obs.RuntimeS
-		}
-		sum := sha256.Sum256([]byte(strings.Join(ids, ",")))
-		out = append(out, cluster.FinishedRun{Key: gk + "@" + hex.EncodeToString(sum[:8]), AllocIDs: ids, Obs: obs, Start: start, Samples: samples,
-			EstRuntime: a.EstRuntime, Ran: a.Ran})
-	}
-	return out
 }
 
 var _ cluster.AllocLifetimes = (*Backend)(nil)

@@ -52,10 +52,19 @@ type allocRec struct {
 	CreateIndex, ModifyIndex uint64
 }
 
+// energyAcc is what sampleEnergy measured of a running allocation's GPUs: the integral of
+// their sampled power, its peak, and the first and last readings of their energy counters.
 type energyAcc struct {
 	joules, peak, lastW float64
 	last                time.Time
 	samples             int
+	// firstJ and lastJ are the summed counters at firstJT and lastJT (the stats'
+	// timestamps); counters counts the readings, counterBad is set when they cannot be
+	// used (a GPU without a counter, a counter that went back).
+	firstJ, lastJ   float64
+	firstJT, lastJT time.Time
+	counters        int
+	counterBad      bool
 }
 
 func jobKey(ns, id string) string { return cluster.JobKey(ns, id) }

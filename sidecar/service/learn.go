@@ -417,7 +417,8 @@ func (s *Service) predictionError(o *cluster.Observation) {
 	}
 }
 
-// learnRun records a finished run the backend saw. Its record claims its allocations
+// learnRun records a run the backend saw end (finished, or partial: stopped before it
+// finished, never learned from). Its record claims its allocations
 // ("alloc/<id>"; FinishedRun.Key as "run/<key>" for a reporter without them), so whichever
 // of the task driver and the sidecar reports an allocation first wins, across restarts.
 func (s *Service) learnRun(ctx context.Context, fr cluster.FinishedRun) {
@@ -444,8 +445,11 @@ func (s *Service) learnRun(ctx context.Context, fr cluster.FinishedRun) {
 		return
 	}
 	// Before the store: the task driver's record of the run usually came first and this one
-	// is then a duplicate, but only the backend knows the run's estimate.
-	s.calibrate(fr)
+	// is then a duplicate, but only the backend knows the run's estimate. A stopped run's
+	// runtime says nothing about the estimate.
+	if !o.Partial {
+		s.calibrate(fr)
+	}
 	res, err := s.storeRecords(ctx, []store.NewObservation{{Obs: o, Source: SourceSidecar, Claims: claims}})
 	if err != nil {
 		s.log.Warn("recording a finished run failed", "run", fr.Key, "error", err)
@@ -453,7 +457,10 @@ func (s *Service) learnRun(ctx context.Context, fr cluster.FinishedRun) {
 	}
 	if res.Duplicates > 0 {
 		s.log.Debug("finished run already reported", "run", fr.Key, "by", res.Records[0].DuplicateOf)
+		return
 	}
+	s.log.Info("run recorded by the sidecar", "run", fr.Key, "partial", o.Partial, "runtime_s", o.RuntimeS,
+		"throughput", o.Throughput, "steps", o.Steps, "progress_file", fr.Progress, "energy_j", o.EnergyJ, "energy_from", fr.EnergySource)
 }
 
 // latestDecision is a small helper for tests and the API.

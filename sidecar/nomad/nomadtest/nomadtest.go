@@ -31,12 +31,15 @@ type Server struct {
 	allocs map[string]*api.Allocation
 	// byJob ("ns/id") and byNode index allocs (never removed, like allocs), so a register
 	// on a fake with thousands of allocations does not scan all of them.
-	byJob   map[string][]*api.Allocation
-	byNode  map[string][]*api.Allocation
-	evals   map[string]*api.Evaluation
-	tags    map[string][]Tag // "ns/id"
-	power   map[string]float64
-	topo    map[string]map[string]*api.StatValue
+	byJob  map[string][]*api.Allocation
+	byNode map[string][]*api.Allocation
+	evals  map[string]*api.Evaluation
+	tags   map[string][]Tag // "ns/id"
+	power  map[string]float64
+	energy map[string]float64
+	topo   map[string]map[string]*api.StatValue
+	// files are what tasks wrote in their allocation directories, by allocation and path.
+	files   map[string]map[string][]byte
 	events  []api.Events
 	streams map[chan struct{}]bool
 	wake    *sync.Cond
@@ -81,6 +84,7 @@ func New() *Server {
 		nodes: map[string]*api.Node{}, jobs: map[string]*api.Job{}, allocs: map[string]*api.Allocation{},
 		byJob: map[string][]*api.Allocation{}, byNode: map[string][]*api.Allocation{},
 		evals: map[string]*api.Evaluation{}, tags: map[string][]Tag{}, power: map[string]float64{},
+		energy: map[string]float64{}, files: map[string]map[string][]byte{},
 		topo: map[string]map[string]*api.StatValue{}, streams: map[chan struct{}]bool{}, Schedule: true,
 		index: 10, calls: map[string]int{}, record: true, vars: map[string]*fakeVar{},
 	}
@@ -217,6 +221,25 @@ func (s *Server) SetPower(deviceID string, w float64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.power[deviceID] = w
+}
+
+// SetEnergy sets the energy counter (J) a GPU instance reports in device stats ("energy",
+// unit "J", as the hetgpu device plugin's stat reaches the real agent's node stats).
+func (s *Server) SetEnergy(deviceID string, j float64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.energy[deviceID] = j
+}
+
+// SetAllocFile puts a file into an allocation's directory (path as Nomad's file-system API
+// names it, e.g. "alloc/hetgpu/progress.json"), as a task writing it would.
+func (s *Server) SetAllocFile(allocID, path string, data []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.files[allocID] == nil {
+		s.files[allocID] = map[string][]byte{}
+	}
+	s.files[allocID][path] = append([]byte(nil), data...)
 }
 
 // SetTopology sets stats attributes a GPU instance publishes (e.g. "nvlink_peers").
@@ -534,6 +557,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		replyCopy(s, w, s.nodes, strings.TrimPrefix(p, "/v1/node/"), "node not found")
 	case p == "/v1/client/stats":
 		s.nodeStats(w, r.URL.Query().Get("node_id"))
+	case strings.HasPrefix(p, "/v1/client/fs/readat/") || strings.HasPrefix(p, "/v1/client/fs/cat/"):
+		s.allocFile(w, r, p[strings.LastIndex(p, "/")+1:])
 	case strings.HasPrefix(p, "/v1/client/allocation/") && strings.HasSuffix(p, "/stats"):
 		s.allocStats(w, strings.TrimSuffix(strings.TrimPrefix(p, "/v1/client/allocation/"), "/stats"))
 	case p == "/v1/jobs" && r.Method == http.MethodGet:
@@ -726,7 +751,7 @@ func (s *Server) nodeStats(w http.ResponseWriter, nodeID string) {
 		for _, g := range n.NodeResources.Devices {
 			gs := &api.DeviceGroupStats{Vendor: g.Vendor, Type: g.Type, Name: g.Name, InstanceStats: map[string]*api.DeviceStats{}}
 			for _, in := range g.Instances {
-				gs.InstanceStats[in.ID] = &api.DeviceStats{Stats: &api.StatObject{Attributes: s.statsOf(in.ID)}, Timestamp: time.Now()}
+				gs.InstanceStats[in.ID] = &api.DeviceStats{Stats: &api.StatObject{Attributes: s.statsOf(in.ID)}, Timestamp: s.clock()}
 			}
 			hs.DeviceStats = append(hs.DeviceStats, gs)
 		}
@@ -748,7 +773,33 @@ func (s *Server) statsOf(id string) map[string]*api.StatValue {
 		pp := p
 		attrs["Power usage"] = &api.StatValue{FloatNumeratorVal: &pp, Unit: "W"}
 	}
+	if j, ok := s.energy[id]; ok {
+		jj := j
+		attrs["energy"] = &api.StatValue{FloatNumeratorVal: &jj, Unit: "J"}
+	}
 	return attrs
+}
+
+// allocFile answers /v1/client/fs/readat and /cat with a file SetAllocFile put there, and
+// errors as the real agent (2.0) sends them: status 200, the error as the body.
+func (s *Server) allocFile(w http.ResponseWriter, r *http.Request, id string) {
+	path := r.URL.Query().Get("path")
+	s.mu.Lock()
+	_, known := s.allocs[id]
+	data, ok := s.files[id][path]
+	s.mu.Unlock()
+	// The real agent answers a failed read with status 200 and the error as the body.
+	switch {
+	case !known:
+		_, _ = w.Write([]byte("Unknown allocation \"" + id + "\""))
+	case !ok:
+		_, _ = w.Write([]byte(missingFile(id, path)))
+	default:
+		if lim, err := strconv.Atoi(r.URL.Query().Get("limit")); err == nil && lim > 0 && lim < len(data) {
+			data = data[:lim]
+		}
+		_, _ = w.Write(data)
+	}
 }
 
 func (s *Server) allocStats(w http.ResponseWriter, id string) {
@@ -761,7 +812,7 @@ func (s *Server) allocStats(w http.ResponseWriter, id string) {
 			for _, d := range tr.Devices {
 				gs := &api.DeviceGroupStats{Vendor: d.Vendor, Type: d.Type, Name: d.Name, InstanceStats: map[string]*api.DeviceStats{}}
 				for _, did := range d.DeviceIDs {
-					gs.InstanceStats[did] = &api.DeviceStats{Stats: &api.StatObject{Attributes: s.statsOf(did)}, Timestamp: time.Now()}
+					gs.InstanceStats[did] = &api.DeviceStats{Stats: &api.StatObject{Attributes: s.statsOf(did)}, Timestamp: s.clock()}
 				}
 				ru.DeviceStats = append(ru.DeviceStats, gs)
 			}
@@ -1179,4 +1230,10 @@ func replyCopy[T any](s *Server, w http.ResponseWriter, m map[string]*T, key, no
 		return
 	}
 	s.reply(w, c)
+}
+
+// missingFile is the real agent's answer to reading a file an allocation's directory does
+// not hold.
+func missingFile(allocID, path string) string {
+	return "stat /var/lib/nomad/alloc/" + allocID + "/" + path + ": no such file or directory"
 }

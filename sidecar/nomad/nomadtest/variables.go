@@ -31,7 +31,8 @@ type fakeVar struct {
 	ttl, delay time.Duration
 }
 
-// SetClock sets the clock lock timers run on (default time.Now).
+// SetClock sets the clock lock timers run on and device stats are stamped with (default
+// time.Now).
 func (s *Server) SetClock(now func() time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
