@@ -76,6 +76,7 @@ import (
 //	  enabled        = true
 //	  hysteresis     = 1.3     # move a running job only to a GPU type this much faster
 //	  min_run        = "30m"   # never stop a job that started less than this ago
+//	  min_run_history = "1h"   # ... nor one ranked by its history (no hetgpu.runtime/steps)
 //	  long_job_guard = true    # start jobs longer than the backlog first
 //	}
 //	ranker {
@@ -199,6 +200,8 @@ type PreemptConfig struct {
 	Hysteresis   float64 `hcl:"hysteresis,optional"`
 	MinRun       string  `hcl:"min_run,optional"`
 	LongJobGuard *bool   `hcl:"long_job_guard,optional"`
+	// MinRunHistory is min_run for jobs ranked by the history of similar jobs.
+	MinRunHistory string `hcl:"min_run_history,optional"`
 
 	// Parsed is the planner configuration (no hcl tag).
 	Parsed preempt.Config
@@ -388,6 +391,9 @@ func (c *Config) finish() error {
 	}
 	if pc.MinRun, err = duration(c.Preempt.MinRun, pc.MinRun); err != nil || pc.MinRun < 0 {
 		return bad("preemption.min_run", c.Preempt.MinRun, "a non-negative duration, e.g. \"30m\"")
+	}
+	if pc.MinRunHistory, err = duration(c.Preempt.MinRunHistory, pc.MinRunHistory); err != nil || pc.MinRunHistory < 0 {
+		return bad("preemption.min_run_history", c.Preempt.MinRunHistory, "a non-negative duration, e.g. \"1h\"")
 	}
 	pc.LongJobGuard = boolOr(c.Preempt.LongJobGuard, pc.LongJobGuard)
 	c.Preempt.Parsed = pc

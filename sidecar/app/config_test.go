@@ -105,6 +105,7 @@ func TestConfigErrors(t *testing.T) {
 		{"preemption {\n hysteresis = 0.5\n}", `config preemption.hysteresis = "0.5": expected a speed-up factor >= 1`},
 		{"preemption {\n min_run = \"-5m\"\n}", `config preemption.min_run = "-5m"`},
 		{"preemption {\n min_run = \"later\"\n}", `config preemption.min_run = "later"`},
+		{"preemption {\n min_run_history = \"-1h\"\n}", `config preemption.min_run_history = "-1h"`},
 		{"gang {\n reserve_after = \"-1m\"\n}", `config gang.reserve_after = "-1m": expected a non-negative duration`},
 		{"gang {\n reserve_after = \"soon\"\n}", `config gang.reserve_after = "soon"`},
 		{`bogus = 1`, `An argument named "bogus" is not expected here`},

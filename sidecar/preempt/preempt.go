@@ -45,6 +45,12 @@ type Config struct {
 	// MinRun protects a job that started less than this ago from being stopped, so that a
 	// restart's checkpoint cost is repaid before the next one.
 	MinRun time.Duration
+	// MinRunHistory, when longer than MinRun, is MinRun for the jobs ranked by the history of
+	// similar jobs (no hetgpu.runtime or hetgpu.steps): their rank tells that they are not
+	// one of the many short ones only once they have run a while, and stopping each after
+	// MinRun serves a burst of such jobs in turns that are all restarts. Measured on the
+	// held-out windows without estimates (docs/results/estimate-free.md): 30 min, 1 h, 2 h.
+	MinRunHistory time.Duration
 	// LongJobGuard enables the long-job guard (see the package comment).
 	LongJobGuard bool
 	// CrossNodeEfficiency multiplies the predicted throughput of a job spread over nodes (as
@@ -54,7 +60,7 @@ type Config struct {
 
 // Default is hetgpu's configuration.
 func Default() Config {
-	return Config{Hysteresis: 1.3, MinRun: 30 * time.Minute, LongJobGuard: true, CrossNodeEfficiency: 0.75}
+	return Config{Hysteresis: 1.3, MinRun: 30 * time.Minute, MinRunHistory: time.Hour, LongJobGuard: true, CrossNodeEfficiency: 0.75}
 }
 
 // Validate names the first unusable field.
@@ -64,6 +70,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("preemption config: hysteresis = %v, expected a factor >= 1", c.Hysteresis)
 	case c.MinRun < 0:
 		return fmt.Errorf("preemption config: min_run = %v, expected >= 0", c.MinRun)
+	case c.MinRunHistory < 0:
+		return fmt.Errorf("preemption config: min_run_history = %v, expected >= 0", c.MinRunHistory)
 	case !(c.CrossNodeEfficiency > 0 && c.CrossNodeEfficiency <= 1):
 		return fmt.Errorf("preemption config: cross_node_efficiency = %v, expected a factor in (0, 1]", c.CrossNodeEfficiency)
 	}
@@ -134,10 +142,22 @@ func (p *Planner) Plan(ctx context.Context, snap *cluster.Snapshot, ranked []sch
 	// young are the jobs MinRun protects that a queue owed its guarantee may still reclaim
 	// (borrowed ones, see guard); they never move.
 	young := map[string]bool{}
-	if p.cfg.MinRun > 0 {
+	if p.cfg.MinRun > 0 || p.cfg.MinRunHistory > 0 {
+		fromHistory := map[string]bool{}
+		if p.cfg.MinRunHistory > p.cfg.MinRun {
+			for i := range snap.Preemptible {
+				if j := &snap.Preemptible[i]; j.Hetgpu.Est.Source == cluster.EstHistory {
+					fromHistory[j.Key()] = true
+				}
+			}
+		}
 		for _, a := range snap.Running {
 			k := a.Namespace + "/" + a.JobID + "/" + a.Group
-			if snap.Now.Sub(a.StartTime) < p.cfg.MinRun {
+			minRun := p.cfg.MinRun
+			if fromHistory[k] {
+				minRun = p.cfg.MinRunHistory
+			}
+			if snap.Now.Sub(a.StartTime) < minRun {
 				if reclaimable(snap.Tenancy, k) && running[k] {
 					young[k] = true
 					continue
@@ -295,6 +315,12 @@ func (p *Planner) order(ranked []sched.Ranked, gpus int, t *cluster.Tenancy) []s
 		// A queue owed its guarantee keeps the queue stage's order: its admitted jobs lead it,
 		// and a long running job of its own must not take their places.
 		if t != nil && t.Owed[t.QueueOf(r.Job.Namespace)] > 0 {
+			return false
+		}
+		// Only a declared amount of work (hetgpu.runtime, hetgpu.steps) counts: a history
+		// estimate is the mean residual life of similar jobs, which grows as a job runs, so
+		// promoting it would hand the cluster to whichever job has run longest.
+		if src := r.Job.Hetgpu.Est.Source; src == cluster.EstHistory {
 			return false
 		}
 		rem := r.Job.Hetgpu.EstRuntime.Seconds()

@@ -178,6 +178,26 @@ func TestPlan(t *testing.T) {
 			order: []string{"new"},
 		},
 		{
+			// "old" has run 45 minutes: past min_run, but it is ranked by its history.
+			name: "min_run_history protects a job ranked by its history for longer",
+			cfg:  func(c *Config) { c.MinRun, c.MinRunHistory = 30*time.Minute, time.Hour },
+			build: func() *cluster.Snapshot {
+				s := oldThenNew(4, 45*time.Minute, 2, node("n1", "v100", 4))()
+				s.Preemptible[0].Hetgpu.Est.Source = cluster.EstHistory
+				return s
+			},
+			rank:  []string{"new", "old"},
+			order: []string{"new"},
+		},
+		{
+			name:    "...and not one whose runtime its user declared",
+			cfg:     func(c *Config) { c.MinRun, c.MinRunHistory = 30*time.Minute, time.Hour },
+			build:   oldThenNew(4, 45*time.Minute, 2, node("n1", "v100", 4)),
+			rank:    []string{"new", "old"},
+			preempt: []string{"old"},
+			order:   []string{"new", "old"},
+		},
+		{
 			name: "min_run on one allocation keeps the whole job and its GPUs",
 			cfg:  func(c *Config) { c.MinRun = time.Hour },
 			build: func() *cluster.Snapshot {
@@ -232,6 +252,16 @@ func TestPlan(t *testing.T) {
 			build: twoShortOneHuge,
 			rank:  []string{"a", "b", "huge"},
 			order: []string{"huge", "a", "b"},
+		},
+		{
+			name: "long-job guard: a long history estimate is no declared runtime",
+			build: func() *cluster.Snapshot {
+				s := twoShortOneHuge()
+				s.Pending[2].Hetgpu.Est.Source = cluster.EstHistory
+				return s
+			},
+			rank:  []string{"a", "b", "huge"},
+			order: []string{"a", "b", "huge"},
 		},
 		{
 			name:  "long-job guard off: rank order",
@@ -317,6 +347,7 @@ func TestConfigValidate(t *testing.T) {
 	}{
 		{func(c *Config) { c.Hysteresis = 0.5 }, "hysteresis = 0.5"},
 		{func(c *Config) { c.MinRun = -time.Second }, "min_run = -1s"},
+		{func(c *Config) { c.MinRunHistory = -time.Second }, "min_run_history = -1s"},
 		{func(c *Config) { c.CrossNodeEfficiency = 0 }, "cross_node_efficiency = 0"},
 	} {
 		c := Default()
