@@ -3,6 +3,7 @@ package rank
 import (
 	"context"
 	"fmt"
+	"math"
 	"reflect"
 	"testing"
 	"time"
@@ -128,5 +129,32 @@ func TestLASNextRound(t *testing.T) {
 	snap.Preemptible = []cluster.Job{qjob("runner", 2, 0, 3000, 0)}
 	if got := las.NextRound(snap); !got.IsZero() {
 		t.Fatalf("next round at %v with nobody waiting; want none", got)
+	}
+}
+
+// TestStarvationGuard: a job whose wait exceeds Starvation times its runtime gains a point per
+// doubling of the excess; below the threshold, and with the guard off, the score is unchanged.
+func TestStarvationGuard(t *testing.T) {
+	row := func(waitMin, runtimeS float64) []float64 {
+		r := make([]float64, NumFeatures)
+		r[FWait] = math.Log1p(waitMin)
+		r[FGPUs] = 1
+		r[FEstKnown] = 1
+		r[FRuntime] = math.Log10(runtimeS)
+		return r
+	}
+	off, on := Heuristic{}, Heuristic{Starvation: 10}
+	for _, c := range []struct {
+		waitMin, runtimeS, gain float64
+	}{
+		{5, 600, 0},        // waited half its runtime
+		{100, 600, 0},      // exactly 10x: no excess yet
+		{400, 600, 2},      // 40x: twice the threshold, twice over
+		{1600, 6000, 0.68}, // 16x: log2(1.6)
+	} {
+		r := row(c.waitMin, c.runtimeS)
+		if got := on.Score(r) - off.Score(r); math.Abs(got-c.gain) > 0.01 {
+			t.Errorf("wait %v min, runtime %v s: gain %.3f, want %.3f", c.waitMin, c.runtimeS, got, c.gain)
+		}
 	}
 }
