@@ -57,6 +57,9 @@ type FinishedRun struct {
 	// EstRuntime is the group's hetgpu.runtime (0: none) and Ran its hetgpu.ran, the time it
 	// ran before this run: with the run's own runtime they tell how far the estimate was off.
 	EstRuntime, Ran time.Duration
+	// ParentID is the job's parent (a dispatched or periodic child's; "" for other jobs): the
+	// run teaches the runtime history of the parent's family (model/history).
+	ParentID string
 }
 
 // Placement is where Nomad itself placed an annotated job that was not held.

@@ -476,7 +476,7 @@ func (b *Backend) finishedRuns() []cluster.FinishedRun {
 		}
 		sum := sha256.Sum256([]byte(strings.Join(ids, ",")))
 		out = append(out, cluster.FinishedRun{Key: gk + "@" + hex.EncodeToString(sum[:8]), AllocIDs: ids, Obs: obs, Start: start, Samples: samples,
-			EstRuntime: a.EstRuntime, Ran: a.Ran})
+			EstRuntime: a.EstRuntime, Ran: a.Ran, ParentID: deref(jr.job.ParentID, "")})
 	}
 	return out
 }
