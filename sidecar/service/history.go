@@ -92,6 +92,16 @@ func (s *Service) RestoreHistory() {
 	s.log.Info("runtime history restored", "runs", st.Runs, "namespaces", st.Namespaces, "median_s", st.MedianS, "sigma", st.Sigma)
 }
 
+// RuntimeHistory is what the runtime history holds (nil without one): the dashboard's
+// Learning page.
+func (s *Service) RuntimeHistory() *history.Stats {
+	if s.cfg.History == nil {
+		return nil
+	}
+	st := s.cfg.History.Stats()
+	return &st
+}
+
 func (s *Service) noteHistory(st history.Stats) {
 	for _, p := range []struct {
 		name string
