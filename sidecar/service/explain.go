@@ -380,15 +380,12 @@ type RuntimeReading struct {
 	describe string
 }
 
-// runtimeReading explains a waiting job's estimate; nil when it has none from any source.
+// runtimeReading explains a waiting job's estimate (source "none" when it has none).
 func (s *Service) runtimeReading(j *cluster.Job) *RuntimeReading {
 	a := &j.Hetgpu
 	src := a.Est.Source
 	if src == cluster.EstNone && a.EstRuntime > 0 {
 		src = cluster.EstUser // no estimates step ran: the backend's reading of hetgpu.runtime
-	}
-	if a.DeclaredRuntime <= 0 && src == cluster.EstNone {
-		return nil
 	}
 	ran := a.Est.Ran
 	if ran <= 0 {
@@ -418,7 +415,7 @@ func (r *RuntimeReading) summary(ns string) string {
 		if r.describe != "" {
 			return r.describe
 		}
-		return "no hetgpu.runtime and no estimate of it"
+		return "no hetgpu.runtime, and no estimate of it from hetgpu.steps or the runtime history"
 	}
 	d := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)).Round(time.Second) }
 	out := fmt.Sprintf("hetgpu.runtime %s read as %s left", d(r.DeclaredS), d(r.LeftS))
@@ -518,8 +515,11 @@ func (s *Service) Explain(ns, id string) (*Explanation, error) {
 			if ge := groups[j.Group]; ge != nil && (ge.Status == "waiting" || ge.Status == cluster.WaitInfeasible) {
 				ge.Estimates = typeEstimates(freeCapacity(snap), j, s.stages.Predictor, nil)
 				ge.Alternatives = nil
-				if ge.Runtime = s.runtimeReading(j); ge.Runtime != nil {
-					ge.Summary += "; " + ge.Runtime.summary(ns)
+				// A group that can never run is not ranked, nor estimated: it reads only its own
+				// hetgpu.runtime.
+				if r := s.runtimeReading(j); ge.Status == "waiting" || r.Source != cluster.EstNone.String() {
+					ge.Runtime = r
+					ge.Summary += "; " + r.summary(ns)
 				}
 			}
 		}

@@ -257,3 +257,27 @@ func TestHistoryOnlyFinishedRuns(t *testing.T) {
 		t.Errorf("history %+v after a failed run, want nothing learned", s)
 	}
 }
+
+// Without any estimate (no hetgpu.runtime, no hetgpu.steps, no runtime history: a pipeline
+// without the estimates step), a waiting group's explanation says so (source "none"); a group
+// that can never run, which is not ranked, gets no reading.
+func TestExplainNoEstimate(t *testing.T) {
+	h := servicetest.NewHarness(t, nil)
+	occupyAll(t, h)
+	h.Nomad.Register(servicetest.HeldJob("plain", 1, 1, nil))
+	h.Nomad.Register(servicetest.HeldJob("huge", 64, 1, nil))
+	h.Round()
+	ex, err := h.Service.Explain("default", "plain")
+	if err != nil || len(ex.Groups) != 1 {
+		t.Fatalf("explain plain: %+v, %v", ex, err)
+	}
+	g := ex.Groups[0]
+	if r := g.Runtime; g.Status != "waiting" || r == nil || r.Source != "none" || r.LeftS != 0 || r.DeclaredS != 0 ||
+		!strings.Contains(g.Summary, "no hetgpu.runtime, and no estimate of it from hetgpu.steps or the runtime history") {
+		t.Errorf("plain %s: runtime %+v, summary %q; want source none", g.Status, g.Runtime, g.Summary)
+	}
+	ex, err = h.Service.Explain("default", "huge")
+	if err != nil || len(ex.Groups) != 1 || ex.Groups[0].Status != cluster.WaitInfeasible || ex.Groups[0].Runtime != nil {
+		t.Errorf("explain huge: %+v, %v; want infeasible without a runtime reading", ex, err)
+	}
+}
