@@ -66,7 +66,8 @@ func pinVersions(t *testing.T, c *api.Client, id string) (versions, pins int) {
 // TestHAFailover: two replicas with -ha; the leader is SIGKILLed HETGPU_E2E_FAILOVERS times
 // (default 3; 10 for the measurement). Each time a job submitted right after the kill
 // is pinned within 20 s by the other replica, the run the old leader learned last is in the
-// new leader's store exactly once, and the killed replica comes back as a standby. At the
+// new leader's store exactly once (with the estimate calibration and the runtime history it
+// learned), and the killed replica comes back as a standby. At the
 // end every job was pinned exactly once (one pin tag, two versions) and every run is stored
 // exactly once.
 func TestHAFailover(t *testing.T) {
@@ -114,6 +115,12 @@ func TestHAFailover(t *testing.T) {
 	waitDead(t, e.API, "ha-cal", 60*time.Second)
 	waitFor(t, 60*time.Second, "both runs calibrating runtime estimates", func() bool { return estimateCalibration(t, urls[lead]).Runs == 2 })
 	calibrated := estimateCalibration(t, urls[lead])
+	// The same two runs are the runtime history (jobs without hetgpu.runtime are read by it);
+	// ha-cal's, purged below, reaches the next leader only with the shared state too.
+	learned := runtimeHistory(t, urls[lead])
+	if learned.Runs != 2 {
+		t.Fatalf("the leader's runtime history %+v, want the 2 runs", learned)
+	}
 	calAllocs, _, err := e.API.Jobs().Allocations("ha-cal", true, nil)
 	must(t, err)
 	_, _, err = e.API.Jobs().Deregister("ha-cal", true, nil)
@@ -137,6 +144,9 @@ func TestHAFailover(t *testing.T) {
 	})
 	if c := estimateCalibration(t, urls[1]); c.Runs != 0 {
 		t.Fatalf("the standby started after the run was purged, yet its calibration holds %d runs", c.Runs)
+	}
+	if h := runtimeHistory(t, urls[1]); h.Runs != 0 {
+		t.Fatalf("the standby started after the run was purged, yet its runtime history holds %d runs", h.Runs)
 	}
 
 	var took []time.Duration
@@ -174,6 +184,11 @@ func TestHAFailover(t *testing.T) {
 		}
 		if c := estimateCalibration(t, urls[next]); i == 1 && (c.Runs != 2 || c.Bias != calibrated.Bias || c.Sigma != calibrated.Sigma) {
 			t.Fatalf("failover %d: the new leader's estimate calibration %+v, want the old leader's %+v", i, c, calibrated)
+		}
+		if rh := runtimeHistory(t, urls[next]); i == 1 && (rh.Runs != 2 || rh.MedianS != learned.MedianS || rh.Sigma != learned.Sigma) {
+			t.Fatalf("failover %d: the new leader's runtime history %+v, want the old leader's %+v", i, rh, learned)
+		} else if i == 1 {
+			t.Logf("failover %d: the new leader's runtime history %+v (the old leader's %+v)", i, rh, learned)
 		}
 		t.Logf("failover %d: job %s pinned %.2f s after the leader (replica %d) was killed; runs before %d, new leader %d",
 			i, job(i), d.Seconds(), lead, before.Observations, h.Observations)

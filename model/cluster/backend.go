@@ -63,6 +63,9 @@ type FinishedRun struct {
 	// task's progress file.
 	EnergySource string
 	Progress     bool
+	// ParentID is the job's parent (a dispatched or periodic child's; "" for other jobs): the
+	// run teaches the runtime history of the parent's family (model/history).
+	ParentID string
 }
 
 // Placement is where Nomad itself placed an annotated job that was not held.

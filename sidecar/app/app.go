@@ -17,6 +17,7 @@ import (
 
 	"github.com/hetgpu/hetgpu/model/cluster"
 	"github.com/hetgpu/hetgpu/model/estimates"
+	"github.com/hetgpu/hetgpu/model/history"
 	"github.com/hetgpu/hetgpu/sidecar/nomad"
 	"github.com/hetgpu/hetgpu/sidecar/place"
 	"github.com/hetgpu/hetgpu/sidecar/policies"
@@ -108,6 +109,12 @@ func (r *RankerState) set(s service.RankerStatus) {
 // checkpoint even while the heuristic ranks, and switches to a tuned policy only when it beats
 // both the last good policy and the heuristic on the newest runs.
 func StagesWithRanker(c *Config, stateDir string, log hclog.Logger) (service.Stages, *RankerState, error) {
+	return stagesWithRanker(c, stateDir, nil, log)
+}
+
+// stagesWithRanker is StagesWithRanker around the sidecar's runtime history (nil: the
+// estimates step gets one of its own, which nothing teaches).
+func stagesWithRanker(c *Config, stateDir string, hist *history.Model, log hclog.Logger) (service.Stages, *RankerState, error) {
 	var st service.Stages
 	pred, err := predict.New(predict.Options{
 		CatalogPath: filepath.Join(stateDir, "catalog.jsonl"),
@@ -119,7 +126,7 @@ func StagesWithRanker(c *Config, stateDir string, log hclog.Logger) (service.Sta
 		return st, nil, fmt.Errorf("predictor: %w", err)
 	}
 	if c.Policy != "" && c.Policy != DefaultPolicy {
-		bst, status, err := policyStages(c, pred, log)
+		bst, status, err := policyStages(c, pred, hist, log)
 		if err != nil {
 			return st, nil, err
 		}
@@ -144,7 +151,8 @@ func StagesWithRanker(c *Config, stateDir string, log hclog.Logger) (service.Sta
 	rs := &RankerState{status: ch.status}
 	// The registry's hetgpu policy, as every baseline (policyStages), around this ranker and
 	// the placement, preemption and queue settings.
-	o := policies.Options{Predictor: pred, Ranker: rk, Logger: log, Placement: c.Placement.Preset, Queues: c.QueueConfig}
+	o := policies.Options{Predictor: pred, Ranker: rk, Logger: log, Placement: c.Placement.Preset, Queues: c.QueueConfig,
+		History: hist}
 	if c.Preempt != nil {
 		o.Preempt, o.NoPreempt = &c.Preempt.Parsed, !boolOr(c.Preempt.Enabled, true)
 	}
@@ -411,7 +419,13 @@ func New(c *Config, logOut io.Writer) (*Sidecar, error) {
 		st.Close()
 		return nil, err
 	}
-	stages, ranker, err := StagesWithRanker(c, stateDir, log)
+	// The runtime history of finished runs: the estimates step reads jobs without
+	// hetgpu.runtime by it, the service teaches it and keeps it in the store.
+	hist, err := history.New(c.Ranker.History.Parsed)
+	if err != nil {
+		return fail(fmt.Errorf("config ranker.history: %w", err))
+	}
+	stages, ranker, err := stagesWithRanker(c, stateDir, hist, log)
 	if err != nil {
 		return fail(err)
 	}
@@ -482,7 +496,7 @@ func New(c *Config, logOut io.Writer) (*Sidecar, error) {
 	}
 	scfg := service.Config{Reconcile: c.ReconcileD, Debounce: c.DebounceD, Shadow: c.Shadow,
 		BackendName: backendName, Logger: log, TuneEvery: c.Ranker.TuneEveryD, GangReserveAfter: c.Gang.ReserveAfterD,
-		Ranker: ranker.Status, Estimates: calib}
+		Ranker: ranker.Status, Estimates: calib, History: hist}
 	repl.configure(&scfg)
 	svc, err := service.New(scfg, backend, stages, st)
 	if err != nil {

@@ -83,6 +83,7 @@ simulator {
 		Ranker       *struct {
 			Policy, Reason string
 			Verdict        *rank.Verdict
+			History        *struct{ Runs, Observed int }
 		}
 	}
 	deadline := time.Now().Add(20 * time.Second)
@@ -107,6 +108,10 @@ simulator {
 	}
 	if h.Ranker == nil || h.Ranker.Policy != wantPolicy || h.Ranker.Reason == "" || h.Ranker.Verdict == nil || h.Ranker.Verdict.Result != v.Result {
 		t.Errorf("health ranker = %+v, want policy %s with the bundled verdict %s", h.Ranker, wantPolicy, v)
+	}
+	// The sidecar's runtime history learns from the runs that finish (ranker.history).
+	if h.Ranker == nil || h.Ranker.History == nil || h.Ranker.History.Observed < 1 {
+		t.Errorf("health ranker.history = %+v, want the finished runs observed", h.Ranker)
 	}
 	var d struct {
 		Decisions []struct {

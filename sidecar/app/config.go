@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/hcl/v2/hclparse"
 
 	"github.com/hetgpu/hetgpu/model/cluster"
+	"github.com/hetgpu/hetgpu/model/history"
 	"github.com/hetgpu/hetgpu/sidecar/preempt"
 	"github.com/hetgpu/hetgpu/sidecar/queue"
 	"github.com/hetgpu/hetgpu/sidecar/server"
@@ -89,6 +90,15 @@ import (
 //	                           # a running job is ranked by its expected time left; 0 = estimate - run
 //	  calibrate_estimates = true  # learn the error (and users' bias) from finished runs, starting
 //	                           # at estimate_error; false keeps estimate_error fixed
+//	  history {                # jobs without hetgpu.runtime are read by the finished runs of
+//	                           # similar jobs (model/history), kept in the state file
+//	    window       = 2000    # the newest finished runs that count
+//	    prior_median = "1h"    # runtime before any run finished (on the reference GPU type)
+//	    prior_sigma  = 1.5     # its spread (sigma of log runtime)
+//	    prior_runs   = 5       # how many runs the prior weighs
+//	    level_runs   = 5       # how many runs a broader group weighs in a narrower one
+//	    min_sigma    = 0.5     # least spread of a group of similar jobs
+//	  }
 //	}
 //	predictor { window = 1000  min_samples = 3 }
 //	gang {
@@ -225,8 +235,71 @@ type RankerConfig struct {
 	// (model/estimates; default true).
 	CalibrateEstimates *bool `hcl:"calibrate_estimates,optional"`
 
+	// History configures the runtime history jobs without hetgpu.runtime are read by.
+	History *HistoryConfig `hcl:"history,block"`
+
 	// TuneEveryD is TuneEvery parsed (no hcl tag).
 	TuneEveryD time.Duration
+}
+
+// HistoryConfig is the ranker's history block: the runtime history learned from finished
+// runs (model/history). Every setting is optional; history.Config's defaults apply.
+type HistoryConfig struct {
+	Window      int      `hcl:"window,optional"`
+	PriorMedian string   `hcl:"prior_median,optional"`
+	PriorSigma  *float64 `hcl:"prior_sigma,optional"`
+	PriorRuns   *float64 `hcl:"prior_runs,optional"`
+	LevelRuns   *float64 `hcl:"level_runs,optional"`
+	MinSigma    *float64 `hcl:"min_sigma,optional"`
+
+	// Parsed is the history's configuration (no hcl tag).
+	Parsed history.Config
+}
+
+// MaxHistoryWindow bounds ranker.history.window: the window is saved in the state file
+// (and shared with replicas) after every finished run, about 150 bytes a run.
+const MaxHistoryWindow = 20000
+
+// finish checks the history block into h.Parsed.
+func (h *HistoryConfig) finish(bad func(string, any, string) error) error {
+	var hc history.Config
+	if h.Window < 0 || h.Window > MaxHistoryWindow {
+		return bad("ranker.history.window", h.Window, fmt.Sprintf("a number of finished runs from 1 to %d (default %d)", MaxHistoryWindow, history.DefaultWindow))
+	}
+	hc.Window = h.Window
+	if h.PriorMedian != "" {
+		d, err := time.ParseDuration(h.PriorMedian)
+		if err != nil || d < time.Second || d > 365*24*time.Hour {
+			return bad("ranker.history.prior_median", h.PriorMedian, fmt.Sprintf("a duration from 1s to 8760h, e.g. \"1h\" (default %v)", history.DefaultPriorMedian))
+		}
+		hc.PriorMedian = d
+	}
+	for _, f := range []struct {
+		name     string
+		v        *float64
+		lo, hi   float64
+		def      float64
+		out      *float64
+		expected string
+	}{
+		{"prior_sigma", h.PriorSigma, 0, cluster.MaxEstimateSigma, history.DefaultPriorSigma, &hc.PriorSigma, "the spread of log runtime before any run"},
+		{"prior_runs", h.PriorRuns, 0, 1e6, history.DefaultPriorRuns, &hc.PriorRuns, "how many runs the prior weighs"},
+		{"level_runs", h.LevelRuns, 0, 1e6, history.DefaultLevelRuns, &hc.LevelRuns, "how many runs a broader group weighs in a narrower one"},
+		{"min_sigma", h.MinSigma, 0, cluster.MaxEstimateSigma, history.DefaultMinSigma, &hc.MinSigma, "the least spread of log runtime of a group of similar jobs"},
+	} {
+		if f.v == nil {
+			continue
+		}
+		if !(*f.v > f.lo && *f.v <= f.hi) {
+			return bad("ranker.history."+f.name, *f.v, fmt.Sprintf("a number above %g and at most %g: %s (default %g)", f.lo, f.hi, f.expected, f.def))
+		}
+		*f.out = *f.v
+	}
+	if err := hc.Validate(); err != nil {
+		return bad("ranker.history", "", err.Error())
+	}
+	h.Parsed = hc
+	return nil
 }
 
 func (r *RankerConfig) onlineTuning() bool { return r != nil && boolOr(r.OnlineTuning, true) }
@@ -408,6 +481,12 @@ func (c *Config) finish() error {
 	}
 	if e := c.Ranker.estimateError(); !(e >= 0 && e <= cluster.MaxEstimateSigma) {
 		return bad("ranker.estimate_error", e, fmt.Sprintf("a number from 0 to %d (the sigma of log(true runtime / hetgpu.runtime); 0 trusts the estimates)", cluster.MaxEstimateSigma))
+	}
+	if c.Ranker.History == nil {
+		c.Ranker.History = &HistoryConfig{}
+	}
+	if err := c.Ranker.History.finish(bad); err != nil {
+		return err
 	}
 	if c.Predictor == nil {
 		c.Predictor = &PredictorConfig{}

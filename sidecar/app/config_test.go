@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hetgpu/hetgpu/model/history"
 	"github.com/hetgpu/hetgpu/sidecar/preempt"
 )
 
@@ -75,6 +76,16 @@ func TestConfigDefaults(t *testing.T) {
 		!c.Ranker.calibrateEstimates() || c.Ranker.estimateError() != DefaultEstimateError {
 		t.Errorf("defaults = %+v", c)
 	}
+	if c.Ranker.History == nil || c.Ranker.History.Parsed != (history.Config{}) {
+		t.Errorf("ranker.history defaults = %+v, want history.Config's", c.Ranker.History)
+	}
+	hc, err := ParseConfig("h.hcl", []byte("ranker {\n history {\n window = 500\n prior_median = \"30m\"\n prior_sigma = 1\n prior_runs = 2\n level_runs = 3\n min_sigma = 0.25\n }\n}"))
+	if err == nil {
+		err = hc.Finish()
+	}
+	if want := (history.Config{Window: 500, PriorMedian: 30 * time.Minute, PriorSigma: 1, PriorRuns: 2, LevelRuns: 3, MinSigma: 0.25}); err != nil || hc.Ranker.History.Parsed != want {
+		t.Errorf("ranker.history: %v, parsed %+v, want %+v", err, hc.Ranker.History, want)
+	}
 	off, err := ParseConfig("off.hcl", []byte("ranker {\n calibrate_estimates = false\n estimate_error = 0.3\n}"))
 	if err != nil || off.Ranker.calibrateEstimates() || off.Ranker.estimateError() != 0.3 {
 		t.Errorf("calibrate_estimates = false: %v, calibrate %v", err, off != nil && off.Ranker.calibrateEstimates())
@@ -102,6 +113,16 @@ func TestConfigErrors(t *testing.T) {
 		{"ranker {\n tune_runs = -1\n}", `config ranker.tune_runs = "-1"`},
 		{"ranker {\n estimate_error = -0.5\n}", `config ranker.estimate_error = "-0.5"`},
 		{"ranker {\n estimate_error = 4\n}", `config ranker.estimate_error = "4": expected a number from 0 to 3`},
+		{"ranker {\n history {\n window = -1\n }\n}", `config ranker.history.window = "-1": expected a number of finished runs from 1 to 20000 (default 2000)`},
+		{"ranker {\n history {\n window = 1000000\n }\n}", `config ranker.history.window = "1000000"`},
+		{"ranker {\n history {\n prior_median = \"soon\"\n }\n}", `config ranker.history.prior_median = "soon": expected a duration from 1s to 8760h`},
+		{"ranker {\n history {\n prior_median = \"0s\"\n }\n}", `config ranker.history.prior_median = "0s"`},
+		{"ranker {\n history {\n prior_sigma = 0\n }\n}", `config ranker.history.prior_sigma = "0": expected a number above 0 and at most 3`},
+		{"ranker {\n history {\n prior_sigma = 9\n }\n}", `config ranker.history.prior_sigma = "9"`},
+		{"ranker {\n history {\n prior_runs = -2\n }\n}", `config ranker.history.prior_runs = "-2": expected a number above 0`},
+		{"ranker {\n history {\n level_runs = 0\n }\n}", `config ranker.history.level_runs = "0"`},
+		{"ranker {\n history {\n min_sigma = 4\n }\n}", `config ranker.history.min_sigma = "4"`},
+		{"ranker {\n history {\n windows = 5\n }\n}", `An argument named "windows" is not expected here`},
 		{"preemption {\n hysteresis = 0.5\n}", `config preemption.hysteresis = "0.5": expected a speed-up factor >= 1`},
 		{"preemption {\n min_run = \"-5m\"\n}", `config preemption.min_run = "-5m"`},
 		{"preemption {\n min_run = \"later\"\n}", `config preemption.min_run = "later"`},

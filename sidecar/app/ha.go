@@ -128,6 +128,7 @@ func (r *replication) takeOver(ctx context.Context) error {
 		}
 	}
 	r.svc.RestoreEstimates()
+	r.svc.RestoreHistory()
 	wrote, err := r.shared.LoadFile(ctx, ha.BlobPolicy, r.tunedPath)
 	if err != nil {
 		r.log.Warn("loading the shared tuned policy failed; the local one stays", "error", err)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/hetgpu/hetgpu/model/history"
 	"github.com/hetgpu/hetgpu/sidecar/policies"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
 	"github.com/hetgpu/hetgpu/sidecar/service"
@@ -31,12 +32,13 @@ func checkPolicy(name string) error {
 // tiresias, ...), around the sidecar's predictor: the baseline decides, and the predictor keeps
 // learning from the runs so that switching back loses nothing. The ranker settings (learned
 // policy, online tuning) and queues are hetgpu's and do not apply.
-func policyStages(c *Config, pred sched.Predictor, log hclog.Logger) (service.Stages, service.RankerStatus, error) {
+func policyStages(c *Config, pred sched.Predictor, hist *history.Model, log hclog.Logger) (service.Stages, service.RankerStatus, error) {
 	tab, err := throughput.Bundled()
 	if err != nil {
 		return service.Stages{}, service.RankerStatus{}, err
 	}
-	st, err := policies.Live(c.Policy, policies.Options{Throughput: tab, Predictor: pred, Seed: 1, Logger: log.Named(c.Policy)})
+	st, err := policies.Live(c.Policy, policies.Options{Throughput: tab, Predictor: pred, Seed: 1, Logger: log.Named(c.Policy),
+		History: hist})
 	if err != nil {
 		return service.Stages{}, service.RankerStatus{}, fmt.Errorf("config policy = %q: %w", c.Policy, err)
 	}

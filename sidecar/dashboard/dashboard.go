@@ -155,6 +155,7 @@ func (d *Dashboard) Learning() (Learning, error) {
 	}
 	l := BuildLearning(obs, DecisionLookup(d.svc.Store()), d.svc.Store().PolicyCheckpoint(), d.tuning())
 	l.PolicyInfo = d.policyInfo(l.Policy)
+	l.RuntimeHistory = d.svc.RuntimeHistory()
 	return l, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hetgpu/hetgpu/model/cluster"
+	"github.com/hetgpu/hetgpu/model/history"
 	"github.com/hetgpu/hetgpu/sidecar/store"
 )
 
@@ -149,6 +150,9 @@ type Learning struct {
 	Runs   int          `json:"runs"`
 	Points []LearnPoint `json:"points"`
 	ByType []ErrorStats `json:"by_gpu_type"`
+	// RuntimeHistory is the runtime history jobs without hetgpu.runtime are read by (the
+	// finished runs of similar jobs; nil without one).
+	RuntimeHistory *history.Stats `json:"runtime_history,omitempty"`
 }
 
 // LearnPoint is one measured run with the prediction of the decision that placed it.

@@ -38,6 +38,10 @@ type RunsState struct {
 	// EstimateSamples is the leader's runtime-estimate calibration window (store meta
 	// store.MetaEstimateSamples), so a new leader reads estimates as the old one did.
 	EstimateSamples json.RawMessage `json:"estimate_samples,omitempty"`
+	// RuntimeHistory is the leader's runtime history window (store meta
+	// store.MetaRuntimeHistory), so a new leader reads jobs without hetgpu.runtime as the old
+	// one did.
+	RuntimeHistory json.RawMessage `json:"runtime_history,omitempty"`
 }
 
 // Shared copies the local store's runs to Nomad Variables and back. Safe for concurrent use.
@@ -99,6 +103,9 @@ func (s *Shared) publish(ctx context.Context) error {
 	st := RunsState{Version: 1, Leader: s.ID, At: time.Now().UTC(), DecisionSeq: s.Store.DecisionSeq()}
 	if raw := s.Store.Meta(store.MetaEstimateSamples); raw != "" && json.Valid([]byte(raw)) {
 		st.EstimateSamples = json.RawMessage(raw)
+	}
+	if raw := s.Store.Meta(store.MetaRuntimeHistory); raw != "" && json.Valid([]byte(raw)) {
+		st.RuntimeHistory = json.RawMessage(raw)
 	}
 	window := s.Window
 	if window <= 0 {
@@ -165,6 +172,11 @@ func (s *Shared) Load(ctx context.Context) (int, error) {
 	if len(st.EstimateSamples) > 0 {
 		if err := s.Store.PutMeta(store.MetaEstimateSamples, string(st.EstimateSamples)); err != nil {
 			return added, fmt.Errorf("load the shared estimate calibration: %w", err)
+		}
+	}
+	if len(st.RuntimeHistory) > 0 {
+		if err := s.Store.PutMeta(store.MetaRuntimeHistory, string(st.RuntimeHistory)); err != nil {
+			return added, fmt.Errorf("load the shared runtime history: %w", err)
 		}
 	}
 	s.mu.Lock()

@@ -170,6 +170,10 @@ func TestSharedRunsCarryOverOnce(t *testing.T) {
 	if err := old.PutMeta(store.MetaEstimateSamples, samples); err != nil {
 		t.Fatal(err)
 	}
+	const runtimes = `[{"key":"default/j/g@1","ns":"default","job":"j","gpus":1,"runtime_s":600}]`
+	if err := old.PutMeta(store.MetaRuntimeHistory, runtimes); err != nil {
+		t.Fatal(err)
+	}
 	leader := &ha.Shared{Blobs: blobs, Store: old, Window: 3000, ID: "old"}
 	if err := leader.Publish(ctx); err != nil {
 		t.Fatal(err)
@@ -203,6 +207,9 @@ func TestSharedRunsCarryOverOnce(t *testing.T) {
 	}
 	if got := next.Meta(store.MetaEstimateSamples); got != samples {
 		t.Fatalf("estimate calibration %q in the new store, want the old leader's %q", got, samples)
+	}
+	if got := next.Meta(store.MetaRuntimeHistory); got != runtimes {
+		t.Fatalf("runtime history %q in the new store, want the old leader's %q", got, runtimes)
 	}
 }
 

@@ -259,6 +259,7 @@ func pendingJob(job *api.Job, tg *api.TaskGroup, submit time.Time) (cluster.Job,
 	out := cluster.Job{
 		Namespace:  ns,
 		ID:         deref(job.ID, ""),
+		ParentID:   deref(job.ParentID, ""),
 		Group:      deref(tg.Name, ""),
 		Priority:   50,
 		SubmitTime: submit,
@@ -274,6 +275,8 @@ func pendingJob(job *api.Job, tg *api.TaskGroup, submit time.Time) (cluster.Job,
 		return out, err
 	}
 	a.Enabled = true // the hold alone hands the group to hetgpu
+	// The job's total work, an estimate of its runtime when it declares none (sidecar/estimate).
+	a.Steps = annot.Steps(job.Meta, tg.Meta, out.Group)
 	req, err := readRequest(tg)
 	if err != nil {
 		return out, err

@@ -2,34 +2,23 @@ package service
 
 import (
 	"encoding/json"
-	"time"
 
 	"github.com/hetgpu/hetgpu/model/cluster"
 	"github.com/hetgpu/hetgpu/model/estimates"
-	"github.com/hetgpu/hetgpu/model/gpuspec"
 	"github.com/hetgpu/hetgpu/sidecar/store"
 )
 
 // calibrate teaches Config.Estimates how far a finished run's hetgpu.runtime was off. The
 // estimate is on the reference GPU type; the run's time (with hetgpu.ran, what it ran before a
-// preemption) is taken to the reference type by the predicted speed of the type it ran on. A
-// run counts once by its key, also when the backend reports it again after a restart.
+// preemption) is taken to the reference type by the predicted speed of the type it ran on
+// (refRuntime). A run counts once by its key, also when the backend reports it again after a
+// restart.
 func (s *Service) calibrate(fr cluster.FinishedRun) {
 	cal := s.cfg.Estimates
 	if cal == nil || fr.EstRuntime <= 0 || fr.Obs.RuntimeS <= 0 {
 		return
 	}
-	wall := fr.Ran + time.Duration(fr.Obs.RuntimeS*float64(time.Second))
-	speed := 1.0
-	if fr.Obs.GPUType != gpuspec.ReferenceGPU {
-		ref := fr.Obs
-		ref.GPUType = gpuspec.ReferenceGPU
-		// A type the predictor cannot answer for counts as fast as the reference type.
-		if on, at := s.estimate(&fr.Obs).Throughput, s.estimate(&ref).Throughput; on > 0 && at > 0 {
-			speed = on / at
-		}
-	}
-	actual := time.Duration(float64(wall) * speed)
+	actual := s.refRuntime(fr)
 	if !cal.ObserveRun(fr.Obs.Namespace, fr.Key, fr.EstRuntime, actual) {
 		return
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hetgpu/hetgpu/model/cluster"
 	"github.com/hetgpu/hetgpu/model/gpuspec"
+	"github.com/hetgpu/hetgpu/sidecar/estimate"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
 	"github.com/hetgpu/hetgpu/sidecar/store"
 )
@@ -342,42 +343,80 @@ type GroupExplanation struct {
 	Decision     *store.DecisionRecord `json:"decision,omitempty"`
 	Estimates    []store.Estimate      `json:"estimates,omitempty"`
 	Alternatives []store.Alternative   `json:"alternatives,omitempty"`
-	// Runtime is how a waiting group's hetgpu.runtime is read, when it has one.
+	// Runtime is how a waiting group's runtime is read: its hetgpu.runtime, else the estimate
+	// the round's estimates step made (hetgpu.steps, the history of finished runs).
 	Runtime *RuntimeReading `json:"runtime,omitempty"`
 }
 
-// RuntimeReading is how the ranker reads a waiting group's hetgpu.runtime.
+// RuntimeReading is how the ranker reads a waiting group's runtime.
 type RuntimeReading struct {
-	// DeclaredS is hetgpu.runtime (on the reference GPU), RanS its hetgpu.ran, and LeftS the
-	// time the ranker expects is left.
+	// DeclaredS is hetgpu.runtime (on the reference GPU; 0 when the job declares none), RanS
+	// the time it has run so far (hetgpu.ran), and LeftS the time the ranker expects is left.
 	DeclaredS float64 `json:"declared_s"`
 	RanS      float64 `json:"ran_s,omitempty"`
 	LeftS     float64 `json:"left_s"`
-	// Calibrated says the namespace's model is learned from finished runs
+	// Calibrated says the namespace's model of users' estimates is learned from finished runs
 	// (ranker.calibrate_estimates): Bias and Sigma, from Runs of the namespace's own runs.
 	Calibrated bool    `json:"calibrated"`
 	Bias       float64 `json:"bias,omitempty"`
 	Sigma      float64 `json:"sigma,omitempty"`
-	Runs       int     `json:"runs,omitempty"`
+	// Runs is, for source "user", the namespace's runs the calibration rests on; for source
+	// "history", the finished runs of the similar jobs the estimate rests on.
+	Runs int `json:"runs,omitempty"`
+	// Source is where LeftS comes from: "user" (hetgpu.runtime), "steps" (hetgpu.steps at the
+	// predicted speed), "history" (the finished runs of similar jobs) or "none" (no estimate).
+	Source string `json:"source"`
+	// Level is, for source "history", the group of similar jobs whose runs it rests on: "job"
+	// (the job, or a child's parent), "model" (the namespace's jobs of the same model, batch
+	// size and GPU count), "gpus" (of the same GPU count), "namespace", "cluster", or "prior"
+	// before any run. Confidence is the share of the estimate resting on that group's own
+	// runs rather than the groups above it (0 to 1; 1 for steps).
+	Level      string  `json:"level,omitempty"`
+	Confidence float64 `json:"confidence,omitempty"`
+	// Steps is hetgpu.steps, for source "steps".
+	Steps float64 `json:"steps,omitempty"`
+
+	// describe is the estimates step's reading in words (source steps and history).
+	describe string
 }
 
-// runtimeReading explains a waiting job's estimate; nil when the backend kept none.
+// runtimeReading explains a waiting job's estimate (source "none" when it has none).
 func (s *Service) runtimeReading(j *cluster.Job) *RuntimeReading {
 	a := &j.Hetgpu
-	if a.DeclaredRuntime <= 0 {
-		return nil
+	src := a.Est.Source
+	if src == cluster.EstNone && a.EstRuntime > 0 {
+		src = cluster.EstUser // no estimates step ran: the backend's reading of hetgpu.runtime
 	}
-	r := &RuntimeReading{DeclaredS: a.DeclaredRuntime.Seconds(), RanS: a.Ran.Seconds(), LeftS: a.EstRuntime.Seconds()}
-	if s.cfg.Estimates != nil {
-		m, runs := s.cfg.Estimates.Namespace(j.Namespace)
-		r.Calibrated, r.Bias, r.Sigma, r.Runs = true, m.Bias, m.Sigma, runs
+	ran := a.Est.Ran
+	if ran <= 0 {
+		ran = a.Ran
+	}
+	r := &RuntimeReading{DeclaredS: a.DeclaredRuntime.Seconds(), RanS: ran.Seconds(), LeftS: a.EstRuntime.Seconds(), Source: src.String()}
+	switch src {
+	case cluster.EstUser:
+		if s.cfg.Estimates != nil {
+			m, runs := s.cfg.Estimates.Namespace(j.Namespace)
+			r.Calibrated, r.Bias, r.Sigma, r.Runs = true, m.Bias, m.Sigma, runs
+		}
+	case cluster.EstSteps:
+		r.Steps, r.Confidence, r.describe = a.Steps, a.Est.Confidence, estimate.Describe(j)
+	case cluster.EstHistory:
+		r.Level, r.Runs, r.Confidence, r.describe = a.Est.Level, a.Est.Runs, a.Est.Confidence, estimate.Describe(j)
 	}
 	return r
 }
 
 // summary is the reading in words, e.g. "hetgpu.runtime 10h0m0s read as 4h12m left
-// (namespace team-a's runs take 0.45x their estimate at the median, from 150 runs)".
+// (namespace team-a's runs take 0.45x their estimate at the median, from 150 runs)", or for a
+// job without hetgpu.runtime "no hetgpu.runtime; read as 3h10m left from 41 finished runs of
+// namespace ml's 4-GPU jobs, has run 2h5m".
 func (r *RuntimeReading) summary(ns string) string {
+	if r.Source != cluster.EstUser.String() {
+		if r.describe != "" {
+			return r.describe
+		}
+		return "no hetgpu.runtime, and no estimate of it from hetgpu.steps or the runtime history"
+	}
 	d := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)).Round(time.Second) }
 	out := fmt.Sprintf("hetgpu.runtime %s read as %s left", d(r.DeclaredS), d(r.LeftS))
 	if r.RanS > 0 {
@@ -476,8 +515,11 @@ func (s *Service) Explain(ns, id string) (*Explanation, error) {
 			if ge := groups[j.Group]; ge != nil && (ge.Status == "waiting" || ge.Status == cluster.WaitInfeasible) {
 				ge.Estimates = typeEstimates(freeCapacity(snap), j, s.stages.Predictor, nil)
 				ge.Alternatives = nil
-				if ge.Runtime = s.runtimeReading(j); ge.Runtime != nil {
-					ge.Summary += "; " + ge.Runtime.summary(ns)
+				// A group that can never run is not ranked, nor estimated: it reads only its own
+				// hetgpu.runtime.
+				if r := s.runtimeReading(j); ge.Status == "waiting" || r.Source != cluster.EstNone.String() {
+					ge.Runtime = r
+					ge.Summary += "; " + r.summary(ns)
 				}
 			}
 		}

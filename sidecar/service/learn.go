@@ -446,10 +446,11 @@ func (s *Service) learnRun(ctx context.Context, fr cluster.FinishedRun) {
 	}
 	// Before the store: the task driver's record of the run usually came first and this one
 	// is then a duplicate, but only the backend knows the run's estimate. A stopped run's
-	// runtime says nothing about the estimate.
+	// runtime says nothing about the estimate (learnHistory takes finished runs only).
 	if !o.Partial {
 		s.calibrate(fr)
 	}
+	s.learnHistory(fr)
 	res, err := s.storeRecords(ctx, []store.NewObservation{{Obs: o, Source: SourceSidecar, Claims: claims}})
 	if err != nil {
 		s.log.Warn("recording a finished run failed", "run", fr.Key, "error", err)

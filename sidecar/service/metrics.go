@@ -37,6 +37,10 @@ type Metrics struct {
 	EstimateModel *prometheus.GaugeVec
 	// NamespaceEstimateModel{namespace,param} is each namespace's.
 	NamespaceEstimateModel *prometheus.GaugeVec
+	// RuntimeHistory{param} is the runtime history jobs without hetgpu.runtime are read by
+	// (model/history): runs in its window, the cluster-wide median_s and sigma, and how many
+	// runs it was given (observed), did not count (skipped) and namespaces with runs.
+	RuntimeHistory *prometheus.GaugeVec
 }
 
 func newMetrics() *Metrics {
@@ -86,10 +90,12 @@ func newMetrics() *Metrics {
 			Help: "How users' hetgpu.runtime estimates are read: bias (mean log of true runtime over estimate) and sigma (its spread), learned from runs (finished runs in the window) with ranker.calibrate_estimates."}, []string{"param"}),
 		NamespaceEstimateModel: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "hetgpu_namespace_estimate_model",
 			Help: "How one namespace's hetgpu.runtime estimates are read: bias, sigma, and runs (its finished runs in the window); its own runs shrunk towards hetgpu_estimate_model."}, []string{"namespace", "param"}),
+		RuntimeHistory: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "hetgpu_runtime_history",
+			Help: "The runtime history jobs without hetgpu.runtime are read by: runs (finished runs in its window), median_s and sigma (the cluster-wide log-normal on the reference GPU type), observed and skipped (runs given to it, and those not counted: already counted or out of bounds), namespaces (with runs of their own)."}, []string{"param"}),
 	}
 	m.Registry.MustRegister(m.QueueLength, m.InvalidJobs, m.InfeasibleGroups, m.WaitingGroups, m.DecisionLatency, m.Rounds, m.SolverOutcomes, m.Pins,
 		m.Conflicts, m.Preemptions, m.Tuning, m.Reheld, m.Observations, m.Rejected, m.PredictionError, m.Shadow,
-		m.GangsDeferred, m.GangPartialPins, m.GangReservedGPUs, m.EstimateModel, m.NamespaceEstimateModel,
+		m.GangsDeferred, m.GangPartialPins, m.GangReservedGPUs, m.EstimateModel, m.NamespaceEstimateModel, m.RuntimeHistory,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/hetgpu/hetgpu/internal/tick"
 	"github.com/hetgpu/hetgpu/model/cluster"
 	"github.com/hetgpu/hetgpu/model/estimates"
+	"github.com/hetgpu/hetgpu/model/history"
 	"github.com/hetgpu/hetgpu/sidecar/feasible"
 	"github.com/hetgpu/hetgpu/sidecar/queue"
 	"github.com/hetgpu/hetgpu/sidecar/rank"
@@ -56,6 +57,11 @@ type Config struct {
 	// finish, per namespace (ranker.calibrate_estimates); the backend reads estimates with its
 	// models. Its window is kept in the store, so a restart starts where it stopped.
 	Estimates *estimates.Set
+	// History, when set, learns how long jobs run from the runs that finish (model/history):
+	// the stages' estimates step reads jobs without hetgpu.runtime by it. Its window is kept
+	// in the store (and shared with the runs), so a restart or a new leader starts where it
+	// stopped.
+	History *history.Model
 }
 
 // RankerStatus is the ranking policy in use and why.
@@ -70,6 +76,9 @@ type RankerStatus struct {
 	// Estimates is the model runtime estimates are read with, learned from finished runs
 	// (ranker.calibrate_estimates).
 	Estimates *estimates.Stats `json:"estimates,omitempty"`
+	// History is the runtime history jobs without hetgpu.runtime are read by, learned from
+	// finished runs (ranker.history).
+	History *history.Stats `json:"history,omitempty"`
 }
 
 // Stages are the pipeline's parts (one policy of sidecar/policies); Learner may be nil.
@@ -164,6 +173,7 @@ func New(cfg Config, backend cluster.Backend, stages Stages, st *store.Store) (*
 	}
 	s.learner = &learnGroup{s: s}
 	s.RestoreEstimates()
+	s.RestoreHistory()
 	if err := s.catchUp(context.Background()); err != nil {
 		// The runs stay stored and are replayed at the next start; health says so meanwhile.
 		s.log.Error("learning stored runs failed", "error", err)
@@ -256,7 +266,7 @@ func (s *Service) Round(ctx context.Context) (*sched.Round, error) {
 	tri := &roundTriage{}
 	noter := pinNoter{Backend: s.backend, s: s, tri: tri, pred: memo}
 	pipe := &sched.Pipeline{Cluster: noter, Ranker: s.stages.Ranker, Predictor: memo, Placer: s.stages.Placer,
-		ReserveAfter: s.cfg.GangReserveAfter}
+		Estimator: s.stages.Estimator, ReserveAfter: s.cfg.GangReserveAfter}
 	if s.stages.Queues != nil {
 		pipe.Queues = s.stages.Queues
 	}
@@ -723,6 +733,13 @@ func (s *Service) Health() Health {
 		}
 		st := s.cfg.Estimates.Stats()
 		h.Ranker.Estimates = &st
+	}
+	if s.cfg.History != nil {
+		if h.Ranker == nil {
+			h.Ranker = &RankerStatus{}
+		}
+		st := s.cfg.History.Stats()
+		h.Ranker.History = &st
 	}
 	stale := h.LastRound.IsZero() && now.Sub(s.started) > 3*s.cfg.Reconcile || !h.LastRound.IsZero() && now.Sub(h.LastRound) > 3*s.cfg.Reconcile
 	if standby, since := s.role(&h); standby {

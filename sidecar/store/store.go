@@ -414,6 +414,10 @@ func (s *Store) PolicyCheckpoint() string {
 // samples, model/estimates), which replicas share with the runs.
 const MetaEstimateSamples = "estimate_samples"
 
+// MetaRuntimeHistory is the meta key of the runtime history's window (JSON runs,
+// model/history), which replicas share with the runs.
+const MetaRuntimeHistory = "runtime_history"
+
 // PutMeta and Meta keep small named values (e.g. the last event index seen).
 func (s *Store) PutMeta(key, value string) error {
 	return s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bMeta).Put([]byte(key), []byte(value)) })

@@ -9,6 +9,8 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/hetgpu/hetgpu/model/estimates"
+	"github.com/hetgpu/hetgpu/model/history"
+	"github.com/hetgpu/hetgpu/sidecar/estimate"
 	"github.com/hetgpu/hetgpu/sidecar/nomad"
 	"github.com/hetgpu/hetgpu/sidecar/nomad/nomadtest"
 	"github.com/hetgpu/hetgpu/sidecar/queue"
@@ -43,6 +45,11 @@ type Harness struct {
 	Calibrate *estimates.Config
 	// Estimates is the calibration of the current start (with Calibrate).
 	Estimates *estimates.Set
+	// HistoryConfig, when set before Start, gives every start a new runtime history, read
+	// by the stages' estimates step and taught by the service, as the sidecar wires
+	// ranker.history; History is the current start's.
+	HistoryConfig *history.Config
+	History       *history.Model
 }
 
 // NewHarness builds the harness; mod may change the service and backend configuration.
@@ -89,6 +96,17 @@ func (h *Harness) Start() {
 	stages := service.Stages{Ranker: FIFO{}, Predictor: h.Pred, Placer: placer, Learner: h.Pred, Tuner: h.Tuner, Queues: h.Queues}
 	if h.Stages != nil {
 		stages = *h.Stages
+	}
+	h.History = nil
+	if h.HistoryConfig != nil {
+		hist, err := history.New(*h.HistoryConfig)
+		if err != nil {
+			h.T.Fatal(err)
+		}
+		h.History, cfg.History = hist, hist
+		if stages.Estimator == nil {
+			stages.Estimator = estimate.New(hist)
+		}
 	}
 	svc, err := service.New(cfg, b, stages, st)
 	if err != nil {
