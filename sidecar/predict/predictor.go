@@ -75,6 +75,9 @@ type Options struct {
 	Logger hclog.Logger
 	// coloc replaces Pairs (evaluation builds many predictors and needs none).
 	coloc *colocModel
+	// lowRank is a completion model already fitted on this catalog's seeds (evaluation
+	// builds many predictors over the same seeds); used while the trusted grid matches it.
+	lowRank *lowRank
 }
 
 // Predictor implements sched.Predictor and sched.Learner. Predict is safe for concurrent
@@ -85,6 +88,8 @@ type Predictor struct {
 	gf    map[string]gpuFeatures
 	model *Model
 	coloc *colocModel
+	// lrSeed is Options.lowRank.
+	lrSeed *lowRank
 
 	mu    sync.Mutex // serialises Observe
 	cat   *Catalog
@@ -145,7 +150,7 @@ func New(opts Options) (*Predictor, error) {
 			pairs = tab
 		}
 	}
-	p.coloc = opts.coloc
+	p.coloc, p.lrSeed = opts.coloc, opts.lowRank
 	if p.coloc == nil {
 		p.coloc = newColocModel(pairs)
 	}
@@ -334,6 +339,10 @@ type state struct {
 	ix   *index
 	grid *grid
 	p2   map[int]*p2State
+	// lr is the low-rank completion fitted on the trusted grid (nil when the grid is too
+	// small) and lrEst each workload's folded-in estimate per grid slot.
+	lr    *lowRank
+	lrEst map[int][]trEst
 	// tr holds each workload's transferred estimates per grid slot; own and observed are
 	// its inputs, kept so the next build can reuse what did not change.
 	tr        map[int][]trEst
@@ -365,7 +374,8 @@ type resolved struct {
 
 func (p *Predictor) build(recs []Record) *state {
 	minS := p.cat.opts.MinSamples
-	st := &state{ix: buildIndex(recs, minS, p.specs), p2: map[int]*p2State{}, tr: map[int][]trEst{}, cache: map[cacheKey]*resolved{},
+	st := &state{ix: buildIndex(recs, minS, p.specs), p2: map[int]*p2State{}, tr: map[int][]trEst{}, lrEst: map[int][]trEst{},
+		cache:     map[cacheKey]*resolved{},
 		powerType: map[string]float64{}, powerWl: map[int]float64{}, powerDirect: map[wgKey]float64{}}
 	ix := st.ix
 	st.grid = newGrid(ix, p.specs)
@@ -395,6 +405,21 @@ func (p *Predictor) build(recs []Record) *state {
 	// them was most of a rebuild's cost.
 	prev := p.state.Load()
 	reuse := prev != nil && prev.runNoise == st.runNoise && sameGrid(prev, st)
+	// The completion is refitted only when the trusted grid changed (a slot reached
+	// MinSamples runs, a workload appeared); otherwise its factors stand.
+	switch {
+	case prev != nil && prev.lr != nil && sameVals(prev.lr.vals, st.grid.vals) && slices.Equal(prev.ix.wls, ix.wls):
+		st.lr = prev.lr
+	case p.lrSeed != nil && sameVals(p.lrSeed.vals, st.grid.vals) && slices.Equal(p.lrSeed.wls, ix.wls):
+		st.lr = p.lrSeed
+	default:
+		var last *lowRank
+		if prev != nil {
+			last = prev.lr
+		}
+		st.lr = fitLowRank(st.grid, ix.wls, last)
+	}
+	lrWS := newALSWork()
 	var order []int
 	for _, sk := range ix.keys {
 		s := ix.stats[sk]
@@ -444,6 +469,15 @@ func (p *Predictor) build(recs []Record) *state {
 				p.log.Warn("P2 posterior skipped", "workload", ix.wls[id].key, "error", err)
 			} else {
 				st.p2[id] = post
+			}
+		}
+		// The completion for workloads with runs of their own, as the conditional Gaussian:
+		// a seeded workload's estimates add nothing to what the catalog knows.
+		if st.lr != nil && len(own[id]) > 0 && observed[id] {
+			if reuse && prev.lr == st.lr && slices.Equal(prev.own[id], own[id]) {
+				st.lrEst[id] = prev.lrEst[id]
+			} else {
+				st.lrEst[id] = st.lr.estimates(&ix.wls[id], own[id], st.runNoise, st.grid.stride, lrWS)
 			}
 		}
 		if len(own[id]) > 0 && reuse && prev.observed[id] == observed[id] && slices.Equal(prev.own[id], own[id]) {
@@ -498,6 +532,19 @@ func (p *Predictor) build(recs []Record) *state {
 	st.pairs = p.observedPairs(st, recs)
 	st.mig = p.observedMIG(st, recs)
 	return st
+}
+
+// sameVals reports whether two grids' values are equal bit for bit.
+func sameVals(a, b []float64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i, v := range a {
+		if math.Float64bits(v) != math.Float64bits(b[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 // sameGrid reports whether two states have the same workloads (so the same kernel weights)
@@ -630,42 +677,93 @@ func (p *Predictor) estimate(st *state, q *workload, id int, g string, n int, ps
 			}
 		}
 	}
-	y1, u, ok := p.p1(st, q, id, g, n, ps)
+	var pt p2Parts
+	src, ok := p.parts(st, q, id, g, n, ps, &pt)
 	if !ok {
 		return sched.Estimate{PowerW: power, Uncertainty: 1, Source: SrcUnknown}
 	}
+	y, variance := pt.combine()
+	return sched.Estimate{Throughput: float64(n) * math.Exp(y), PowerW: power, Uncertainty: math.Sqrt(variance), Source: src}
+}
+
+// p2Parts are the estimates P2 combines for one (workload, GPU type, count): per-GPU
+// log-throughputs with their variances, +Inf where an estimator has none.
+type p2Parts struct {
+	// p1 is P1 alone with its prior variance; post P1 corrected by the residual posterior.
+	p1, p1Var, post, postVar float64
+	// tr is the job's own runs carried over (pairwise transfer and conditional Gaussian),
+	// lr the low-rank completion.
+	tr, trVar, lr, lrVar float64
+	// unrelated marks a P1 estimate without any related workload on the type (or a cold
+	// type): a population level that the job's own runs make obsolete.
+	unrelated bool
+}
+
+// parts fills pt for q on (g, n) and returns the source; ok is false when not even P1 has
+// an estimate. It does not allocate.
+func (p *Predictor) parts(st *state, q *workload, id int, g string, n int, ps *predScratch, pt *p2Parts) (string, bool) {
+	y1, u, ok := p.p1(st, q, id, g, n, ps)
+	if !ok {
+		return SrcUnknown, false
+	}
 	var post *p2State
-	var tr []trEst
+	var tr, lr []trEst
 	if id >= 0 {
-		post, tr = st.p2[id], st.tr[id]
+		post, tr, lr = st.p2[id], st.tr[id], st.lrEst[id]
 	}
 	mean, variance := p.model.p2.query(post, u, ps.buf[:])
-	y, src := y1+mean, SrcP1
+	*pt = p2Parts{p1: y1, p1Var: p.model.p2.k(u, u), post: y1 + mean, postVar: variance, trVar: math.Inf(1), lrVar: math.Inf(1),
+		unrelated: u.unrelated}
+	src := SrcP1
 	switch {
-	case post != nil || tr != nil:
+	case post != nil || tr != nil || lr != nil:
 		src = SrcP1P2
 	case u.cold:
 		src = SrcDatasheet
 	}
+	ti, okT := st.grid.tIdx[g]
+	if !okT {
+		return src, true
+	}
+	b := min(max(bucketOf(n), 0), maxBucket)
+	// Grid slots are power-of-two counts: a count between them is carried from its bucket
+	// with the table's scaling exponent.
+	shift := (throughput.ScalingExponent - 1) * (math.Log(float64(n)) - float64(b)*math.Ln2)
 	if tr != nil {
-		// Precision-weighted with the job's own runs carried over from other slots. Where
-		// P1 had no related workload on this type (or the type is cold) its figure is a
-		// population level that the job's own runs make obsolete: the transfer alone.
-		if ti, ok := st.grid.tIdx[g]; ok {
-			b := min(max(bucketOf(n), 0), maxBucket)
-			if e := tr[ti*nBuckets+b]; !math.IsInf(e.v, 1) {
-				ey := e.y + (throughput.ScalingExponent-1)*(math.Log(float64(n))-float64(b)*math.Ln2)
-				if u.unrelated {
-					y, variance = ey, e.v
-				} else {
-					pr := 1/variance + 1/e.v
-					y = (y/variance + ey/e.v) / pr
-					variance = 1 / pr
-				}
-			}
+		if e := tr[ti*nBuckets+b]; !math.IsInf(e.v, 1) {
+			pt.tr, pt.trVar = e.y+shift, e.v
 		}
 	}
-	return sched.Estimate{Throughput: float64(n) * math.Exp(y), PowerW: power, Uncertainty: math.Sqrt(variance), Source: src}
+	if lr != nil {
+		if e := lr[ti*nBuckets+b]; !math.IsInf(e.v, 1) {
+			pt.lr, pt.lrVar = e.y+shift, e.v
+		}
+	}
+	return src, true
+}
+
+// combine is P2's estimate: its estimators weighted by precision (each variance validated:
+// the posterior's from P1's out-of-fold residuals, the transfer's from the spread of the
+// linking workloads, the completion's from its grouped cross-validation). Where P1 had no
+// related workload its figure is left out once the job's own runs say anything.
+func (pt *p2Parts) combine() (y, variance float64) {
+	var prec, py float64
+	add := func(y, v float64) {
+		if v > 0 && !math.IsInf(v, 1) {
+			prec += 1 / v
+			py += y / v
+		}
+	}
+	own := !math.IsInf(pt.trVar, 1) || !math.IsInf(pt.lrVar, 1)
+	if !pt.unrelated || !own {
+		add(pt.post, pt.postVar)
+	}
+	add(pt.tr, pt.trVar)
+	add(pt.lr, pt.lrVar)
+	if prec == 0 {
+		return pt.post, pt.postVar
+	}
+	return py / prec, 1 / prec
 }
 
 // p1Class buckets P1's nearest-neighbour distance: the same model at another batch size,
