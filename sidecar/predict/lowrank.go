@@ -2,6 +2,7 @@ package predict
 
 import (
 	"math"
+	"math/rand/v2"
 	"slices"
 
 	"gonum.org/v1/gonum/mat"
@@ -32,10 +33,10 @@ import (
 const (
 	// lrMinColRows is how many workloads a slot needs to become a column.
 	lrMinColRows = 3
-	// lrMinRowCells is how many cells a workload needs to become a row of the fit.
+	// lrMinRowCells is how many cells a workload needs to become a row of the fit, and
+	// lrMinRows how many rows the completion needs.
 	lrMinRowCells = 2
-	// lrFolds is the number of workload-grouped cross-validation folds.
-	lrFolds = 5
+	lrMinRows     = 6
 	// lrIters is the number of alternating least-squares sweeps.
 	lrIters = 25
 	// lrLevelRidge keeps the (unpenalised) levels a and m well defined.
@@ -49,8 +50,8 @@ const (
 	// lrResetFrac is how much the fitted rows may grow or shrink before the setting is
 	// chosen again; below it only the factors are refitted, with the setting kept.
 	lrResetFrac = 0.1
-	// lrCVS2 is the residual variance the cross-validation folds in with: noise-free cells
-	// make the fold-in's mean independent of it, and the calibration rescales its variance.
+	// lrCVS2 is the residual variance the cross-validation folds in with; the calibration
+	// rescales the variance it gives.
 	lrCVS2 = 0.01
 )
 
@@ -69,11 +70,11 @@ const lrMaxRank = 3
 
 // lowRank is a fitted completion model over grid slots.
 type lowRank struct {
-	// colOf maps a grid slot to its column, -1 when the slot is not a column; colType is
-	// each column's GPU type (grid index).
-	colOf, colType []int
-	nc             int
-	rank           int
+	// colOf maps a grid slot to its column, -1 when the slot is not a column; cols is each
+	// column's slot and colType its GPU type (grid index).
+	colOf, cols, colType []int
+	nc                   int
+	rank                 int
 	// lambda is the ridge on the interaction factors; s2 the cross-validated residual
 	// variance of a noise-free fold-in and calib the factor that makes the fold-in's
 	// predictive variance match the held-out squared errors.
@@ -88,12 +89,15 @@ type lowRank struct {
 	// (to reuse it while they do not change).
 	cv   lrCV
 	vals []float64
+	// comb are the validated statistics P2's combination weighs its estimators by, per
+	// kind of hold-out (p2combine.go).
+	comb [2]combStats
 }
 
 // fitLowRank chooses the setting by grouped cross-validation (or keeps prev's, when prev
 // was fitted on about as many rows and the same columns) over the grid of index ix; nil
 // when the grid has too few rows or columns for the completion to say anything.
-func fitLowRank(g *grid, wls []workload, prev *lowRank) *lowRank {
+func fitLowRank(g *grid, wls []workload, prev *lowRank, runNoise float64, tc transferConst) *lowRank {
 	nw := len(g.vals) / g.stride
 	colOf := make([]int, g.stride)
 	var cols []int
@@ -128,17 +132,17 @@ func fitLowRank(g *grid, wls []workload, prev *lowRank) *lowRank {
 		}
 	}
 	nr := len(rowWl)
-	if nc < 2 || nr < lrFolds+1 {
+	if nc < 2 || nr < lrMinRows {
 		return nil
 	}
 	colType := make([]int, nc)
 	for j, s := range cols {
 		colType[j] = s / nBuckets
 	}
-	lr := &lowRank{colOf: colOf, colType: colType, nc: nc, y: y, rowWl: rowWl, wls: wls, vals: slices.Clone(g.vals)}
+	lr := &lowRank{colOf: colOf, cols: cols, colType: colType, nc: nc, y: y, rowWl: rowWl, wls: wls, vals: slices.Clone(g.vals)}
 	if prev != nil && prev.nc == nc && slices.Equal(prev.colOf, colOf) &&
 		math.Abs(float64(nr-len(prev.rowWl))) <= lrResetFrac*float64(len(prev.rowWl)) {
-		lr.rank, lr.lambda, lr.s2, lr.calib, lr.cv = prev.rank, prev.lambda, prev.s2, prev.calib, prev.cv
+		lr.rank, lr.lambda, lr.s2, lr.calib, lr.cv, lr.comb = prev.rank, prev.lambda, prev.s2, prev.calib, prev.cv, prev.comb
 		return lr
 	}
 	ws := newALSWork()
@@ -148,7 +152,7 @@ func fitLowRank(g *grid, wls []workload, prev *lowRank) *lowRank {
 		if c.rank > 0 && c.rank >= nc {
 			continue
 		}
-		cv := lr.crossValidate(c, ws)
+		cv := lr.crossValidate(c, runNoise, ws, nil)
 		if best < 0 || cv.score() < bestCV.score() {
 			best, bestCV = ci, cv
 		}
@@ -159,6 +163,7 @@ func fitLowRank(g *grid, wls []workload, prev *lowRank) *lowRank {
 	lr.rank, lr.lambda, lr.cv = lrCandidates[best].rank, lrCandidates[best].lambda, bestCV
 	lr.s2 = bestCV.s2[0]
 	lr.calib = [2]float64{bestCV.calib[0] * lrCVS2 / lr.s2, bestCV.calib[1] * lrCVS2 / lr.s2}
+	lr.comb = lr.validateCombination(g, runNoise, tc, ws)
 	return lr
 }
 
@@ -179,12 +184,20 @@ type lrCV struct {
 // score is what the setting is chosen by: both kinds weigh equally.
 func (c *lrCV) score() float64 { return (c.mae[0] + c.mae[1]) / 2 }
 
-// cvLowRank cross-validates a setting: every held-out workload's cells are hidden one at a
-// time (kind 0) and one GPU type at a time (kind 1), the rest of its row folded into the
-// column factors fitted without it, and the hidden cells predicted. It returns the mean
-// absolute log errors, the residual variances and the factor that calibrates the fold-in's
-// predictive variance against the squared errors, per kind.
-func (lr *lowRank) crossValidate(c lrCandidate, ws *alsWork) lrCV {
+// lrVisit receives one held-out cell of the cross-validation: the row, a number that
+// identifies the hold-out (the same for every cell hidden together), the cells left in,
+// the hidden column, its value, the prediction and its uncalibrated variance, and the kind.
+type lrVisit func(row, mask int, own []lrObs, col int, truth, pred, pv float64, kind int)
+
+// crossValidate cross-validates a setting, leaving one workload out at a time (grouped by
+// workload: every cell of the held-out workload is unseen by the fit): its cells are hidden
+// one at a time (kind 0) and one GPU type at a time (kind 1), the rest of its row folded
+// into the column factors fitted without it, and the hidden cells predicted. It returns the
+// mean absolute log errors, the residual variances and the factor that calibrates the
+// fold-in's predictive variance against the squared errors, per kind; visit, when not nil,
+// sees every held-out cell. The cells left in are what a job first seen live brings: one
+// run each, with the run noise added (a seeded, reproducible draw per hold-out).
+func (lr *lowRank) crossValidate(c lrCandidate, runNoise float64, ws *alsWork, visit lrVisit) lrCV {
 	y, nc, colType := lr.y, lr.nc, lr.colType
 	nr := len(lr.rowWl)
 	var abs, sq, vs [2]float64
@@ -194,14 +207,12 @@ func (lr *lowRank) crossValidate(c lrCandidate, ws *alsWork) lrCV {
 	tr := make([]float64, 0, len(y))
 	all := make([]float64, nr)
 	rw := make([]float64, 0, nr)
+	mask := 0
 	for i := 0; i < nr; i++ {
-		// Deterministic grouping: row i in fold i mod lrFolds (rows are in sorted key
-		// order, so sibling batch sizes of one model spread over the folds).
-		f := i % lrFolds
 		tr, rw = tr[:0], rw[:0]
 		lr.rowWeights(&lr.wls[lr.rowWl[i]], all)
 		for k := 0; k < nr; k++ {
-			if k%lrFolds != f {
+			if k != i {
 				tr = append(tr, y[k*nc:(k+1)*nc]...)
 				rw = append(rw, all[k])
 			}
@@ -219,18 +230,20 @@ func (lr *lowRank) crossValidate(c lrCandidate, ws *alsWork) lrCV {
 						held[j] = j == k || kind == 1 && colType[j] == colType[k]
 					}
 					own = own[:0]
+					rng := rand.New(rand.NewPCG(uint64(i), uint64(kind*nc+k)))
 					for j := range row {
 						if !held[j] && !math.IsNaN(row[j]) {
-							own = append(own, lrObs{col: j, y: row[j], runs: seedRuns})
+							own = append(own, lrObs{col: j, y: row[j] + runNoise*rng.NormFloat64(), runs: 1})
 						}
 					}
 					if len(own) == 0 {
 						continue
 					}
-					th, ok := fl.foldIn(own, 0, ws)
+					th, ok := fl.foldIn(own, runNoise, ws)
 					if !ok {
 						continue
 					}
+					mask++
 					for j := range row {
 						if !held[j] || math.IsNaN(row[j]) {
 							continue
@@ -246,6 +259,9 @@ func (lr *lowRank) crossValidate(c lrCandidate, ws *alsWork) lrCV {
 						sq[kd] += r * r
 						vs[kd] += pv
 						out.n[kd]++
+						if visit != nil {
+							visit(i, mask, own, j, row[j], p, pv, kd)
+						}
 					}
 				}
 			}

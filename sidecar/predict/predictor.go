@@ -405,6 +405,7 @@ func (p *Predictor) build(recs []Record) *state {
 	// them was most of a rebuild's cost.
 	prev := p.state.Load()
 	reuse := prev != nil && prev.runNoise == st.runNoise && sameGrid(prev, st)
+	tc := transferConst{beta: p.model.Beta, betaVar: p.model.BetaVar, countVar: countVarPerDoubling}
 	// The completion is refitted only when the trusted grid changed (a slot reached
 	// MinSamples runs, a workload appeared); otherwise its factors stand.
 	switch {
@@ -417,7 +418,7 @@ func (p *Predictor) build(recs []Record) *state {
 		if prev != nil {
 			last = prev.lr
 		}
-		st.lr = fitLowRank(st.grid, ix.wls, last)
+		st.lr = fitLowRank(st.grid, ix.wls, last, st.runNoise, tc)
 	}
 	lrWS := newALSWork()
 	var order []int
@@ -455,7 +456,6 @@ func (p *Predictor) build(recs []Record) *state {
 		a := perWl[sk.wl][u]
 		perWl[sk.wl][u] = acc{a.sum + runs*(y-y1), a.runs + runs}
 	}
-	tc := transferConst{beta: p.model.Beta, betaVar: p.model.BetaVar, countVar: countVarPerDoubling}
 	w := make([]float64, len(ix.wls))
 	for _, id := range order {
 		if m := perWl[id]; len(m) > 0 && len(m) <= maxP2Obs {
@@ -483,26 +483,8 @@ func (p *Predictor) build(recs []Record) *state {
 		if len(own[id]) > 0 && reuse && prev.observed[id] == observed[id] && slices.Equal(prev.own[id], own[id]) {
 			st.tr[id] = prev.tr[id]
 		} else if len(own[id]) > 0 {
-			for j := range ix.wls {
-				w[j] = math.Exp(-distance(&ix.wls[id], &ix.wls[j]) / kernelTau)
-			}
-			st.tr[id] = st.grid.transfer(id, w, own[id], st.runNoise, tc)
-			if observed[id] {
-				// Only workloads with runs of their own: for seeded ones it adds nothing the
-				// catalog does not know, and it is the costly part of a rebuild. Combined
-				// with the pairwise transfer by precision; as there, the two share the
-				// job's runs, so the result claims at most twice the better one's certainty.
-				for t, e := range st.tr[id] {
-					if y, v, ok := st.grid.conditional(id, w, own[id], st.runNoise, t); ok {
-						if math.IsInf(e.v, 1) {
-							st.tr[id][t] = trEst{y: y, v: v}
-						} else {
-							pr := 1/v + 1/e.v
-							st.tr[id][t] = trEst{y: (y/v + e.y/e.v) / pr, v: math.Max(1/pr, math.Min(e.v, v)/2)}
-						}
-					}
-				}
-			}
+			kernelWeights(ix.wls, id, w)
+			st.tr[id] = st.grid.carry(id, w, own[id], st.runNoise, tc, observed[id])
 		}
 	}
 
@@ -697,6 +679,11 @@ type p2Parts struct {
 	// unrelated marks a P1 estimate without any related workload on the type (or a cold
 	// type): a population level that the job's own runs make obsolete.
 	unrelated bool
+	// rho is the validated correlation of the transfer's and the completion's errors and
+	// wTr the transfer's validated weight in their mix; onSlot marks a job with runs of its
+	// own on the queried slot.
+	rho, wTr float64
+	onSlot   bool
 }
 
 // parts fills pt for q on (g, n) and returns the source; ok is false when not even P1 has
@@ -721,17 +708,33 @@ func (p *Predictor) parts(st *state, q *workload, id int, g string, n int, ps *p
 	case u.cold:
 		src = SrcDatasheet
 	}
+	pt.rho, pt.wTr = defaultComb.rho, defaultComb.wTr
 	ti, okT := st.grid.tIdx[g]
-	if !okT {
+	if !okT || id < 0 {
 		return src, true
 	}
+	// The kind of hold-out this query is: has the job run on the type at all?
 	b := min(max(bucketOf(n), 0), maxBucket)
+	kind := 1
+	for _, o := range st.own[id] {
+		if o.slot/nBuckets == ti {
+			kind = 0
+		}
+		if o.slot == ti*nBuckets+b {
+			pt.onSlot = true
+		}
+	}
+	cs := defaultComb
+	if st.lr != nil {
+		cs = st.lr.comb[kind]
+	}
+	pt.rho, pt.wTr = cs.rho, cs.wTr
 	// Grid slots are power-of-two counts: a count between them is carried from its bucket
 	// with the table's scaling exponent.
 	shift := (throughput.ScalingExponent - 1) * (math.Log(float64(n)) - float64(b)*math.Ln2)
 	if tr != nil {
 		if e := tr[ti*nBuckets+b]; !math.IsInf(e.v, 1) {
-			pt.tr, pt.trVar = e.y+shift, e.v
+			pt.tr, pt.trVar = e.y+shift, cs.calTr*e.v
 		}
 	}
 	if lr != nil {
@@ -740,30 +743,6 @@ func (p *Predictor) parts(st *state, q *workload, id int, g string, n int, ps *p
 		}
 	}
 	return src, true
-}
-
-// combine is P2's estimate: its estimators weighted by precision (each variance validated:
-// the posterior's from P1's out-of-fold residuals, the transfer's from the spread of the
-// linking workloads, the completion's from its grouped cross-validation). Where P1 had no
-// related workload its figure is left out once the job's own runs say anything.
-func (pt *p2Parts) combine() (y, variance float64) {
-	var prec, py float64
-	add := func(y, v float64) {
-		if v > 0 && !math.IsInf(v, 1) {
-			prec += 1 / v
-			py += y / v
-		}
-	}
-	own := !math.IsInf(pt.trVar, 1) || !math.IsInf(pt.lrVar, 1)
-	if !pt.unrelated || !own {
-		add(pt.post, pt.postVar)
-	}
-	add(pt.tr, pt.trVar)
-	add(pt.lr, pt.lrVar)
-	if prec == 0 {
-		return pt.post, pt.postVar
-	}
-	return py / prec, 1 / prec
 }
 
 // p1Class buckets P1's nearest-neighbour distance: the same model at another batch size,
