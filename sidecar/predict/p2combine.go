@@ -11,8 +11,11 @@ import "math"
 //   - the transfer and the completion are mixed with the weight that minimised the squared
 //     error of the mix on the catalog's own hold-outs (every workload left out in turn, the
 //     same hold-outs that choose the completion's rank), per kind of hold-out (the job has
-//     run on the type, or not); the mix's variance is the validated one (each member's
-//     variance calibrated against those errors, with their measured correlation);
+//     run on the type, or not), provided the mix beats the transfer there beyond doubt
+//     (rowGain, mixT); else the transfer (or the completion, if it alone beats the transfer
+//     so) stands alone. The mix's variance is the validated
+//     one (each member's variance calibrated against those errors, with their measured
+//     correlation);
 //   - the residual posterior joins by generalised least squares (an assumed correlation
 //     rhoPost) only where the job has runs of its own on the slot itself, which the
 //     transfer leaves out by construction; elsewhere its figure is P1's level, corrected by
@@ -41,6 +44,39 @@ type combStats struct {
 // of what the reference limits measured on Gavel's table (0.74-0.98).
 const rhoPost = 0.75
 
+// mixT is how many standard errors the validated gain of the completion (or of the mix)
+// over the transfer must reach to be used.
+const mixT = 2.0
+
+// rowGain returns the t statistic of the mean per-row difference d over the rows that have
+// cells (n cells, each mapped by at to its row and difference); 0 with fewer than 3 rows.
+func rowGain(rows, n int, at func(i int) (row int, d float64)) float64 {
+	sum, cnt := make([]float64, rows), make([]float64, rows)
+	for i := 0; i < n; i++ {
+		r, d := at(i)
+		sum[r] += d
+		cnt[r]++
+	}
+	var m, m2, k float64
+	for r := range sum {
+		if cnt[r] > 0 {
+			x := sum[r] / cnt[r]
+			m += x
+			m2 += x * x
+			k++
+		}
+	}
+	if k < 3 {
+		return 0
+	}
+	m /= k
+	sd := math.Sqrt(math.Max(m2/k-m*m, 0) * k / (k - 1))
+	if sd == 0 {
+		return 0
+	}
+	return m / (sd / math.Sqrt(k))
+}
+
 // defaultComb is used before any validation (a catalog too small for the completion).
 var defaultComb = combStats{calTr: 1, rho: rhoPost, wTr: 0.5}
 
@@ -55,7 +91,10 @@ func (lr *lowRank) validateCombination(g *grid, runNoise float64, tc transferCon
 	var tr []trEst
 	last, lastRow := -1, -1
 	var r2, v, zz, tt, ll, at, al, atl [2]float64
-	type pair struct{ rt, rl float64 }
+	type pair struct {
+		rt, rl float64
+		row    int
+	}
 	var res [2][]pair
 	var n [2]int
 	lr.crossValidate(lrCandidate{lr.rank, lr.lambda}, runNoise, ws, func(row, mask int, obs []lrObs, col int, truth, pred, pv float64, kind int) {
@@ -84,7 +123,7 @@ func (lr *lowRank) validateCombination(g *grid, runNoise float64, tc transferCon
 		at[kind] += rt * rt
 		al[kind] += rl * rl
 		atl[kind] += rt * rl
-		res[kind] = append(res[kind], pair{rt, rl})
+		res[kind] = append(res[kind], pair{rt, rl, row})
 		zt, zl := rt/math.Sqrt(e.v), rl/math.Sqrt(lv)
 		zz[kind] += zt * zl
 		tt[kind] += zt * zt
@@ -107,6 +146,26 @@ func (lr *lowRank) validateCombination(g *grid, runNoise float64, tc transferCon
 			out[k].maeTr += math.Abs(p.rt) / float64(n[k])
 			out[k].maeLr += math.Abs(p.rl) / float64(n[k])
 			out[k].maeMix += math.Abs(wt*p.rt+(1-wt)*p.rl) / float64(n[k])
+		}
+		// The transfer (P2's established member) stands alone unless the hold-outs show the
+		// completion or the mix better beyond doubt: by a paired comparison over the
+		// held-out workloads (cells of one workload are not independent), a mean gain at
+		// least mixT standard errors from zero.
+		c := &out[k]
+		mix := c.wTr
+		gainLr := rowGain(len(lr.rowWl), len(res[k]), func(i int) (int, float64) {
+			return res[k][i].row, math.Abs(res[k][i].rl) - math.Abs(res[k][i].rt)
+		})
+		gainMix := rowGain(len(lr.rowWl), len(res[k]), func(i int) (int, float64) {
+			p := res[k][i]
+			return p.row, math.Abs(mix*p.rt+(1-mix)*p.rl) - math.Abs(p.rt)
+		})
+		switch {
+		case gainMix < -mixT && gainMix <= gainLr:
+		case gainLr < -mixT:
+			c.wTr, c.maeMix = 0, c.maeLr
+		default:
+			c.wTr, c.maeMix = 1, c.maeTr
 		}
 	}
 	return out

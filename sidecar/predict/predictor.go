@@ -425,15 +425,21 @@ func (p *Predictor) build(recs []Record) *state {
 	for _, sk := range ix.keys {
 		s := ix.stats[sk]
 		var y, runs float64
+		seeded := s.seed && !s.seedZero
 		switch {
-		case s.runs >= minS || s.runs > 0 && !(s.seed && !s.seedZero):
+		case s.runs >= minS:
 			y, runs = s.meanY, float64(s.runs)
-		case s.seed && !s.seedZero:
+		case s.runs+s.partials > 0 && !seeded:
+			// Partial runs count as PartialWeight of a finished one.
+			pw := PartialWeight * float64(s.partials)
+			runs = float64(s.runs) + pw
+			y = (float64(s.runs)*s.meanY + PartialWeight*s.partialSum) / runs
+		case seeded:
 			y, runs = s.seedY, seedRuns
 		default:
 			continue
 		}
-		if s.runs > 0 {
+		if s.runs+s.partials > 0 {
 			observed[sk.wl] = true
 		}
 		if _, seen := own[sk.wl]; !seen {
