@@ -5,6 +5,9 @@ import (
 	"math/rand/v2"
 	"slices"
 
+	"gonum.org/v1/gonum/blas"
+	"gonum.org/v1/gonum/blas/blas64"
+	"gonum.org/v1/gonum/lapack/lapack64"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -47,9 +50,11 @@ const (
 	// every row keeps.
 	lrTau   = 2 * kernelTau
 	lrFloor = 0.05
-	// lrResetFrac is how much the fitted rows may grow or shrink before the setting is
-	// chosen again; below it only the factors are refitted, with the setting kept.
-	lrResetFrac = 0.1
+	// lrFolds is the number of workload-grouped cross-validation folds.
+	lrFolds = 5
+	// lrSubsample keeps, when the combination is validated, every lrSubsample-th single
+	// cell hold-out of a workload (the transfer it replays is the costly part).
+	lrSubsample = 3
 	// lrCVS2 is the residual variance the cross-validation folds in with; the calibration
 	// rescales the variance it gives.
 	lrCVS2 = 0.01
@@ -68,36 +73,37 @@ var lrCandidates = [...]lrCandidate{{0, 0}, {1, 0.03}, {2, 0.03}, {2, 0.1}, {3, 
 // lrMaxRank is the largest rank among lrCandidates.
 const lrMaxRank = 3
 
-// lowRank is a fitted completion model over grid slots.
+// lowRank is the completion's matrix with its setting: each workload's completion is a
+// local fit of it (lrLocal).
 type lowRank struct {
+	lrSetting
 	// colOf maps a grid slot to its column, -1 when the slot is not a column; cols is each
 	// column's slot and colType its GPU type (grid index).
 	colOf, cols, colType []int
 	nc                   int
-	rank                 int
-	// lambda is the ridge on the interaction factors; s2 the cross-validated residual
-	// variance of a noise-free fold-in and calib the factor that makes the fold-in's
-	// predictive variance match the held-out squared errors.
-	lambda, s2 float64
-	calib      [2]float64
 	// y is the fitted matrix (rows x nc, NaN missing) and rowWl each row's workload.
 	y     []float64
 	rowWl []int
 	// wls are the catalog's workloads (for the similarity of the local fit).
 	wls []workload
-	// cv is the chosen setting's cross-validation; vals the grid values it was fitted on
-	// (to reuse it while they do not change).
-	cv   lrCV
+	// vals are the grid values it was built from (to reuse it while they do not change).
 	vals []float64
-	// comb are the validated statistics P2's combination weighs its estimators by, per
-	// kind of hold-out (p2combine.go).
-	comb [2]combStats
 }
 
-// fitLowRank chooses the setting by grouped cross-validation (or keeps prev's, when prev
-// was fitted on about as many rows and the same columns) over the grid of index ix; nil
-// when the grid has too few rows or columns for the completion to say anything.
-func fitLowRank(g *grid, wls []workload, prev *lowRank, runNoise float64, tc transferConst) *lowRank {
+// lrSetting is what the cross-validation chose and measured: the rank and ridge, the
+// fold-in's residual variance and calibration, the validated combination statistics.
+type lrSetting struct {
+	rank       int
+	lambda, s2 float64
+	calib      [2]float64
+	cv         lrCV
+	comb       [2]combStats
+}
+
+// lrMatrix gathers the completion's matrix from the grid: the slots with at least
+// lrMinColRows workloads as columns, the workloads with at least lrMinRowCells cells in
+// them as rows; nil when there are too few of either.
+func lrMatrix(g *grid, wls []workload) *lowRank {
 	nw := len(g.vals) / g.stride
 	colOf := make([]int, g.stride)
 	var cols []int
@@ -131,25 +137,31 @@ func fitLowRank(g *grid, wls []workload, prev *lowRank, runNoise float64, tc tra
 			rowWl = append(rowWl, w)
 		}
 	}
-	nr := len(rowWl)
-	if nc < 2 || nr < lrMinRows {
+	if nc < 2 || len(rowWl) < lrMinRows {
 		return nil
 	}
 	colType := make([]int, nc)
 	for j, s := range cols {
 		colType[j] = s / nBuckets
 	}
-	lr := &lowRank{colOf: colOf, cols: cols, colType: colType, nc: nc, y: y, rowWl: rowWl, wls: wls, vals: slices.Clone(g.vals)}
-	if prev != nil && prev.nc == nc && slices.Equal(prev.colOf, colOf) &&
-		math.Abs(float64(nr-len(prev.rowWl))) <= lrResetFrac*float64(len(prev.rowWl)) {
-		lr.rank, lr.lambda, lr.s2, lr.calib, lr.cv, lr.comb = prev.rank, prev.lambda, prev.s2, prev.calib, prev.cv, prev.comb
-		return lr
+	return &lowRank{colOf: colOf, cols: cols, colType: colType, nc: nc, y: y, rowWl: rowWl, wls: wls, vals: slices.Clone(g.vals)}
+}
+
+// chooseLowRank chooses the completion's setting by workload-grouped cross-validation on
+// grid g and validates the combination on the same hold-outs; nil when the grid is too
+// small for the completion to say anything. The predictor runs it once, on the catalog's
+// seeds: the setting is then the same whatever runs arrive in whatever order (a state
+// depends on the records, not on their history), and a run never pays for it.
+func chooseLowRank(g *grid, wls []workload, runNoise float64, tc transferConst) *lrSetting {
+	lr := lrMatrix(g, wls)
+	if lr == nil {
+		return nil
 	}
 	ws := newALSWork()
 	best := -1
 	var bestCV lrCV
 	for ci, c := range lrCandidates {
-		if c.rank > 0 && c.rank >= nc {
+		if c.rank > 0 && c.rank >= lr.nc {
 			continue
 		}
 		cv := lr.crossValidate(c, runNoise, ws, nil)
@@ -160,11 +172,44 @@ func fitLowRank(g *grid, wls []workload, prev *lowRank, runNoise float64, tc tra
 	// The fold-in weighs cells by the kind-0 residual variance (the completion's own
 	// error where the row says most), and the calibration maps its predictive variance
 	// to each kind's held-out squared errors.
-	lr.rank, lr.lambda, lr.cv = lrCandidates[best].rank, lrCandidates[best].lambda, bestCV
-	lr.s2 = bestCV.s2[0]
-	lr.calib = [2]float64{bestCV.calib[0] * lrCVS2 / lr.s2, bestCV.calib[1] * lrCVS2 / lr.s2}
-	lr.comb = lr.validateCombination(g, runNoise, tc, ws)
+	set := &lrSetting{rank: lrCandidates[best].rank, lambda: lrCandidates[best].lambda, cv: bestCV, s2: bestCV.s2[0]}
+	set.calib = [2]float64{bestCV.calib[0] * lrCVS2 / set.s2, bestCV.calib[1] * lrCVS2 / set.s2}
+	lr.lrSetting = *set
+	set.comb = lr.validateCombination(g, runNoise, tc, ws)
+	return set
+}
+
+// fitLowRank is the completion over grid g with setting set (prev when it was fitted on
+// the same matrix); nil without a setting or when the grid is too small.
+func fitLowRank(g *grid, wls []workload, prev *lowRank, set *lrSetting) *lowRank {
+	if set == nil {
+		return nil
+	}
+	lr := lrMatrix(g, wls)
+	if lr == nil || set.rank > 0 && set.rank >= lr.nc {
+		return nil
+	}
+	if prev != nil && prev.lrSetting == *set && prev.sameFit(lr.colOf, lr.y, lr.rowWl, wls) {
+		// A workload without trusted cells appeared, or runs arrived that are not yet
+		// trusted: the fitted matrix is the same, and so is every local fit.
+		return prev
+	}
+	lr.lrSetting = *set
 	return lr
+}
+
+// sameFit reports whether lr was fitted on the same matrix: the same columns and the same
+// rows of the same workloads (ids may differ between catalogs), bit for bit.
+func (lr *lowRank) sameFit(colOf []int, y []float64, rowWl []int, wls []workload) bool {
+	if !slices.Equal(lr.colOf, colOf) || len(lr.rowWl) != len(rowWl) || !sameVals(lr.y, y) {
+		return false
+	}
+	for i, id := range rowWl {
+		if lr.wls[lr.rowWl[i]] != wls[id] {
+			return false
+		}
+	}
+	return true
 }
 
 // rowWeights fills w (one per fitted row) with the local fit's weights for workload q.
@@ -189,14 +234,18 @@ func (c *lrCV) score() float64 { return (c.mae[0] + c.mae[1]) / 2 }
 // the hidden column, its value, the prediction and its uncalibrated variance, and the kind.
 type lrVisit func(row, mask int, own []lrObs, col int, truth, pred, pv float64, kind int)
 
-// crossValidate cross-validates a setting, leaving one workload out at a time (grouped by
-// workload: every cell of the held-out workload is unseen by the fit): its cells are hidden
-// one at a time (kind 0) and one GPU type at a time (kind 1), the rest of its row folded
-// into the column factors fitted without it, and the hidden cells predicted. It returns the
+// crossValidate cross-validates a setting over lrFolds workload-grouped folds (row i in
+// fold i mod lrFolds; rows are in key order, so a model's batch sizes spread over the
+// folds): the column factors are fitted without the fold's workloads, and each held-out
+// workload's cells are hidden one at a time (kind 0) and one GPU type at a time (kind 1),
+// the rest of its row folded in and the hidden cells predicted. The folds are fitted
+// globally, not around each held-out workload as the estimator is (a tenth of the cost):
+// the errors, and so the calibrated variances, are if anything the larger. It returns the
 // mean absolute log errors, the residual variances and the factor that calibrates the
 // fold-in's predictive variance against the squared errors, per kind; visit, when not nil,
-// sees every held-out cell. The cells left in are what a job first seen live brings: one
-// run each, with the run noise added (a seeded, reproducible draw per hold-out).
+// sees every held-out cell, of every lrSubsample-th single-cell hold-out. The cells left
+// in are what a job first seen live brings: one run each, with the run noise added (a
+// seeded, reproducible draw per hold-out).
 func (lr *lowRank) crossValidate(c lrCandidate, runNoise float64, ws *alsWork, visit lrVisit) lrCV {
 	y, nc, colType := lr.y, lr.nc, lr.colType
 	nr := len(lr.rowWl)
@@ -205,26 +254,25 @@ func (lr *lowRank) crossValidate(c lrCandidate, runNoise float64, ws *alsWork, v
 	held := make([]bool, nc)
 	own := make([]lrObs, 0, nc)
 	tr := make([]float64, 0, len(y))
-	all := make([]float64, nr)
-	rw := make([]float64, 0, nr)
 	mask := 0
-	for i := 0; i < nr; i++ {
-		tr, rw = tr[:0], rw[:0]
-		lr.rowWeights(&lr.wls[lr.rowWl[i]], all)
+	for f := 0; f < lrFolds; f++ {
+		tr = tr[:0]
 		for k := 0; k < nr; k++ {
-			if k != i {
+			if k%lrFolds != f {
 				tr = append(tr, y[k*nc:(k+1)*nc]...)
-				rw = append(rw, all[k])
 			}
 		}
-		m, _, _, v := alsFit(tr, len(rw), nc, c.rank, c.lambda, rw, ws)
+		m, _, _, v := alsFit(tr, len(tr)/nc, nc, c.rank, c.lambda, nil, ws)
 		fl := &lrLocal{lr: lr, rank: c.rank, lambda: c.lambda, m: m, v: v, s2: lrCVS2, calib: [2]float64{1, 1}}
-		{
+		for i := f; i < nr; i += lrFolds {
 			row := y[i*nc : (i+1)*nc]
 			for kind := 0; kind < 2; kind++ {
 				for k := 0; k < nc; k++ {
 					if math.IsNaN(row[k]) || kind == 1 && slices.Contains(colType[:k], colType[k]) {
 						continue // kind 1 holds each type out once
+					}
+					if visit != nil && kind == 0 && (i+k)%lrSubsample != 0 {
+						continue
 					}
 					for j := range held {
 						held[j] = j == k || kind == 1 && colType[j] == colType[k]
@@ -275,8 +323,7 @@ func (lr *lowRank) crossValidate(c lrCandidate, runNoise float64, ws *alsWork, v
 		n := float64(out.n[kd])
 		out.mae[kd] = abs[kd] / n
 		out.s2[kd] = math.Max(sq[kd]/n, lrVarFloor)
-		// The variances above assumed s2 = lrCVS2; the fold-in's mean does not depend on
-		// it (noise-free cells), its variance scales with it.
+		// The variances above assumed s2 = lrCVS2; the final setting rescales them.
 		out.calib[kd] = sq[kd] / math.Max(vs[kd], 1e-12)
 	}
 	return out
@@ -302,38 +349,38 @@ type lrObs struct {
 // (rank + 1), written through their backing arrays.
 type alsWork struct {
 	sys [lrMaxRank + 2]alsSys
-	ch  mat.Cholesky
 }
 
 type alsSys struct {
-	a    *mat.SymDense
-	b, x *mat.VecDense
-	// ad, bd are a's (upper triangle, row-major, stride d) and b's backing arrays.
-	ad, bd []float64
+	// xd, yd are scratch vectors.
+	xd, yd []float64
+	// ad, bd are a's (upper triangle, row-major, stride d) and b's backing arrays; fd
+	// holds a's factor.
+	ad, bd, fd []float64
 }
 
 func newALSWork() *alsWork {
 	ws := &alsWork{}
 	for d := 1; d < len(ws.sys); d++ {
 		sy := &ws.sys[d]
-		sy.ad, sy.bd = make([]float64, d*d), make([]float64, d)
-		sy.a, sy.b, sy.x = mat.NewSymDense(d, sy.ad), mat.NewVecDense(d, sy.bd), mat.NewVecDense(d, nil)
+		sy.ad, sy.bd, sy.fd = make([]float64, d*d), make([]float64, d), make([]float64, d*d)
+		sy.xd, sy.yd = make([]float64, d), make([]float64, d)
 	}
 	return ws
 }
 
 // solve solves the d x d system into out (len d); false when it is not positive definite.
+// LAPACK's factorisation directly: mat.Cholesky would also estimate the condition number,
+// which cost more than the solve for these tiny systems.
 func (ws *alsWork) solve(d int, out []float64) bool {
 	sy := &ws.sys[d]
-	if !ws.ch.Factorize(sy.a) {
+	copy(sy.fd, sy.ad)
+	t, ok := lapack64.Potrf(blas64.Symmetric{Uplo: blas.Upper, N: d, Stride: d, Data: sy.fd})
+	if !ok {
 		return false
 	}
-	if err := ws.ch.SolveVecTo(sy.x, sy.b); err != nil {
-		return false
-	}
-	for k := 0; k < d; k++ {
-		out[k] = sy.x.AtVec(k)
-	}
+	copy(out[:d], sy.bd)
+	lapack64.Potrs(t, blas64.General{Rows: d, Cols: 1, Stride: 1, Data: out[:d]})
 	return true
 }
 
@@ -486,7 +533,9 @@ func (lr *lowRank) local(q *workload, ws *alsWork) *lrLocal {
 // and the Cholesky factor of its posterior precision (for the predictive variance).
 type lrFold struct {
 	theta []float64
-	ch    mat.Cholesky
+	// t is the Cholesky factor of the precision, over fd.
+	t  blas64.Triangular
+	fd []float64
 }
 
 // foldIn solves a workload's [a, u] from its own cells, each weighted by the inverse of the
@@ -500,13 +549,16 @@ func (fl *lrLocal) foldIn(own []lrObs, runNoise float64, ws *alsWork) (*lrFold, 
 		w := 1 / (fl.s2 + runNoise*runNoise/o.runs)
 		ws.accumulate(d, fl.v[o.col*r:o.col*r+r], o.y-fl.m[o.col], w)
 	}
-	f := &lrFold{theta: make([]float64, d)}
+	f := &lrFold{theta: make([]float64, d), fd: make([]float64, d*d)}
 	if !ws.solve(d, f.theta) {
 		return nil, false
 	}
-	if !f.ch.Factorize(ws.sys[d].a) {
+	copy(f.fd, ws.sys[d].ad)
+	t, ok := lapack64.Potrf(blas64.Symmetric{Uplo: blas.Upper, N: d, Stride: d, Data: f.fd})
+	if !ok {
 		return nil, false
 	}
+	f.t = t
 	return f, true
 }
 
@@ -514,17 +566,20 @@ func (fl *lrLocal) foldIn(own []lrObs, runNoise float64, ws *alsWork) (*lrFold, 
 // is 1 when the workload has no cell of its own on the column's GPU type.
 func (fl *lrLocal) at(f *lrFold, j, kind int, ws *alsWork) (y, v float64) {
 	d, r := fl.rank+1, fl.rank
-	x, b := ws.sys[d].x, ws.sys[d].b
-	x.SetVec(0, 1)
+	x, b := ws.sys[d].xd, ws.sys[d].yd
+	x[0] = 1
 	y = fl.m[j] + f.theta[0]
 	for k := 1; k < d; k++ {
-		x.SetVec(k, fl.v[j*r+k-1])
-		y += f.theta[k] * fl.v[j*r+k-1]
+		x[k] = fl.v[j*r+k-1]
+		y += f.theta[k] * x[k]
 	}
-	if err := f.ch.SolveVecTo(b, x); err != nil {
-		return y, math.Inf(1)
+	copy(b, x)
+	lapack64.Potrs(f.t, blas64.General{Rows: d, Cols: 1, Stride: 1, Data: b})
+	var q float64
+	for k := 0; k < d; k++ {
+		q += x[k] * b[k]
 	}
-	return y, fl.calib[kind] * (mat.Dot(x, b) + fl.s2)
+	return y, fl.calib[kind] * (q + fl.s2)
 }
 
 // estimates fits the completion around workload q, folds its own grid slots in and returns

@@ -75,9 +75,9 @@ type Options struct {
 	Logger hclog.Logger
 	// coloc replaces Pairs (evaluation builds many predictors and needs none).
 	coloc *colocModel
-	// lowRank is a completion model already fitted on this catalog's seeds (evaluation
-	// builds many predictors over the same seeds); used while the trusted grid matches it.
-	lowRank *lowRank
+	// lrSetting is the completion's setting already chosen on these seeds (evaluation
+	// builds many predictors over the same seeds).
+	lrSetting *lrSetting
 }
 
 // Predictor implements sched.Predictor and sched.Learner. Predict is safe for concurrent
@@ -88,8 +88,8 @@ type Predictor struct {
 	gf    map[string]gpuFeatures
 	model *Model
 	coloc *colocModel
-	// lrSeed is Options.lowRank.
-	lrSeed *lowRank
+	// lrSet is the completion's setting, chosen on the seeds (chooseLowRank).
+	lrSet *lrSetting
 
 	mu    sync.Mutex // serialises Observe
 	cat   *Catalog
@@ -150,7 +150,7 @@ func New(opts Options) (*Predictor, error) {
 			pairs = tab
 		}
 	}
-	p.coloc, p.lrSeed = opts.coloc, opts.lowRank
+	p.coloc, p.lrSet = opts.coloc, opts.lrSetting
 	if p.coloc == nil {
 		p.coloc = newColocModel(pairs)
 	}
@@ -163,6 +163,11 @@ func New(opts Options) (*Predictor, error) {
 	}
 	for _, n := range p.cat.Notes {
 		p.log.Warn(n)
+	}
+	if p.lrSet == nil {
+		ix := buildIndex(p.cat.seeds, p.cat.opts.MinSamples, p.specs)
+		tc := transferConst{beta: p.model.Beta, betaVar: p.model.BetaVar, countVar: countVarPerDoubling}
+		p.lrSet = chooseLowRank(newGrid(ix, p.specs), ix.wls, p.model.p2.runNoise, tc)
 	}
 	if p.clipF > 1 {
 		p.prior = p.build(p.cat.seeds)
@@ -406,19 +411,16 @@ func (p *Predictor) build(recs []Record) *state {
 	prev := p.state.Load()
 	reuse := prev != nil && prev.runNoise == st.runNoise && sameGrid(prev, st)
 	tc := transferConst{beta: p.model.Beta, betaVar: p.model.BetaVar, countVar: countVarPerDoubling}
-	// The completion is refitted only when the trusted grid changed (a slot reached
-	// MinSamples runs, a workload appeared); otherwise its factors stand.
-	switch {
-	case prev != nil && prev.lr != nil && sameVals(prev.lr.vals, st.grid.vals) && slices.Equal(prev.ix.wls, ix.wls):
+	// The completion is rebuilt only when the trusted grid changed (a slot reached
+	// MinSamples runs, a workload appeared), with the setting chosen on the seeds.
+	if prev != nil && prev.lr != nil && sameVals(prev.lr.vals, st.grid.vals) && slices.Equal(prev.ix.wls, ix.wls) {
 		st.lr = prev.lr
-	case p.lrSeed != nil && sameVals(p.lrSeed.vals, st.grid.vals) && slices.Equal(p.lrSeed.wls, ix.wls):
-		st.lr = p.lrSeed
-	default:
+	} else {
 		var last *lowRank
 		if prev != nil {
 			last = prev.lr
 		}
-		st.lr = fitLowRank(st.grid, ix.wls, last, st.runNoise, tc)
+		st.lr = fitLowRank(st.grid, ix.wls, last, p.lrSet)
 	}
 	lrWS := newALSWork()
 	var order []int
@@ -480,8 +482,12 @@ func (p *Predictor) build(recs []Record) *state {
 		// The completion for workloads with runs of their own, as the conditional Gaussian:
 		// a seeded workload's estimates add nothing to what the catalog knows.
 		if st.lr != nil && len(own[id]) > 0 && observed[id] {
-			if reuse && prev.lr == st.lr && slices.Equal(prev.own[id], own[id]) {
-				st.lrEst[id] = prev.lrEst[id]
+			pid, seen := -1, false
+			if prev != nil && prev.lr == st.lr {
+				pid, seen = prev.ix.byKey[ix.wls[id].key]
+			}
+			if seen && prev.lrEst[pid] != nil && slices.Equal(prev.own[pid], own[id]) {
+				st.lrEst[id] = prev.lrEst[pid]
 			} else {
 				st.lrEst[id] = st.lr.estimates(&ix.wls[id], own[id], st.runNoise, st.grid.stride, lrWS)
 			}

@@ -61,9 +61,9 @@ type HeldOut struct {
 	q          workload
 	in         rawInputs
 	sc         scratch
-	// lr is the completion fitted on the training records by the first predictor, shared by
-	// the later ones (the fit is deterministic, so sharing changes nothing but time).
-	lr *lowRank
+	// lrSet is the completion's setting chosen on the training records by the first
+	// predictor, shared by the later ones (it is deterministic: sharing saves time only).
+	lrSet *lrSetting
 }
 
 // NewHeldOut prepares the evaluation of the job type f with model m trained on train (which
@@ -103,12 +103,12 @@ func (h *HeldOut) RatioTransfer(observed []Measurement, gpu string, gpus int) (f
 // without co-location data (evaluation builds many and needs none).
 func (h *HeldOut) NewPredictor() (*Predictor, error) {
 	p, err := New(Options{Model: h.m, Seeds: h.train, coloc: &colocModel{byGPU: map[string][]int{}},
-		Catalog: CatalogOptions{MinSamples: h.minSamples}, lowRank: h.lr})
+		Catalog: CatalogOptions{MinSamples: h.minSamples}, lrSetting: h.lrSet})
 	if err != nil {
 		return nil, err
 	}
-	if h.lr == nil {
-		h.lr = p.state.Load().lr
+	if h.lrSet == nil {
+		h.lrSet = p.lrSet
 	}
 	return p, nil
 }
