@@ -77,8 +77,9 @@ func rowGain(rows, n int, at func(i int) (row int, d float64)) float64 {
 	return m / (sd / math.Sqrt(k))
 }
 
-// defaultComb is used before any validation (a catalog too small for the completion).
-var defaultComb = combStats{calTr: 1, rho: rhoPost, wTr: 0.5}
+// defaultComb is used before any validation (a catalog too small for the completion):
+// the transfer as stated, alone.
+func defaultComb() combStats { return combStats{calTr: 1, rho: rhoPost, wTr: 1} }
 
 // validateCombination replays the completion's cross-validation hold-outs through the
 // transfer (which never reads the held-out workload's own row: it is left out of the
@@ -132,7 +133,7 @@ func (lr *lowRank) validateCombination(g *grid, runNoise float64, tc transferCon
 	})
 	var out [2]combStats
 	for k := range out {
-		out[k] = defaultComb
+		out[k] = defaultComb()
 		if n[k] < 10 {
 			continue
 		}

@@ -7,12 +7,14 @@
 //     type and count - a bundled measurement, or at least MinSamples observed runs;
 //  2. P1: a network over the job's features and its most similar catalog entries on that
 //     type (feed-forward, recurrent or attention, whichever validated best), corrected by
-//  3. P2: the workload's own runs on any type and count (untrusted ones included), used
-//     twice: a Gaussian posterior over P1's residuals with a covariance across GPU types
-//     learnt from P1's cross-validation residuals, and the runs carried to the target slot
-//     (transfer.go: the log-ratios similar workloads show between the two slots, the same
-//     model's ratios interpolated in log batch size, double differences; condgauss.go: a
-//     conditional Gaussian over all slots); combined by precision ("p1p2");
+//  3. P2: the workload's own runs on any type and count (untrusted and partial ones
+//     included, a partial run at half weight), used three ways: a Gaussian posterior over
+//     P1's residuals with a covariance across GPU types learnt from P1's cross-validation
+//     residuals; the runs carried to the target slot (transfer.go: the log-ratios similar
+//     workloads show between the two slots, the same model's ratios interpolated in log
+//     batch size, double differences; condgauss.go: a conditional Gaussian over all
+//     slots); and a low-rank completion of the workload x slot matrix (lowrank.go);
+//     combined under validated variances and correlations (p2combine.go, "p1p2");
 //  4. datasheet prior for a GPU type with no catalog entries at all: P1 on the nearest known
 //     types scaled by the datasheet speed ratio to the power Model.Beta.
 //
@@ -720,7 +722,8 @@ func (p *Predictor) parts(st *state, q *workload, id int, g string, n int, ps *p
 	case u.cold:
 		src = SrcDatasheet
 	}
-	pt.rho, pt.wTr = defaultComb.rho, defaultComb.wTr
+	dc := defaultComb()
+	pt.rho, pt.wTr = dc.rho, dc.wTr
 	ti, okT := st.grid.tIdx[g]
 	if !okT || id < 0 {
 		return src, true
@@ -736,7 +739,7 @@ func (p *Predictor) parts(st *state, q *workload, id int, g string, n int, ps *p
 			pt.onSlot = true
 		}
 	}
-	cs := defaultComb
+	cs := dc
 	if st.lr != nil {
 		cs = st.lr.comb[kind]
 	}
