@@ -9,7 +9,7 @@ import "math"
 // transfer states a variance 4-6 times below its held-out squared error). So:
 //
 //   - the transfer and the completion are mixed with the weight that minimised the squared
-//     error of the mix on the catalog's own hold-outs (every workload left out in turn, the
+//     error of the mix on the catalog's own hold-outs (workload-grouped folds of the seeds, the
 //     same hold-outs that choose the completion's rank), per kind of hold-out (the job has
 //     run on the type, or not), provided the mix beats the transfer there beyond doubt
 //     (rowGain, mixT); else the transfer (or the completion, if it alone beats the transfer
