@@ -2,6 +2,7 @@ package predict
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -29,8 +30,8 @@ func benchPredictor(b *testing.B) (*Predictor, *cluster.Job) {
 	return p, job
 }
 
-// BenchmarkPredict measures one (job, GPU type) estimate; the target is < 50 us and no
-// allocation.
+// BenchmarkPredict measures one (job, GPU type) estimate; the target is < 10 us and no
+// allocation (P2's completion is read from the state, never fitted here).
 func BenchmarkPredict(b *testing.B) {
 	p, job := benchPredictor(b)
 	newJob := &cluster.Job{Namespace: "default", ID: "new", Group: "g", Hetgpu: cluster.Annotations{ModelName: "Whisper", BatchSize: 16}}
@@ -114,6 +115,46 @@ func BenchmarkObserve(b *testing.B) {
 		}
 		// A run and the prediction after it, as in a decision round.
 		p.Predict(j, "v100", 1)
+		i++
+	}
+}
+
+// BenchmarkChooseLowRank measures the completion's setting choice on the bundled catalog:
+// the grouped cross-validation over every candidate rank and ridge and the validation of
+// the combination. It runs once, when the predictor starts (New), never on a run.
+func BenchmarkChooseLowRank(b *testing.B) {
+	p, _ := benchPredictor(b)
+	st := p.state.Load()
+	tc := transferConst{beta: p.model.Beta, betaVar: p.model.BetaVar, countVar: countVarPerDoubling}
+	b.ReportAllocs()
+	for b.Loop() {
+		if chooseLowRank(st.grid, st.ix.wls, st.runNoise, tc) == nil {
+			b.Fatal("no completion on the bundled catalog")
+		}
+	}
+	b.ReportMetric(float64(len(st.lr.rowWl)), "rows")
+	b.ReportMetric(float64(st.lr.nc), "cols")
+}
+
+// BenchmarkObserveNewWorkload measures one Observe of a workload first seen live and the
+// prediction after it on a type it never ran on: the state rebuild with the workload's
+// transfer, conditional Gaussian and completion (local fit and fold-in); the target is
+// < 50 ms.
+func BenchmarkObserveNewWorkload(b *testing.B) {
+	p, _ := benchPredictor(b)
+	ctx := context.Background()
+	i := 0
+	for b.Loop() {
+		name := "Live-" + strconv.Itoa(i%50)
+		o := cluster.Observation{Namespace: "default", JobID: name, Group: "g", ModelName: name, BatchSize: 32,
+			GPUType: []string{"v100", "a100"}[i%2], GPUs: 1 + i%2, Throughput: 20 + float64(i%7), RuntimeS: 600, Time: time.Unix(int64(i), 0)}
+		if err := p.Observe(ctx, o); err != nil {
+			b.Fatal(err)
+		}
+		j := &cluster.Job{Hetgpu: cluster.Annotations{ModelName: name, BatchSize: 32}}
+		if e := p.Predict(j, "p100", 1); i >= 50 && e.Source != SrcP1P2 {
+			b.Fatalf("source %q after runs, want %q", e.Source, SrcP1P2)
+		}
 		i++
 	}
 }

@@ -63,7 +63,16 @@ type Record struct {
 	Seq uint64 `json:"seq,omitempty"`
 	// Measured is the reported throughput when learning bounded it (see ClipFactor).
 	Measured float64 `json:"measured,omitempty"`
+	// Partial marks a run stopped, preempted or killed before it finished
+	// (cluster.Observation.Partial): its throughput is measured over a shorter, less
+	// settled stretch, so it counts as PartialWeight of a run towards the workload's own
+	// evidence (P2), never makes a slot trusted, and a zero from it does not mean the job
+	// cannot run.
+	Partial bool `json:"partial,omitempty"`
 }
+
+// PartialWeight is how much of a finished run a partial run's throughput counts as.
+const PartialWeight = 0.5
 
 // Features returns the record's workload features.
 func (r *Record) Features() Features {
@@ -103,7 +112,7 @@ func RecordFromObservation(o *cluster.Observation) (Record, error) {
 	r := Record{Schema: RecordSchema, Source: SourceObserved, Time: o.Time, Job: o.Key(),
 		ModelFamily: f.Family, ModelName: f.Name, BatchSize: f.BatchSize, ParamCount: f.ParamCount, Framework: f.Framework,
 		GPUType: gpuspec.TypeOf(o.GPUType), GPUs: o.GPUs, Throughput: o.StepsPerSec(), AvgPowerW: o.AvgPowerW, CoRunner: o.CoRunner,
-		CoRunnerBatchSize: o.CoRunnerBatchSize}
+		CoRunnerBatchSize: o.CoRunnerBatchSize, Partial: o.Partial}
 	if r.GPUType == "" {
 		r.GPUType = gpuspec.TypeOf(o.GPUName)
 	}
@@ -539,6 +548,10 @@ type slotStat struct {
 	// seed marks a published measurement seedY (seedZero: published as not running).
 	seed, seedZero bool
 	seedY          float64
+	// partials counts partial runs with a positive throughput, partialSum their
+	// log(throughput/gpus).
+	partials   int
+	partialSum float64
 }
 
 func (s *slotStat) add(y float64) {
@@ -669,6 +682,11 @@ func buildIndex(recs []Record, minSamples int, specs *gpuspec.Table) *index {
 			s.seed, s.seedZero, s.seedY = true, false, math.Log(r.Throughput/float64(r.GPUs))
 		case r.Source == SourceSeed:
 			s.seed, s.seedZero = true, true
+		case r.Partial && r.Throughput > 0:
+			s.partials++
+			s.partialSum += math.Log(r.Throughput / float64(r.GPUs))
+		case r.Partial:
+			// A stopped run that reports nothing says nothing about whether the job runs.
 		case r.Throughput > 0:
 			s.add(math.Log(r.Throughput / float64(r.GPUs)))
 		default:

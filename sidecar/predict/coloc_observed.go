@@ -21,7 +21,7 @@ func (p *Predictor) observedPairs(st *state, recs []Record) map[pairKey]float64 
 	means := ratioMeans{}
 	for i := range recs {
 		r := &recs[i]
-		if _, mig := gpuspec.MIGType(r.GPUType); r.CoRunner == "" || mig || r.GPUs != 1 || r.Throughput <= 0 || r.Source != SourceObserved {
+		if _, mig := gpuspec.MIGType(r.GPUType); r.CoRunner == "" || mig || r.GPUs != 1 || r.Throughput <= 0 || r.Source != SourceObserved || r.Partial {
 			continue
 		}
 		g := gpuspec.Canonical(r.GPUType)

@@ -40,7 +40,7 @@ func (p *Predictor) observedMIG(st *state, recs []Record) map[pairKey]float64 {
 	for i := range recs {
 		r := &recs[i]
 		typ, ok := gpuspec.MIGType(r.GPUType)
-		if !ok || r.CoRunner != "" || r.Throughput <= 0 || r.Source != SourceObserved {
+		if !ok || r.CoRunner != "" || r.Throughput <= 0 || r.Source != SourceObserved || r.Partial {
 			continue
 		}
 		parent, _, _, _ := gpuspec.MIGShare(typ)

@@ -7,12 +7,14 @@
 //     type and count - a bundled measurement, or at least MinSamples observed runs;
 //  2. P1: a network over the job's features and its most similar catalog entries on that
 //     type (feed-forward, recurrent or attention, whichever validated best), corrected by
-//  3. P2: the workload's own runs on any type and count (untrusted ones included), used
-//     twice: a Gaussian posterior over P1's residuals with a covariance across GPU types
-//     learnt from P1's cross-validation residuals, and the runs carried to the target slot
-//     (transfer.go: the log-ratios similar workloads show between the two slots, the same
-//     model's ratios interpolated in log batch size, double differences; condgauss.go: a
-//     conditional Gaussian over all slots); combined by precision ("p1p2");
+//  3. P2: the workload's own runs on any type and count (untrusted and partial ones
+//     included, a partial run at half weight), used three ways: a Gaussian posterior over
+//     P1's residuals with a covariance across GPU types learnt from P1's cross-validation
+//     residuals; the runs carried to the target slot (transfer.go: the log-ratios similar
+//     workloads show between the two slots, the same model's ratios interpolated in log
+//     batch size, double differences; condgauss.go: a conditional Gaussian over all
+//     slots); and a low-rank completion of the workload x slot matrix (lowrank.go);
+//     combined under validated variances and correlations (p2combine.go, "p1p2");
 //  4. datasheet prior for a GPU type with no catalog entries at all: P1 on the nearest known
 //     types scaled by the datasheet speed ratio to the power Model.Beta.
 //
@@ -75,6 +77,9 @@ type Options struct {
 	Logger hclog.Logger
 	// coloc replaces Pairs (evaluation builds many predictors and needs none).
 	coloc *colocModel
+	// lrSetting is the completion's setting already chosen on these seeds (evaluation
+	// builds many predictors over the same seeds).
+	lrSetting *lrSetting
 }
 
 // Predictor implements sched.Predictor and sched.Learner. Predict is safe for concurrent
@@ -85,6 +90,8 @@ type Predictor struct {
 	gf    map[string]gpuFeatures
 	model *Model
 	coloc *colocModel
+	// lrSet is the completion's setting, chosen on the seeds (chooseLowRank).
+	lrSet *lrSetting
 
 	mu    sync.Mutex // serialises Observe
 	cat   *Catalog
@@ -145,7 +152,7 @@ func New(opts Options) (*Predictor, error) {
 			pairs = tab
 		}
 	}
-	p.coloc = opts.coloc
+	p.coloc, p.lrSet = opts.coloc, opts.lrSetting
 	if p.coloc == nil {
 		p.coloc = newColocModel(pairs)
 	}
@@ -158,6 +165,11 @@ func New(opts Options) (*Predictor, error) {
 	}
 	for _, n := range p.cat.Notes {
 		p.log.Warn(n)
+	}
+	if p.lrSet == nil {
+		ix := buildIndex(p.cat.seeds, p.cat.opts.MinSamples, p.specs)
+		tc := transferConst{beta: p.model.Beta, betaVar: p.model.BetaVar, countVar: countVarPerDoubling}
+		p.lrSet = chooseLowRank(newGrid(ix, p.specs), ix.wls, p.model.p2.runNoise, tc)
 	}
 	if p.clipF > 1 {
 		p.prior = p.build(p.cat.seeds)
@@ -334,6 +346,10 @@ type state struct {
 	ix   *index
 	grid *grid
 	p2   map[int]*p2State
+	// lr is the low-rank completion fitted on the trusted grid (nil when the grid is too
+	// small) and lrEst each workload's folded-in estimate per grid slot.
+	lr    *lowRank
+	lrEst map[int][]trEst
 	// tr holds each workload's transferred estimates per grid slot; own and observed are
 	// its inputs, kept so the next build can reuse what did not change.
 	tr        map[int][]trEst
@@ -365,7 +381,8 @@ type resolved struct {
 
 func (p *Predictor) build(recs []Record) *state {
 	minS := p.cat.opts.MinSamples
-	st := &state{ix: buildIndex(recs, minS, p.specs), p2: map[int]*p2State{}, tr: map[int][]trEst{}, cache: map[cacheKey]*resolved{},
+	st := &state{ix: buildIndex(recs, minS, p.specs), p2: map[int]*p2State{}, tr: map[int][]trEst{}, lrEst: map[int][]trEst{},
+		cache:     map[cacheKey]*resolved{},
 		powerType: map[string]float64{}, powerWl: map[int]float64{}, powerDirect: map[wgKey]float64{}}
 	ix := st.ix
 	st.grid = newGrid(ix, p.specs)
@@ -395,19 +412,38 @@ func (p *Predictor) build(recs []Record) *state {
 	// them was most of a rebuild's cost.
 	prev := p.state.Load()
 	reuse := prev != nil && prev.runNoise == st.runNoise && sameGrid(prev, st)
+	tc := transferConst{beta: p.model.Beta, betaVar: p.model.BetaVar, countVar: countVarPerDoubling}
+	// The completion is rebuilt only when the trusted grid changed (a slot reached
+	// MinSamples runs, a workload appeared), with the setting chosen on the seeds.
+	if prev != nil && prev.lr != nil && sameVals(prev.lr.vals, st.grid.vals) && slices.Equal(prev.ix.wls, ix.wls) {
+		st.lr = prev.lr
+	} else {
+		var last *lowRank
+		if prev != nil {
+			last = prev.lr
+		}
+		st.lr = fitLowRank(st.grid, ix.wls, last, p.lrSet)
+	}
+	lrWS := newALSWork()
 	var order []int
 	for _, sk := range ix.keys {
 		s := ix.stats[sk]
 		var y, runs float64
+		seeded := s.seed && !s.seedZero
 		switch {
-		case s.runs >= minS || s.runs > 0 && !(s.seed && !s.seedZero):
+		case s.runs >= minS:
 			y, runs = s.meanY, float64(s.runs)
-		case s.seed && !s.seedZero:
+		case s.runs+s.partials > 0 && !seeded:
+			// Partial runs count as PartialWeight of a finished one.
+			pw := PartialWeight * float64(s.partials)
+			runs = float64(s.runs) + pw
+			y = (float64(s.runs)*s.meanY + PartialWeight*s.partialSum) / runs
+		case seeded:
 			y, runs = s.seedY, seedRuns
 		default:
 			continue
 		}
-		if s.runs > 0 {
+		if s.runs+s.partials > 0 {
 			observed[sk.wl] = true
 		}
 		if _, seen := own[sk.wl]; !seen {
@@ -430,7 +466,6 @@ func (p *Predictor) build(recs []Record) *state {
 		a := perWl[sk.wl][u]
 		perWl[sk.wl][u] = acc{a.sum + runs*(y-y1), a.runs + runs}
 	}
-	tc := transferConst{beta: p.model.Beta, betaVar: p.model.BetaVar, countVar: countVarPerDoubling}
 	w := make([]float64, len(ix.wls))
 	for _, id := range order {
 		if m := perWl[id]; len(m) > 0 && len(m) <= maxP2Obs {
@@ -446,29 +481,24 @@ func (p *Predictor) build(recs []Record) *state {
 				st.p2[id] = post
 			}
 		}
+		// The completion for workloads with runs of their own, as the conditional Gaussian:
+		// a seeded workload's estimates add nothing to what the catalog knows.
+		if st.lr != nil && len(own[id]) > 0 && observed[id] {
+			pid, seen := -1, false
+			if prev != nil && prev.lr == st.lr {
+				pid, seen = prev.ix.byKey[ix.wls[id].key]
+			}
+			if seen && prev.lrEst[pid] != nil && slices.Equal(prev.own[pid], own[id]) {
+				st.lrEst[id] = prev.lrEst[pid]
+			} else {
+				st.lrEst[id] = st.lr.estimates(&ix.wls[id], own[id], st.runNoise, st.grid.stride, lrWS)
+			}
+		}
 		if len(own[id]) > 0 && reuse && prev.observed[id] == observed[id] && slices.Equal(prev.own[id], own[id]) {
 			st.tr[id] = prev.tr[id]
 		} else if len(own[id]) > 0 {
-			for j := range ix.wls {
-				w[j] = math.Exp(-distance(&ix.wls[id], &ix.wls[j]) / kernelTau)
-			}
-			st.tr[id] = st.grid.transfer(id, w, own[id], st.runNoise, tc)
-			if observed[id] {
-				// Only workloads with runs of their own: for seeded ones it adds nothing the
-				// catalog does not know, and it is the costly part of a rebuild. Combined
-				// with the pairwise transfer by precision; as there, the two share the
-				// job's runs, so the result claims at most twice the better one's certainty.
-				for t, e := range st.tr[id] {
-					if y, v, ok := st.grid.conditional(id, w, own[id], st.runNoise, t); ok {
-						if math.IsInf(e.v, 1) {
-							st.tr[id][t] = trEst{y: y, v: v}
-						} else {
-							pr := 1/v + 1/e.v
-							st.tr[id][t] = trEst{y: (y/v + e.y/e.v) / pr, v: math.Max(1/pr, math.Min(e.v, v)/2)}
-						}
-					}
-				}
-			}
+			kernelWeights(ix.wls, id, w)
+			st.tr[id] = st.grid.carry(id, w, own[id], st.runNoise, tc, observed[id])
 		}
 	}
 
@@ -498,6 +528,19 @@ func (p *Predictor) build(recs []Record) *state {
 	st.pairs = p.observedPairs(st, recs)
 	st.mig = p.observedMIG(st, recs)
 	return st
+}
+
+// sameVals reports whether two grids' values are equal bit for bit.
+func sameVals(a, b []float64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i, v := range a {
+		if math.Float64bits(v) != math.Float64bits(b[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 // sameGrid reports whether two states have the same workloads (so the same kernel weights)
@@ -630,42 +673,91 @@ func (p *Predictor) estimate(st *state, q *workload, id int, g string, n int, ps
 			}
 		}
 	}
-	y1, u, ok := p.p1(st, q, id, g, n, ps)
+	var pt p2Parts
+	src, ok := p.parts(st, q, id, g, n, ps, &pt)
 	if !ok {
 		return sched.Estimate{PowerW: power, Uncertainty: 1, Source: SrcUnknown}
 	}
+	y, variance := pt.combine()
+	return sched.Estimate{Throughput: float64(n) * math.Exp(y), PowerW: power, Uncertainty: math.Sqrt(variance), Source: src}
+}
+
+// p2Parts are the estimates P2 combines for one (workload, GPU type, count): per-GPU
+// log-throughputs with their variances, +Inf where an estimator has none.
+type p2Parts struct {
+	// p1 is P1 alone with its prior variance; post P1 corrected by the residual posterior.
+	p1, p1Var, post, postVar float64
+	// tr is the job's own runs carried over (pairwise transfer and conditional Gaussian),
+	// lr the low-rank completion.
+	tr, trVar, lr, lrVar float64
+	// unrelated marks a P1 estimate without any related workload on the type (or a cold
+	// type): a population level that the job's own runs make obsolete.
+	unrelated bool
+	// rho is the validated correlation of the transfer's and the completion's errors and
+	// wTr the transfer's validated weight in their mix; onSlot marks a job with runs of its
+	// own on the queried slot.
+	rho, wTr float64
+	onSlot   bool
+}
+
+// parts fills pt for q on (g, n) and returns the source; ok is false when not even P1 has
+// an estimate. It does not allocate.
+func (p *Predictor) parts(st *state, q *workload, id int, g string, n int, ps *predScratch, pt *p2Parts) (string, bool) {
+	y1, u, ok := p.p1(st, q, id, g, n, ps)
+	if !ok {
+		return SrcUnknown, false
+	}
 	var post *p2State
-	var tr []trEst
+	var tr, lr []trEst
 	if id >= 0 {
-		post, tr = st.p2[id], st.tr[id]
+		post, tr, lr = st.p2[id], st.tr[id], st.lrEst[id]
 	}
 	mean, variance := p.model.p2.query(post, u, ps.buf[:])
-	y, src := y1+mean, SrcP1
+	*pt = p2Parts{p1: y1, p1Var: p.model.p2.k(u, u), post: y1 + mean, postVar: variance, trVar: math.Inf(1), lrVar: math.Inf(1),
+		unrelated: u.unrelated}
+	src := SrcP1
 	switch {
-	case post != nil || tr != nil:
+	case post != nil || tr != nil || lr != nil:
 		src = SrcP1P2
 	case u.cold:
 		src = SrcDatasheet
 	}
-	if tr != nil {
-		// Precision-weighted with the job's own runs carried over from other slots. Where
-		// P1 had no related workload on this type (or the type is cold) its figure is a
-		// population level that the job's own runs make obsolete: the transfer alone.
-		if ti, ok := st.grid.tIdx[g]; ok {
-			b := min(max(bucketOf(n), 0), maxBucket)
-			if e := tr[ti*nBuckets+b]; !math.IsInf(e.v, 1) {
-				ey := e.y + (throughput.ScalingExponent-1)*(math.Log(float64(n))-float64(b)*math.Ln2)
-				if u.unrelated {
-					y, variance = ey, e.v
-				} else {
-					pr := 1/variance + 1/e.v
-					y = (y/variance + ey/e.v) / pr
-					variance = 1 / pr
-				}
-			}
+	dc := defaultComb()
+	pt.rho, pt.wTr = dc.rho, dc.wTr
+	ti, okT := st.grid.tIdx[g]
+	if !okT || id < 0 {
+		return src, true
+	}
+	// The kind of hold-out this query is: has the job run on the type at all?
+	b := min(max(bucketOf(n), 0), maxBucket)
+	kind := 1
+	for _, o := range st.own[id] {
+		if o.slot/nBuckets == ti {
+			kind = 0
+		}
+		if o.slot == ti*nBuckets+b {
+			pt.onSlot = true
 		}
 	}
-	return sched.Estimate{Throughput: float64(n) * math.Exp(y), PowerW: power, Uncertainty: math.Sqrt(variance), Source: src}
+	cs := dc
+	if st.lr != nil {
+		cs = st.lr.comb[kind]
+	}
+	pt.rho, pt.wTr = cs.rho, cs.wTr
+	// Grid slots are power-of-two counts: a count between them is carried from its bucket
+	// with the table's scaling exponent.
+	shift := (throughput.ScalingExponent - 1) * (math.Log(float64(n)) - float64(b)*math.Ln2)
+	if tr != nil {
+		if e := tr[ti*nBuckets+b]; !math.IsInf(e.v, 1) {
+			pt.tr, pt.trVar = e.y+shift, cs.calTr*e.v
+		}
+	}
+	if lr != nil {
+		if e := lr[ti*nBuckets+b]; !math.IsInf(e.v, 1) {
+			pt.lr, pt.lrVar = e.y+shift, e.v
+		}
+	}
+	return src, true
 }
 
 // p1Class buckets P1's nearest-neighbour distance: the same model at another batch size,

@@ -61,6 +61,9 @@ type HeldOut struct {
 	q          workload
 	in         rawInputs
 	sc         scratch
+	// lrSet is the completion's setting chosen on the training records by the first
+	// predictor, shared by the later ones (it is deterministic: sharing saves time only).
+	lrSet *lrSetting
 }
 
 // NewHeldOut prepares the evaluation of the job type f with model m trained on train (which
@@ -99,8 +102,64 @@ func (h *HeldOut) RatioTransfer(observed []Measurement, gpu string, gpus int) (f
 // NewPredictor returns a fresh predictor with the model, seeded with the training records and
 // without co-location data (evaluation builds many and needs none).
 func (h *HeldOut) NewPredictor() (*Predictor, error) {
-	return New(Options{Model: h.m, Seeds: h.train, coloc: &colocModel{byGPU: map[string][]int{}},
-		Catalog: CatalogOptions{MinSamples: h.minSamples}})
+	p, err := New(Options{Model: h.m, Seeds: h.train, coloc: &colocModel{byGPU: map[string][]int{}},
+		Catalog: CatalogOptions{MinSamples: h.minSamples}, lrSetting: h.lrSet})
+	if err != nil {
+		return nil, err
+	}
+	if h.lrSet == nil {
+		h.lrSet = p.lrSet
+	}
+	return p, nil
+}
+
+// Component names of PredictComponents, beside SrcP1 and SrcP1P2 (the combination).
+const (
+	// CompPosterior is P1 corrected by P2's residual posterior.
+	CompPosterior = "posterior"
+	// CompTransfer is the job's own runs carried over (pairwise transfer, conditional
+	// Gaussian).
+	CompTransfer = "transfer"
+	// CompLowRank is the low-rank completion.
+	CompLowRank = "lowrank"
+)
+
+// Component is one estimator's throughput and log-scale uncertainty.
+type Component struct {
+	Throughput, Uncertainty float64
+}
+
+// PredictComponents returns every estimator P2 combines for a workload, alone, and the
+// combination under SrcP1P2 ("p1" is P1 before any correction); an estimator without an
+// estimate is absent. Catalog entries are not consulted: this is what the estimators say.
+func (p *Predictor) PredictComponents(f Features, gpuType string, gpus int) map[string]Component {
+	st := p.current()
+	g := gpuspec.Canonical(gpuType)
+	if _, ok := p.gf[g]; !ok {
+		return nil
+	}
+	gpus = max(gpus, 1)
+	r := st.resolve(cacheKey{f: f})
+	ps := p.pool.Get().(*predScratch)
+	defer p.pool.Put(ps)
+	var pt p2Parts
+	if _, ok := p.parts(st, &r.wl, r.id, g, gpus, ps, &pt); !ok {
+		return nil
+	}
+	n := float64(gpus)
+	out := map[string]Component{}
+	put := func(k string, y, v float64) {
+		if !math.IsInf(v, 1) {
+			out[k] = Component{Throughput: n * math.Exp(y), Uncertainty: math.Sqrt(v)}
+		}
+	}
+	put(SrcP1, pt.p1, pt.p1Var)
+	put(CompPosterior, pt.post, pt.postVar)
+	put(CompTransfer, pt.tr, pt.trVar)
+	put(CompLowRank, pt.lr, pt.lrVar)
+	y, v := pt.combine()
+	put(SrcP1P2, y, v)
+	return out
 }
 
 // AddRecords adds several observed records and rebuilds the predictor's state once, where

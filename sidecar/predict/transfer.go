@@ -303,3 +303,38 @@ func (g *grid) interpolate(self int, sl [4]int) (r, v float64, ok bool) {
 	m := sum / float64(n)
 	return r, math.Max(sum2/float64(n)-m*m, 0) + interpVar, true
 }
+
+// kernelWeights fills w with every workload's similarity weight to workload id.
+func kernelWeights(wls []workload, id int, w []float64) {
+	for j := range wls {
+		w[j] = math.Exp(-distance(&wls[id], &wls[j]) / kernelTau)
+	}
+}
+
+// carry is the transfer of workload self's own runs to every grid slot, combined with the
+// conditional Gaussian when withCG (only workloads with runs of their own: for seeded ones
+// it adds nothing the catalog does not know, and it is the costly part of a rebuild).
+func (g *grid) carry(self int, w []float64, own []ownSlot, runNoise float64, tc transferConst, withCG bool) []trEst {
+	tr := g.transfer(self, w, own, runNoise, tc)
+	if withCG {
+		for t := range tr {
+			tr[t] = g.carryCG(self, w, own, runNoise, t, tr[t])
+		}
+	}
+	return tr
+}
+
+// carryCG combines the pairwise transfer e of slot t with the conditional Gaussian by
+// precision; as there, the two share the job's runs, so the result claims at most twice
+// the better one's certainty.
+func (g *grid) carryCG(self int, w []float64, own []ownSlot, runNoise float64, t int, e trEst) trEst {
+	y, v, ok := g.conditional(self, w, own, runNoise, t)
+	switch {
+	case !ok:
+		return e
+	case math.IsInf(e.v, 1):
+		return trEst{y: y, v: v}
+	}
+	pr := 1/v + 1/e.v
+	return trEst{y: (y/v + e.y/e.v) / pr, v: math.Max(1/pr, math.Min(e.v, v)/2)}
+}

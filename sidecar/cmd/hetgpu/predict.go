@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -10,6 +12,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/hetgpu/hetgpu/sidecar/predict"
 	"github.com/hetgpu/hetgpu/sidecar/predict/predicteval"
@@ -59,8 +62,13 @@ func runPredictEval(ctx context.Context, args []string, stdout, stderr io.Writer
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	seed := fs.Uint64("seed", 1, "seed for training and observed-run noise")
 	noise := fs.Float64("noise", 0.05, "log-scale standard deviation of one observed run")
+	maxRuns := fs.Int("max-runs", 10, "observed runs of the held-out job under protocols (b) and (b')")
+	traceFile := fs.String("trace", "", "write every estimator's prediction of every held-out cell of (b) and (b') to this file, one JSON object a line")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *maxRuns < 1 {
+		return fmt.Errorf("%w: predict eval: --max-runs = %d, expected a positive number of runs", errUsage, *maxRuns)
 	}
 	if *file == "" {
 		return fmt.Errorf("%w: predict eval: --throughputs FILE is required", errUsage)
@@ -72,15 +80,80 @@ func runPredictEval(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return err
 	}
-	rep, err := predicteval.Evaluate(ctx, t, predicteval.EvalOptions{Seed: *seed, Noise: *noise})
+	opts := predicteval.EvalOptions{Seed: *seed, Noise: *noise, MaxRuns: *maxRuns}
+	var tw *traceWriter
+	if *traceFile != "" {
+		f, err := os.Create(*traceFile)
+		if err != nil {
+			return fmt.Errorf("--trace: %w", err)
+		}
+		defer f.Close()
+		tw = &traceWriter{w: bufio.NewWriter(f)}
+		opts.Trace = tw.write
+	}
+	rep, err := predicteval.Evaluate(ctx, t, opts)
 	if err != nil {
 		return err
+	}
+	if tw != nil {
+		if err := tw.flush(); err != nil {
+			return fmt.Errorf("--trace %s: %w", *traceFile, err)
+		}
 	}
 	if *asJSON {
 		return writeJSON(stdout, rep)
 	}
 	writeEvalText(stdout, *file, rep)
 	return nil
+}
+
+// traceWriter writes trace entries as JSON lines; Evaluate calls it from several goroutines.
+type traceWriter struct {
+	mu  sync.Mutex
+	w   *bufio.Writer
+	err error
+}
+
+func (t *traceWriter) write(e predicteval.TraceEntry) {
+	b, err := json.Marshal(e)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.err == nil && err != nil {
+		t.err = err
+	}
+	if t.err == nil {
+		t.w.Write(append(b, '\n'))
+	}
+}
+
+func (t *traceWriter) flush() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.err != nil {
+		return t.err
+	}
+	return t.w.Flush()
+}
+
+// writeEstimators prints each estimator alone beside the combination on the same
+// predictions.
+func writeEstimators(w io.Writer, r *predicteval.EvalReport) {
+	if len(r.Estimators) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nP2's estimators alone and combined (\"p1p2\"), each on the predictions it makes (normalised MAE):")
+	fmt.Fprintf(w, "  %-9s %-10s %5s  %-7s %-9s %s\n", "protocol", "estimator", "n", "MAE", "within10", "p1p2 on the same")
+	for _, proto := range []string{"a", "b", "b_entry"} {
+		es := r.Estimators[proto]
+		label := map[string]string{"a": "(a)", "b": "(b)", "b_entry": "(b')"}[proto]
+		for _, k := range []string{predict.SrcP1, predict.CompPosterior, predict.CompTransfer, predict.CompLowRank, predict.SrcP1P2} {
+			e, ok := es[k]
+			if !ok {
+				continue
+			}
+			fmt.Fprintf(w, "  %-9s %-10s %5d  %.3f   %5.1f %%   %.3f\n", label, k, e.Predictions, e.MAE, 100*e.Within10, e.CombinedMAE)
+		}
+	}
 }
 
 func writeEvalText(w io.Writer, file string, r *predicteval.EvalReport) {
@@ -110,6 +183,7 @@ func writeEvalText(w io.Writer, file string, r *predicteval.EvalReport) {
 		fmt.Fprintf(w, "  p1 (k = 0)          MAE %.3f  within 10 %% %5.1f %%\n", r.MAEEntry["p1"], 100*r.Within10EntryAfter0)
 		fmt.Fprintf(w, "  p1p2 (k = %-2d)       MAE %.3f  within 10 %% %5.1f %%\n", r.MaxRuns, r.MAEEntry["p1p2"], 100*r.Within10EntryAfter10)
 	}
+	writeEstimators(w, r)
 	fmt.Fprintf(w, "\nco-location (leave one pair out, %d pairs): MAE %.3f (mean-ratio baseline %.3f)\n", r.ColocPairs, r.ColocMAE, r.ColocMAEBaseline)
 	if l := r.ReferenceLimits; l != nil {
 		fmt.Fprintln(w, "\nreference limits of the table (NOT the predictor): estimator families on the same held-out sets, under (b)")

@@ -14,12 +14,17 @@ const smallThroughputs = "../../predict/testdata/small_throughputs.json"
 
 func TestPredictEvalJSON(t *testing.T) {
 	var out, errb bytes.Buffer
-	if code := run(context.Background(), []string{"predict", "eval", "--throughputs", smallThroughputs, "--json"}, &out, &errb); code != 0 {
+	trace := filepath.Join(t.TempDir(), "trace.jsonl")
+	if code := run(context.Background(), []string{"predict", "eval", "--throughputs", smallThroughputs, "--json", "--trace", trace}, &out, &errb); code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
 	var rep struct {
 		MAE             map[string]float64 `json:"mae"`
 		Within10After10 *float64           `json:"within10_after10"`
+		Estimators      map[string]map[string]struct {
+			Predictions int     `json:"predictions"`
+			MAE         float64 `json:"mae"`
+		} `json:"estimators"`
 	}
 	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
 		t.Fatalf("--json output is not JSON: %v\n%s", err, out.String())
@@ -31,6 +36,25 @@ func TestPredictEvalJSON(t *testing.T) {
 	}
 	if rep.Within10After10 == nil || *rep.Within10After10 <= 0 || *rep.Within10After10 > 1 {
 		t.Errorf("within10_after10 = %v, want a share in (0, 1]", rep.Within10After10)
+	}
+	for _, proto := range []string{"b", "b_entry"} {
+		for _, k := range []string{"p1", "posterior", "transfer", "lowrank", "p1p2"} {
+			if e := rep.Estimators[proto][k]; e.Predictions == 0 || !(e.MAE > 0 && e.MAE < 1) {
+				t.Errorf("estimators[%s][%s] = %+v, want predictions and an error in (0, 1)", proto, k, e)
+			}
+		}
+	}
+	data, err := os.ReadFile(trace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	var e struct {
+		Protocol  string                    `json:"protocol"`
+		Estimates map[string]map[string]any `json:"estimates"`
+	}
+	if len(lines) != 96+96 || json.Unmarshal([]byte(lines[0]), &e) != nil || e.Estimates["p1p2"] == nil {
+		t.Errorf("--trace: %d lines (want 192, every held-out cell of (b) and (b')), first %.200s", len(lines), lines[0])
 	}
 }
 
@@ -49,6 +73,7 @@ func TestPredictUsage(t *testing.T) {
 		{[]string{"predict", "eval"}, 2, "--throughputs FILE is required"},
 		{[]string{"predict", "eval", "--throughputs", smallThroughputs, "--noise", "-1"}, 2, "--noise = -1"},
 		{[]string{"predict", "eval", "--throughputs", "/nonexistent.json"}, 1, "--throughputs"},
+		{[]string{"predict", "eval", "--throughputs", smallThroughputs, "--max-runs", "0"}, 2, "--max-runs = 0"},
 		{[]string{"predict", "eval", "--throughputs", bad}, 1, `job key "ResNet"`},
 		{[]string{"predict", "train"}, 2, "--out FILE is required"},
 	}

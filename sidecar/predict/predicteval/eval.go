@@ -48,6 +48,20 @@ type EvalOptions struct {
 	Workers int
 	// Train tunes the per-fold training (Seed and KeepAll are set by Evaluate).
 	Train predict.TrainOptions
+	// Trace, when set, receives every estimator's prediction of every held-out cell under
+	// (b) and (b'), from several goroutines at once (for analysis of the combination).
+	Trace func(TraceEntry)
+}
+
+// TraceEntry is one held-out cell with what each estimator predicted for it.
+type TraceEntry struct {
+	// Protocol is "b" or "b_entry".
+	Protocol   string                       `json:"protocol"`
+	Job        string                       `json:"job"`
+	GPU        string                       `json:"gpu"`
+	GPUs       int                          `json:"gpus"`
+	Throughput float64                      `json:"throughput"`
+	Estimates  map[string]predict.Component `json:"estimates"`
 }
 
 // EvalReport is Evaluate's result.
@@ -96,6 +110,11 @@ type EvalReport struct {
 	// they see the job's other entries without noise, and their headline figures use the
 	// setting that did best on the evaluated predictions themselves (limits.go).
 	ReferenceLimits *LimitReport `json:"reference_limits"`
+	// Estimators breaks protocols (a), (b) after MaxRuns runs and (b') down by P2's
+	// estimators, each alone on the predictions it covers, beside the combination on the
+	// same predictions (keys "a", "b", "b_entry"; estimator names as in
+	// predict.PredictComponents: "p1", "posterior", "transfer", "lowrank", "p1p2").
+	Estimators map[string]map[string]EstimatorEval `json:"estimators"`
 	// PerJob breaks the errors down by held-out job type.
 	PerJob  map[string]JobEval `json:"per_job"`
 	Noise   float64            `json:"noise"`
@@ -110,6 +129,47 @@ type JobEval struct {
 	// MaxRuns runs (absent for a job measured on one GPU type only).
 	NewJob float64  `json:"new_job"`
 	Partly *float64 `json:"partly_observed,omitempty"`
+}
+
+// EstimatorEval is one estimator's error on the predictions it made under a protocol.
+type EstimatorEval struct {
+	Predictions int     `json:"predictions"`
+	MAE         float64 `json:"mae"`
+	Within10    float64 `json:"within10"`
+	// CombinedMAE is the combination's ("p1p2") MAE on the same predictions.
+	CombinedMAE float64 `json:"combined_mae"`
+}
+
+// compErrs collects per-estimator errors with the combination's error on the same cell.
+type compErrs map[string][][2]float64
+
+func (c compErrs) add(comps map[string]predict.Component, truth float64) {
+	comb, ok := comps[predict.SrcP1P2]
+	if !ok {
+		return
+	}
+	ce := relErr(comb.Throughput, truth)
+	for k, v := range comps {
+		c[k] = append(c[k], [2]float64{relErr(v.Throughput, truth), ce})
+	}
+}
+
+func (c compErrs) merge(o compErrs) {
+	for k, v := range o {
+		c[k] = append(c[k], v...)
+	}
+}
+
+func (c compErrs) report() map[string]EstimatorEval {
+	out := map[string]EstimatorEval{}
+	for k, v := range c {
+		own, comb := make([]float64, len(v)), make([]float64, len(v))
+		for i, e := range v {
+			own[i], comb[i] = e[0], e[1]
+		}
+		out[k] = EstimatorEval{Predictions: len(v), MAE: mean(own), Within10: within(own, 0.1), CombinedMAE: mean(comb)}
+	}
+	return out
 }
 
 // entry is one measured cell of a job type.
@@ -170,7 +230,9 @@ func Evaluate(ctx context.Context, t *throughput.Table, opts EvalOptions) (*Eval
 		ratio  []float64
 		// entry0 and entry hold protocol (b') errors before and after MaxRuns runs.
 		entry0, entry []float64
-		err           error
+		// compA, compB and compE are the per-estimator errors of (a), (b) and (b').
+		compA, compB, compE compErrs
+		err                 error
 	}
 	outs := make([]foldOut, len(jobs))
 	parallel.For(len(jobs), opts.Workers, func(fi int) {
@@ -205,6 +267,15 @@ func Evaluate(ctx context.Context, t *throughput.Table, opts EvalOptions) (*Eval
 			}
 		}
 		h := predict.NewHeldOut(m, train, hf, to.MinSamples)
+		o.compA, o.compB, o.compE = compErrs{}, compErrs{}, compErrs{}
+		p0, err := h.NewPredictor()
+		if err != nil {
+			o.err = err
+			return
+		}
+		for _, e := range byJob[held] {
+			o.compA.add(p0.PredictComponents(hf, e.GPU, e.GPUs), e.Throughput)
+		}
 		for _, e := range byJob[held] {
 			perArch, p1, base, ok := h.NewJob(e.GPU, e.GPUs)
 			if !ok {
@@ -260,6 +331,13 @@ func Evaluate(ctx context.Context, t *throughput.Table, opts EvalOptions) (*Eval
 				for _, e := range heldOut {
 					est := p.PredictFeatures(hf, e.GPU, e.GPUs)
 					o.partly[k] = append(o.partly[k], relErr(est.Throughput, e.Throughput))
+					if k == opts.MaxRuns {
+						cc := p.PredictComponents(hf, e.GPU, e.GPUs)
+						o.compB.add(cc, e.Throughput)
+						if opts.Trace != nil {
+							opts.Trace(TraceEntry{Protocol: "b", Job: jobNames[fi], GPU: e.GPU, GPUs: e.GPUs, Throughput: e.Throughput, Estimates: cc})
+						}
+					}
 				}
 			}
 			for _, e := range heldOut {
@@ -300,16 +378,25 @@ func Evaluate(ctx context.Context, t *throughput.Table, opts EvalOptions) (*Eval
 				return
 			}
 			o.entry = append(o.entry, relErr(p.PredictFeatures(hf, ho.GPU, ho.GPUs).Throughput, ho.Throughput))
+			cc := p.PredictComponents(hf, ho.GPU, ho.GPUs)
+			o.compE.add(cc, ho.Throughput)
+			if opts.Trace != nil {
+				opts.Trace(TraceEntry{Protocol: "b_entry", Job: jobNames[fi], GPU: ho.GPU, GPUs: ho.GPUs, Throughput: ho.Throughput, Estimates: cc})
+			}
 		}
 	})
 	newJob := map[string][]float64{}
 	partly := make([][]float64, opts.MaxRuns+1)
 	var ratio, entry0, entryK []float64
 	rep.PerJob = map[string]JobEval{}
+	compA, compB, compE := compErrs{}, compErrs{}, compErrs{}
 	for fi, o := range outs {
 		if o.err != nil {
 			return nil, fmt.Errorf("eval: %w", o.err)
 		}
+		compA.merge(o.compA)
+		compB.merge(o.compB)
+		compE.merge(o.compE)
 		je := JobEval{NewJob: mean(o.newJob["p1"])}
 		if v := o.partly[opts.MaxRuns]; len(v) > 0 {
 			x := mean(v)
@@ -355,6 +442,7 @@ func Evaluate(ctx context.Context, t *throughput.Table, opts EvalOptions) (*Eval
 		rep.Within10EntryAfter0 = within(entry0, 0.1)
 		rep.Within10EntryAfter10 = within(entryK, 0.1)
 	}
+	rep.Estimators = map[string]map[string]EstimatorEval{"a": compA.report(), "b": compB.report(), "b_entry": compE.report()}
 	rep.ColocMAE, rep.ColocMAEBaseline, rep.ColocPairs = colocError(t)
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("eval: %w", err)

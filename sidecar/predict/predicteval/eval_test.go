@@ -102,3 +102,57 @@ func smallTable(t testing.TB) *throughput.Table {
 	t.Fatal(err)
 	return nil
 }
+
+// TestCombinationNoWorseThanMembers: under protocols (b) and (b'), P2's combination
+// ("p1p2") is no worse than any of its estimators alone on the predictions that estimator
+// makes. On the small table's (b') the completion or the posterior alone is up to 2.4 %
+// better than the combination (seed 1: 0.0458 against 0.0469), which the catalog's
+// hold-outs do not see (they rate the transfer better): there the bound is 3 %, the
+// measured gap (docs/results/predictor.md), not zero. The bundled
+// Gavel table (slow: a minute or more) runs without -short.
+func TestCombinationNoWorseThanMembers(t *testing.T) {
+	type table struct {
+		name string
+		t    *throughput.Table
+		// slack[protocol] is the relative excess allowed over the best member.
+		slack map[string]float64
+	}
+	tables := []table{{"small", smallTable(t), map[string]float64{"b": 0, "b_entry": 0.03}}}
+	if !testing.Short() {
+		f, err := os.Open("../../throughput/data/gavel/simulation_throughputs.json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := throughput.ParseGavelJSON(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tables = append(tables, table{"gavel", g, map[string]float64{"b": 0, "b_entry": 0}})
+	}
+	for _, tb := range tables {
+		rep, err := Evaluate(context.Background(), tb.t, EvalOptions{Seed: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, proto := range []string{"b", "b_entry"} {
+			es := rep.Estimators[proto]
+			comb, ok := es[predict.SrcP1P2]
+			if !ok || comb.Predictions == 0 {
+				t.Fatalf("%s %s: no combination in %v", tb.name, proto, es)
+			}
+			for _, m := range []string{predict.CompPosterior, predict.CompTransfer, predict.CompLowRank} {
+				e, ok := es[m]
+				if !ok || e.Predictions == 0 {
+					t.Errorf("%s %s: estimator %s made no prediction", tb.name, proto, m)
+					continue
+				}
+				t.Logf("%s %s: %s %.4f alone, combination %.4f on its %d predictions", tb.name, proto, m, e.MAE, e.CombinedMAE, e.Predictions)
+				if e.CombinedMAE > e.MAE*(1+tb.slack[proto])+1e-9 {
+					t.Errorf("%s %s: combination MAE %.4f on %s's %d predictions, %s alone %.4f (slack %.0f %%)",
+						tb.name, proto, e.CombinedMAE, m, e.Predictions, m, e.MAE, 100*tb.slack[proto])
+				}
+			}
+		}
+	}
+}
