@@ -63,7 +63,7 @@ func TestSimUsageErrors(t *testing.T) {
 		{[]string{"sim", "--policies", "nope"}, 2, `unknown policy "nope"`},
 		{[]string{"sim", "extra"}, 2, `unexpected argument "extra"`},
 		{[]string{"sim", "--restart-penalty", "-1"}, 2, "--restart-penalty"},
-		{[]string{"sim", "--estimates", "exact"}, 2, `--estimates = "exact", expected scaled, live, live:SIGMA, live:auto or live:auto:SIGMA with SIGMA from 0 to 3`},
+		{[]string{"sim", "--estimates", "exact"}, 2, `--estimates = "exact", expected scaled, live, live:SIGMA, live:auto, live:auto:SIGMA (SIGMA from 0 to 3), none or partial:F`},
 		{[]string{"sim", "--estimates", "live:auto:7"}, 2, `--estimates = "live:auto:7"`},
 		{[]string{"sim", "--estimates", "live:auto:"}, 2, `--estimates = "live:auto:"`},
 		{[]string{"sim", "--estimate-skew", "0"}, 2, `--estimate-skew = 0, expected a factor from 0.05 to 20`},
