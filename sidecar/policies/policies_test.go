@@ -289,7 +289,13 @@ func TestHetgpuHeuristicDiffers(t *testing.T) {
 // hetgpu-oracle is hetgpu-heuristic with exact runtimes: the same stages, the simulator shows
 // it no estimate error, and on a contended trace the better estimates change the schedule.
 func TestHetgpuOracleSeesExactRuntimes(t *testing.T) {
-	s, tr := contended(t)
+	s, _ := contended(t)
+	// Five times the arrival rate of contended(): a queue on which the order matters, so that
+	// the test does not rest on one job's start (it did, and a predictor change evened it).
+	tr, terr := trace.Load("synthetic:jobs=40,rate=30", sim.TraceOptions(tab(t), 2))
+	if terr != nil {
+		t.Fatal(terr)
+	}
 	o := Options{Spec: s, Throughput: tab(t), Seed: 2}
 	oracle, err := Build(HetgpuOracle, o)
 	if err != nil {

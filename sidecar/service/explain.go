@@ -355,6 +355,10 @@ type RuntimeReading struct {
 	DeclaredS float64 `json:"declared_s"`
 	RanS      float64 `json:"ran_s,omitempty"`
 	LeftS     float64 `json:"left_s"`
+	// RankS, for source "history", is what the job ranks as: the reciprocal of its Gittins
+	// index given the time it has run (a fresh job whose peers mostly finish soon ranks short
+	// even when its expected time left, LeftS, is long). Other sources rank as LeftS.
+	RankS float64 `json:"rank_s,omitempty"`
 	// Calibrated says the namespace's model of users' estimates is learned from finished runs
 	// (ranker.calibrate_estimates): Bias and Sigma, from Runs of the namespace's own runs.
 	Calibrated bool    `json:"calibrated"`
@@ -392,6 +396,9 @@ func (s *Service) runtimeReading(j *cluster.Job) *RuntimeReading {
 		ran = a.Ran
 	}
 	r := &RuntimeReading{DeclaredS: a.DeclaredRuntime.Seconds(), RanS: ran.Seconds(), LeftS: a.EstRuntime.Seconds(), Source: src.String()}
+	if a.Est.Left > 0 {
+		r.LeftS, r.RankS = a.Est.Left.Seconds(), a.EstRuntime.Seconds()
+	}
 	switch src {
 	case cluster.EstUser:
 		if s.cfg.Estimates != nil {

@@ -121,8 +121,9 @@ func TestHistoryFromFinishedRuns(t *testing.T) {
 		j := pendingJob(t, h, "r3")
 		exp := want.Estimate(history.JobOf(&j), 0)
 		near := func(a, b float64) bool { return math.Abs(a-b) < 1e-3 } // the run's time in ns is rounded
-		if e := j.Hetgpu.Est; !near(j.Hetgpu.EstRuntime.Seconds(), exp.Left.Seconds()) || e.Source != cluster.EstHistory || e.Level != "model" || e.Runs != 2 {
-			t.Errorf("%s: r3 read as %v %+v, want %v from the history's 2 runs at level model", when, j.Hetgpu.EstRuntime, e, exp.Left)
+		if e := j.Hetgpu.Est; !near(j.Hetgpu.EstRuntime.Seconds(), exp.Rank.Seconds()) || !near(e.Left.Seconds(), exp.Left.Seconds()) ||
+			e.Source != cluster.EstHistory || e.Level != "model" || e.Runs != 2 {
+			t.Errorf("%s: r3 ranked as %v %+v, want %v (%v left) from the history's 2 runs at level model", when, j.Hetgpu.EstRuntime, e, exp.Rank, exp.Left)
 		}
 		ex, err := h.Service.Explain("default", "r3")
 		if err != nil || len(ex.Groups) != 1 {
@@ -130,7 +131,7 @@ func TestHistoryFromFinishedRuns(t *testing.T) {
 		}
 		g := ex.Groups[0]
 		if r := g.Runtime; r == nil || r.Source != "history" || r.Level != "model" || r.Runs != 2 || r.DeclaredS != 0 ||
-			!near(r.LeftS, exp.Left.Seconds()) || math.Abs(r.Confidence-2.0/7) > 1e-9 || r.Calibrated {
+			!near(r.LeftS, exp.Left.Seconds()) || !near(r.RankS, exp.Rank.Seconds()) || math.Abs(r.Confidence-2.0/7) > 1e-9 || r.Calibrated {
 			t.Errorf("%s: explained runtime %+v, want source history, level model, 2 runs, %v left, confidence 2/7", when, g.Runtime, exp.Left)
 		}
 		if w := fmt.Sprintf("no hetgpu.runtime; read as %v left from 2 finished runs of namespace default's resnet/ResNet-50 jobs (batch 64, 1 GPUs)",
