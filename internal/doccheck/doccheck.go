@@ -233,13 +233,25 @@ func Slug(heading string) string {
 
 // commandsIn finds hetgpu command lines in a shell block: a line (after a "$ " prompt and
 // VAR=value assignments) whose program is hetgpu or a path ending in /hetgpu; a trailing
-// backslash, or a next line that starts with spaces and then "[" or "-", continues it.
+// backslash, or a next line that starts with spaces and then "[" or "-", continues it. In a
+// block that shows a session (some line starts with "$ "), only prompted lines are commands;
+// the rest is output.
 func commandsIn(block string) []Command {
 	lines := strings.Split(block, "\n")
+	session := false
+	for _, l := range lines {
+		if strings.HasPrefix(strings.TrimSpace(l), "$ ") {
+			session = true
+		}
+	}
 	var out []Command
 	for i := 0; i < len(lines); i++ {
 		first := i
-		l := strings.TrimPrefix(strings.TrimSpace(lines[i]), "$ ")
+		l := strings.TrimSpace(lines[i])
+		if session && !strings.HasPrefix(l, "$ ") {
+			continue
+		}
+		l = strings.TrimPrefix(l, "$ ")
 		for (strings.HasSuffix(l, "\\") || continues(lines, i+1)) && i+1 < len(lines) {
 			l = strings.TrimSuffix(l, "\\") + " " + strings.TrimSpace(lines[i+1])
 			i++
@@ -271,6 +283,9 @@ func parseCommand(line string) (Command, bool) {
 		return Command{}, false
 	}
 	words = words[1:]
+	if len(words) == 0 {
+		return Command{}, false // the program's name, not a command line
+	}
 	// A shell operator ends the hetgpu part of the line.
 	for i, w := range words {
 		if w == "|" || w == "||" || w == "&&" || w == ";" || w == "&" || strings.HasPrefix(w, ">") || strings.HasPrefix(w, "2>") || w == "<" {
@@ -280,11 +295,24 @@ func parseCommand(line string) (Command, bool) {
 	}
 	c := Command{Text: strings.TrimSpace(line), Args: words}
 	for _, w := range words {
-		if strings.ContainsAny(w, "[]|…") || strings.Contains(w, "...") {
+		if strings.ContainsAny(w, "[]|…") || strings.Contains(w, "...") || placeholder(w) {
 			c.Synopsis = true
 		}
 	}
 	return c, true
+}
+
+// placeholder reports whether w stands for a value the reader fills in: FILE, JOB, N.
+func placeholder(w string) bool {
+	if w == "" {
+		return false
+	}
+	for _, r := range w {
+		if !(unicode.IsUpper(r) || r == '_') {
+			return false
+		}
+	}
+	return true
 }
 
 func isAssignment(w string) bool {
@@ -339,7 +367,7 @@ func Split(line string) []string {
 			}
 		case r == '\'' || r == '"':
 			q, in = r, true
-		case r == ' ' || r == '\t':
+		case r == ' ' || r == '\t' || r == '\n' || r == '\r':
 			if in {
 				words = append(words, b.String())
 				b.Reset()

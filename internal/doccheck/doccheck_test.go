@@ -69,22 +69,23 @@ func TestCheckLinksFinds(t *testing.T) {
 
 func TestCommands(t *testing.T) {
 	src := "# T\n\nRun `hetgpu sim --seed 2` or `hetgpu-heuristic`.\n\n" +
-		"```\n$ make run\nbin/hetgpu sim --cluster modern-mix \\\n  --trace bundled:default   # a comment\n" +
+		"```\nbin/hetgpu sim --cluster modern-mix \\\n  --trace bundled:default   # a comment\n" +
 		"NOMAD_ADDR=http://n:4646 hetgpu sidecar -config 'my file.hcl' | tee log\n" +
 		"hetgpu train eval [--json]\n             [--seeds 1,2]\n```\n\n" +
-		"```hcl\ncommand = \"hetgpu sim --nope\"\n```\n"
+		"```hcl\ncommand = \"hetgpu sim --nope\"\n```\n\n" +
+		"```\n$ hetgpu version\nhetgpu 0.1.0\n```\n"
 	d := Parse("x.md", []byte(src))
 	var got []string
 	for _, c := range d.Commands {
 		got = append(got, strings.Join(c.Args, " ")+"|"+map[bool]string{true: "synopsis", false: "run"}[c.Synopsis])
 	}
 	want := []string{"sim --seed 2|run", "sim --cluster modern-mix --trace bundled:default|run",
-		"sidecar -config my file.hcl|run", "train eval [--json] [--seeds 1,2]|synopsis"}
+		"sidecar -config my file.hcl|run", "train eval [--json] [--seeds 1,2]|synopsis", "version|run"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("commands %q, want %q", got, want)
 	}
-	if d.Commands[1].Line != 7 {
-		t.Errorf("second command on line %d, want 7", d.Commands[1].Line)
+	if d.Commands[1].Line != 6 {
+		t.Errorf("second command on line %d, want 6", d.Commands[1].Line)
 	}
 }
 
