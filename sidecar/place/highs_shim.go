@@ -21,6 +21,7 @@ package place
 // HighsInt Highs_getDoubleInfoValue(const void* highs, const char* info, double* value);
 // HighsInt Highs_getNumCol(const void* highs);
 // HighsInt Highs_getNumRow(const void* highs);
+// const char* Highs_version(void);
 import "C"
 
 import (
@@ -62,6 +63,12 @@ var highsModelStatusNames = map[int]string{
 	5: "postsolve error", 6: "model empty", 7: "optimal", 8: "infeasible", 9: "unbounded or infeasible",
 	10: "unbounded", 11: "objective bound", 12: "objective target", 13: "time limit",
 	14: "iteration limit", 15: "unknown", 16: "solution limit", 17: "interrupt",
+}
+
+// HighsVersion is the version of the HiGHS library linked into this binary, as HiGHS reports
+// it ("1.10.0"); `hetgpu version` prints it.
+func HighsVersion() string {
+	return C.GoString(C.Highs_version())
 }
 
 // highsPtr returns the Highs object of a RawModel. RawModel (v1.0.0, pinned in go.mod) is a

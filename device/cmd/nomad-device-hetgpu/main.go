@@ -4,15 +4,22 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/hetgpu/hetgpu/device"
+	"github.com/hetgpu/hetgpu/internal/version"
 	"github.com/hetgpu/hetgpu/plugin"
 )
 
 func main() {
+	// Run by hand with --version it says which release it is instead of serving.
+	if version.IsVersionFlag(os.Args[1:]) {
+		fmt.Printf("%s %s\n", "nomad-device-hetgpu", version.String())
+		return
+	}
 	// The logger comes first: go-plugin replaces os.Stderr after the handshake.
 	logger := plugin.NewLogger(device.PluginName)
 	// Nomad kills device plugins; SIGTERM from a manual stop also ends the monitor and NVML cleanly.

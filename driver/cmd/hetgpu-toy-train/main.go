@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/hetgpu/hetgpu/internal/mpsshare"
+	"github.com/hetgpu/hetgpu/internal/version"
 )
 
 type options struct {
@@ -54,9 +55,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.logEvery, "log-every", 10, "print a progress line every N steps")
 	fs.IntVar(&o.exitCode, "exit-code", 0, "exit status after the last step")
 	fs.BoolVar(&o.ignoreSignals, "ignore-signals", false, "ignore SIGINT and SIGTERM (to test kill escalation)")
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	fs.StringVar(&o.metrics, "metrics", os.Getenv("HETGPU_METRICS_FILE"), "JSON-lines metrics file (default $HETGPU_METRICS_FILE)")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *showVersion {
+		fmt.Fprintf(stdout, "hetgpu-toy-train %s\n", version.String())
+		return 0
 	}
 	if o.steps < 0 || o.batch <= 0 || o.stepTime < 0 || o.logEvery <= 0 || o.jitter < 0 || o.jitter > 0.9 {
 		fmt.Fprintln(stderr, "hetgpu-toy-train: -steps >= 0, -batch > 0, -step-time >= 0, -log-every > 0 and 0 <= -jitter <= 0.9 required")

@@ -3,14 +3,21 @@
 package main
 
 import (
+	"fmt"
 	"os"
 
 	"github.com/hetgpu/hetgpu/driver"
 	"github.com/hetgpu/hetgpu/driver/shim"
+	"github.com/hetgpu/hetgpu/internal/version"
 	"github.com/hetgpu/hetgpu/plugin"
 )
 
 func main() {
+	// Run by hand with --version it says which release it is instead of serving.
+	if version.IsVersionFlag(os.Args[1:]) {
+		fmt.Printf("%s %s\n", "nomad-driver-hetgpu", version.String())
+		return
+	}
 	// Shim mode first: it must not touch go-plugin or write a handshake.
 	if len(os.Args) > 1 && os.Args[1] == shim.Command {
 		os.Exit(shim.Main(os.Args[2:]))

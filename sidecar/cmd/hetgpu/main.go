@@ -25,7 +25,7 @@ type command struct {
 // commands lists every subcommand; each lives in its own file of this package.
 func commands() []command {
 	return []command{
-		{"version", "print the version", runVersion},
+		{"version", "print the version, commit, Go and HiGHS versions (also: hetgpu --version)", runVersion},
 		{"train", "train the job prioritiser (PPO) in the simulator; `train eval` checks it on held-out traces, `train verdict` judges it, `train ceiling` measures it against the exact-runtime oracle over seeds", runTrain},
 		{"predict", "evaluate or train the throughput and power predictor", runPredict},
 		{"sim", "replay a trace on a simulated GPU cluster under each policy and compare them", runSim},
@@ -51,6 +51,9 @@ func main() {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cmds := commands()
 	sort.Slice(cmds, func(i, j int) bool { return cmds[i].name < cmds[j].name })
+	if len(args) == 1 && (args[0] == "--version" || args[0] == "-version") {
+		args = []string{"version"}
+	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage(stderr, cmds)
 		if len(args) == 0 {

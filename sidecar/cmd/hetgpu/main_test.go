@@ -5,6 +5,8 @@ import (
 	"context"
 	"strings"
 	"testing"
+
+	"github.com/hetgpu/hetgpu/internal/version"
 )
 
 func TestRunDispatch(t *testing.T) {
@@ -14,7 +16,10 @@ func TestRunDispatch(t *testing.T) {
 		inStdout string
 		inStderr string
 	}{
-		{[]string{"version"}, 0, "hetgpu ", ""},
+		{[]string{"version"}, 0, "hetgpu " + version.Version + "\ncommit ", ""},
+		{[]string{"--version"}, 0, "highs  1.", ""},
+		{[]string{"version", "--json"}, 0, `"highs": "1.`, ""},
+		{[]string{"version", "extra"}, 2, "", `unexpected argument "extra"`},
 		{nil, 2, "", "Usage: hetgpu"},
 		{[]string{"bogus"}, 2, "", `unknown command "bogus"`},
 		{[]string{"version", "-nope"}, 1, "", "flag provided but not defined"},

@@ -10,7 +10,7 @@ import (
 
 func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("sidecar", stderr)
-	configPath := fs.String("config", "", "HCL configuration file (see README, section Sidecar); defaults without one")
+	configPath := fs.String("config", "", "HCL configuration file (docs/operator.md, Configuration); defaults without one")
 	listen := fs.String("listen", "", "API address host:port (default 127.0.0.1:4656)")
 	stateDir := fs.String("state-dir", "", "directory of the state file sidecar.db and the predictor catalog")
 	shadow := fs.Bool("shadow", false, "decide and record without pinning (needs Nomad)")
