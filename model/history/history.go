@@ -36,6 +36,9 @@ const (
 	DefaultPriorMedian = time.Hour
 	DefaultPriorSigma  = 1.5
 	DefaultMinSigma    = 0.5
+	// DefaultExplore was measured on the held-out windows without estimates
+	// (docs/results/estimate-free.md).
+	DefaultExplore = 0.6
 )
 
 // Bounds of one runtime: shorter runs are crashes or tests, longer ones are a forgotten unit.
@@ -60,6 +63,12 @@ type Config struct {
 	// jobs are never taken as more alike than within a factor of e^MinSigma, so that a job
 	// that outruns all of its peers is not read as about to finish.
 	MinSigma float64
+	// Explore, below 1, is the most weight a job's rank gives the cluster-wide runtime
+	// distribution beside its own level's (DefaultExplore when zero; negative: none). A group
+	// whose few finished runs were long otherwise reads every new member as long, so none of
+	// them starts while shorter-ranked work exists and the group never shows it also has short
+	// members: exploration gives a fresh member a short first turn's worth of rank.
+	Explore float64
 }
 
 // Validate names the first unusable field.
@@ -75,6 +84,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("runtime history: prior runs = %v, expected a finite number >= 0", c.PriorRuns)
 	case !(c.LevelRuns >= 0) || math.IsInf(c.LevelRuns, 0):
 		return fmt.Errorf("runtime history: level runs = %v, expected a finite number >= 0", c.LevelRuns)
+	case !(c.Explore < 1):
+		return fmt.Errorf("runtime history: explore = %v, expected a weight below 1 (0: the default, negative: off)", c.Explore)
 	case !(c.MinSigma >= 0 && c.MinSigma <= cluster.MaxEstimateSigma):
 		return fmt.Errorf("runtime history: min sigma = %v, expected 0 to %d", c.MinSigma, cluster.MaxEstimateSigma)
 	}
@@ -99,6 +110,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MinSigma == 0 {
 		c.MinSigma = DefaultMinSigma
+	}
+	if c.Explore == 0 {
+		c.Explore = DefaultExplore
 	}
 	return c
 }
@@ -310,8 +324,76 @@ func (m *Model) Estimate(j Job, ran time.Duration) Estimate {
 		e.Confidence = float64(runs) / (float64(runs) + k)
 	}
 	e.Left = cluster.EstimateModel{Sigma: sigma}.Remaining(e.Median, ran)
-	e.Rank = max(time.Duration(Gittins(mu, sigma, ran.Seconds())*float64(time.Second)), cluster.MinRemainingEstimate)
+	g := Gittins(mu, sigma, ran.Seconds())
+	if w := m.explore(lvl, e.Confidence); w > 0 {
+		cmu, csig := m.clusterFit()
+		g = GittinsMix(Component{1 - w, mu, sigma}, Component{w, cmu, csig}, ran.Seconds())
+	}
+	e.Rank = max(time.Duration(g*float64(time.Second)), cluster.MinRemainingEstimate)
 	return e
+}
+
+// explore is the weight a job's rank gives the cluster-wide distribution: the chance that the
+// job is not like the peers its level holds, as large as the level's runs leave it unsure
+// (1 - Confidence), at most Explore.
+func (m *Model) explore(lvl Level, conf float64) float64 {
+	if m.cfg.Explore <= 0 || lvl <= LevelCluster {
+		return 0
+	}
+	return m.cfg.Explore * (1 - conf)
+}
+
+// clusterFit is the cluster level's log-normal (the prior shrunk by every run).
+func (m *Model) clusterFit() (float64, float64) {
+	mu, sigma, _, _ := m.fit(Job{})
+	return mu, sigma
+}
+
+// Component is one log-normal of a mixture: weight W, mean Mu and spread Sigma of log seconds.
+type Component struct{ W, Mu, Sigma float64 }
+
+// GittinsMix is Gittins for a runtime drawn from a mixture of two log-normals, on the union of
+// both components' quanta. It does not allocate.
+func GittinsMix(a, b Component, ran float64) float64 {
+	ran = math.Max(ran, 0)
+	a.Sigma, b.Sigma = math.Max(a.Sigma, 1e-3), math.Max(b.Sigma, 1e-3)
+	surv := func(t float64) float64 {
+		if t <= 0 {
+			return 1
+		}
+		lt := math.Log(t)
+		return 0.5 * (a.W*math.Erfc((lt-a.Mu)/(a.Sigma*math.Sqrt2)) + b.W*math.Erfc((lt-b.Mu)/(b.Sigma*math.Sqrt2)))
+	}
+	s0 := surv(ran)
+	if s0 < 1e-12 {
+		return ran * math.Expm1(math.Max(a.Sigma, b.Sigma))
+	}
+	lo := math.Min(a.Mu-4*a.Sigma, b.Mu-4*b.Sigma)
+	hi := math.Max(a.Mu+10*a.Sigma, b.Mu+10*b.Sigma)
+	if ran > 0 {
+		lo = math.Max(lo, math.Log(ran))
+	}
+	// Quanta evenly apart in log runtime over both components' range.
+	const steps = 2 * gittinsSteps
+	dz := (hi - lo) / steps
+	best := math.Inf(1)
+	x0, sPrev, service := ran, s0, 0.0
+	for k := 1; k <= steps; k++ {
+		x := math.Exp(lo + dz*float64(k))
+		if x <= x0 {
+			continue
+		}
+		s := surv(x)
+		service += (x - x0) * (sPrev + s) / 2
+		x0, sPrev = x, s
+		if done := s0 - s; done > 0 {
+			best = math.Min(best, service/done)
+		}
+	}
+	if math.IsInf(best, 1) {
+		return ran * math.Expm1(math.Max(a.Sigma, b.Sigma))
+	}
+	return best
 }
 
 // gittinsSteps is the quanta Gittins tries, gittinsDZ apart in log runtime (sigmas).

@@ -264,3 +264,62 @@ func BenchmarkGittins(b *testing.B) {
 		_ = Gittins(8, 1.7, 5000)
 	}
 }
+
+func TestGittinsMix(t *testing.T) {
+	mu, sigma := math.Log(3600), 1.0
+	// A mixture of one component is that component's Gittins (up to the coarser quanta).
+	for _, ran := range []float64{0, 1800, 36000} {
+		one, mix := Gittins(mu, sigma, ran), GittinsMix(Component{1, mu, sigma}, Component{0, 0, 1}, ran)
+		if math.Abs(mix/one-1) > 0.1 {
+			t.Fatalf("ran %v: mixture of one %v, want about %v", ran, mix, one)
+		}
+	}
+	// A long group (median 100 h) with a share of short jobs (median 10 min): a fresh job ranks
+	// far below the long group alone, and once it has outrun the short ones it ranks long.
+	long, short := math.Log(100*3600), math.Log(600)
+	alone := Gittins(long, 0.5, 0)
+	fresh := GittinsMix(Component{0.6, long, 0.5}, Component{0.4, short, 0.5}, 0)
+	if !(fresh < alone/10) {
+		t.Fatalf("fresh job of a mixed group ranks %v s, want well below the long group's %v s", fresh, alone)
+	}
+	outran := GittinsMix(Component{0.6, long, 0.5}, Component{0.4, short, 0.5}, 6*3600)
+	if !(outran > alone/2) {
+		t.Fatalf("a job that ran 6 h ranks %v s, want about the long group's %v s", outran, alone)
+	}
+}
+
+func TestExploreRanksFreshJobsOfALongGroupShort(t *testing.T) {
+	runs := func(m *Model) {
+		for i := range 50 { // the cluster: short runs
+			m.Observe(Run{Key: fmt.Sprint("s", i), Job: Job{Namespace: "ml", Family: fmt.Sprint("s", i), GPUs: 1}, RuntimeS: 600 + float64(i)})
+		}
+		for i := range 20 { // twenty 8-GPU runs, all long
+			m.Observe(Run{Key: fmt.Sprint("w", i), Job: Job{Namespace: "ml", Family: fmt.Sprint("w", i), GPUs: 8}, RuntimeS: 90 * 3600})
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		explore float64
+		below   time.Duration
+		above   time.Duration
+	}{
+		{"default", 0, 10 * time.Hour, 0},
+		{"off", -1, 0, 15 * time.Hour},
+	} {
+		m, err := New(Config{Explore: tc.explore})
+		if err != nil {
+			t.Fatal(err)
+		}
+		runs(m)
+		e := m.Estimate(Job{Namespace: "ml", Family: "new", GPUs: 8}, 0)
+		if tc.below > 0 && !(e.Rank < tc.below) || tc.above > 0 && !(e.Rank > tc.above) {
+			t.Errorf("%s: fresh 8-GPU job ranks %v, want below %v / above %v", tc.name, e.Rank, tc.below, tc.above)
+		}
+		if e.Level != LevelGPUs || e.Left < 30*time.Hour {
+			t.Errorf("%s: level %v left %v, want the 8-GPU group's long mean left", tc.name, e.Level, e.Left)
+		}
+	}
+	if _, err := New(Config{Explore: 1}); err == nil || !strings.Contains(err.Error(), "explore = 1") {
+		t.Fatalf("explore 1: %v, want an error naming it", err)
+	}
+}

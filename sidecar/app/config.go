@@ -78,6 +78,7 @@ import (
 //	  hysteresis     = 1.3     # move a running job only to a GPU type this much faster
 //	  min_run        = "30m"   # never stop a job that started less than this ago
 //	  min_run_history = "1h"   # ... nor one ranked by its history (no hetgpu.runtime/steps)
+//	  min_run_first  = "6m"    # its first turn; each later turn as long as it has run, up to min_run_history
 //	  long_job_guard = true    # start jobs longer than the backlog first
 //	}
 //	ranker {
@@ -98,6 +99,8 @@ import (
 //	    prior_runs   = 5       # how many runs the prior weighs
 //	    level_runs   = 5       # how many runs a broader group weighs in a narrower one
 //	    min_sigma    = 0.5     # least spread of a group of similar jobs
+//	    explore      = 0.6     # most weight a job's rank gives the cluster-wide runtimes beside its
+//	                           # group's (a fresh job may be unlike its peers); 0 turns it off
 //	  }
 //	}
 //	predictor { window = 1000  min_samples = 3 }
@@ -212,6 +215,8 @@ type PreemptConfig struct {
 	LongJobGuard *bool   `hcl:"long_job_guard,optional"`
 	// MinRunHistory is min_run for jobs ranked by the history of similar jobs.
 	MinRunHistory string `hcl:"min_run_history,optional"`
+	// MinRunFirst is the first turn of a job ranked by its history.
+	MinRunFirst string `hcl:"min_run_first,optional"`
 
 	// Parsed is the planner configuration (no hcl tag).
 	Parsed preempt.Config
@@ -251,6 +256,7 @@ type HistoryConfig struct {
 	PriorRuns   *float64 `hcl:"prior_runs,optional"`
 	LevelRuns   *float64 `hcl:"level_runs,optional"`
 	MinSigma    *float64 `hcl:"min_sigma,optional"`
+	Explore     *float64 `hcl:"explore,optional"`
 
 	// Parsed is the history's configuration (no hcl tag).
 	Parsed history.Config
@@ -294,6 +300,15 @@ func (h *HistoryConfig) finish(bad func(string, any, string) error) error {
 			return bad("ranker.history."+f.name, *f.v, fmt.Sprintf("a number above %g and at most %g: %s (default %g)", f.lo, f.hi, f.expected, f.def))
 		}
 		*f.out = *f.v
+	}
+	if h.Explore != nil {
+		if !(*h.Explore >= 0 && *h.Explore < 1) {
+			return bad("ranker.history.explore", *h.Explore, fmt.Sprintf("a weight from 0 (off) to below 1: the most a job's rank gives the cluster-wide runtimes beside its group's (default %g)", history.DefaultExplore))
+		}
+		hc.Explore = *h.Explore
+		if hc.Explore == 0 {
+			hc.Explore = -1 // off; zero in history.Config is the default
+		}
 	}
 	if err := hc.Validate(); err != nil {
 		return bad("ranker.history", "", err.Error())
@@ -467,6 +482,9 @@ func (c *Config) finish() error {
 	}
 	if pc.MinRunHistory, err = duration(c.Preempt.MinRunHistory, pc.MinRunHistory); err != nil || pc.MinRunHistory < 0 {
 		return bad("preemption.min_run_history", c.Preempt.MinRunHistory, "a non-negative duration, e.g. \"1h\"")
+	}
+	if pc.MinRunFirst, err = duration(c.Preempt.MinRunFirst, pc.MinRunFirst); err != nil || pc.MinRunFirst < 0 {
+		return bad("preemption.min_run_first", c.Preempt.MinRunFirst, "a non-negative duration, e.g. \"6m\" (\"0\": every turn is min_run_history)")
 	}
 	pc.LongJobGuard = boolOr(c.Preempt.LongJobGuard, pc.LongJobGuard)
 	c.Preempt.Parsed = pc

@@ -79,11 +79,11 @@ func TestConfigDefaults(t *testing.T) {
 	if c.Ranker.History == nil || c.Ranker.History.Parsed != (history.Config{}) {
 		t.Errorf("ranker.history defaults = %+v, want history.Config's", c.Ranker.History)
 	}
-	hc, err := ParseConfig("h.hcl", []byte("ranker {\n history {\n window = 500\n prior_median = \"30m\"\n prior_sigma = 1\n prior_runs = 2\n level_runs = 3\n min_sigma = 0.25\n }\n}"))
+	hc, err := ParseConfig("h.hcl", []byte("ranker {\n history {\n window = 500\n prior_median = \"30m\"\n prior_sigma = 1\n prior_runs = 2\n level_runs = 3\n min_sigma = 0.25\n explore = 0.3\n }\n}"))
 	if err == nil {
 		err = hc.Finish()
 	}
-	if want := (history.Config{Window: 500, PriorMedian: 30 * time.Minute, PriorSigma: 1, PriorRuns: 2, LevelRuns: 3, MinSigma: 0.25}); err != nil || hc.Ranker.History.Parsed != want {
+	if want := (history.Config{Window: 500, PriorMedian: 30 * time.Minute, PriorSigma: 1, PriorRuns: 2, LevelRuns: 3, MinSigma: 0.25, Explore: 0.3}); err != nil || hc.Ranker.History.Parsed != want {
 		t.Errorf("ranker.history: %v, parsed %+v, want %+v", err, hc.Ranker.History, want)
 	}
 	off, err := ParseConfig("off.hcl", []byte("ranker {\n calibrate_estimates = false\n estimate_error = 0.3\n}"))
@@ -127,6 +127,8 @@ func TestConfigErrors(t *testing.T) {
 		{"preemption {\n min_run = \"-5m\"\n}", `config preemption.min_run = "-5m"`},
 		{"preemption {\n min_run = \"later\"\n}", `config preemption.min_run = "later"`},
 		{"preemption {\n min_run_history = \"-1h\"\n}", `config preemption.min_run_history = "-1h"`},
+		{"preemption {\n min_run_first = \"-6m\"\n}", `config preemption.min_run_first = "-6m"`},
+		{"ranker {\n history {\n explore = 1\n }\n}", `config ranker.history.explore = "1": expected a weight from 0 (off) to below 1`},
 		{"gang {\n reserve_after = \"-1m\"\n}", `config gang.reserve_after = "-1m": expected a non-negative duration`},
 		{"gang {\n reserve_after = \"soon\"\n}", `config gang.reserve_after = "soon"`},
 		{`bogus = 1`, `An argument named "bogus" is not expected here`},

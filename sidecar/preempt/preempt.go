@@ -51,6 +51,9 @@ type Config struct {
 	// MinRun serves a burst of such jobs in turns that are all restarts. Measured on the
 	// held-out windows without estimates (docs/results/estimate-free.md): 30 min, 1 h, 2 h.
 	MinRunHistory time.Duration
+	// MinRunFirst, when > 0, is the first turn of a job ranked by its history; each later
+	// turn lasts as long as the job has run before, up to MinRunHistory.
+	MinRunFirst time.Duration
 	// LongJobGuard enables the long-job guard (see the package comment).
 	LongJobGuard bool
 	// CrossNodeEfficiency multiplies the predicted throughput of a job spread over nodes (as
@@ -60,7 +63,7 @@ type Config struct {
 
 // Default is hetgpu's configuration.
 func Default() Config {
-	return Config{Hysteresis: 1.3, MinRun: 30 * time.Minute, MinRunHistory: time.Hour, LongJobGuard: true, CrossNodeEfficiency: 0.75}
+	return Config{Hysteresis: 1.3, MinRun: 30 * time.Minute, MinRunHistory: time.Hour, MinRunFirst: 6 * time.Minute, LongJobGuard: true, CrossNodeEfficiency: 0.75}
 }
 
 // Validate names the first unusable field.
@@ -70,12 +73,23 @@ func (c Config) Validate() error {
 		return fmt.Errorf("preemption config: hysteresis = %v, expected a factor >= 1", c.Hysteresis)
 	case c.MinRun < 0:
 		return fmt.Errorf("preemption config: min_run = %v, expected >= 0", c.MinRun)
+	case c.MinRunFirst < 0:
+		return fmt.Errorf("preemption config: min_run_first = %v, expected >= 0", c.MinRunFirst)
 	case c.MinRunHistory < 0:
 		return fmt.Errorf("preemption config: min_run_history = %v, expected >= 0", c.MinRunHistory)
 	case !(c.CrossNodeEfficiency > 0 && c.CrossNodeEfficiency <= 1):
 		return fmt.Errorf("preemption config: cross_node_efficiency = %v, expected a factor in (0, 1]", c.CrossNodeEfficiency)
 	}
 	return nil
+}
+
+// historyTurn is how long a job ranked by its history runs before it may be stopped, given
+// the time ran in earlier allocations: turns double from MinRunFirst up to MinRunHistory.
+func (p *Planner) historyTurn(ran time.Duration) time.Duration {
+	if p.cfg.MinRunFirst <= 0 {
+		return p.cfg.MinRunHistory
+	}
+	return min(p.cfg.MinRunHistory, max(p.cfg.MinRunFirst, ran))
 }
 
 // Planner implements sched.Preemptor.
@@ -143,19 +157,19 @@ func (p *Planner) Plan(ctx context.Context, snap *cluster.Snapshot, ranked []sch
 	// (borrowed ones, see guard); they never move.
 	young := map[string]bool{}
 	if p.cfg.MinRun > 0 || p.cfg.MinRunHistory > 0 {
-		fromHistory := map[string]bool{}
+		fromHistory := map[string]time.Duration{}
 		if p.cfg.MinRunHistory > p.cfg.MinRun {
 			for i := range snap.Preemptible {
 				if j := &snap.Preemptible[i]; j.Hetgpu.Est.Source == cluster.EstHistory {
-					fromHistory[j.Key()] = true
+					fromHistory[j.Key()] = p.historyTurn(j.Hetgpu.Ran)
 				}
 			}
 		}
 		for _, a := range snap.Running {
 			k := a.Namespace + "/" + a.JobID + "/" + a.Group
 			minRun := p.cfg.MinRun
-			if fromHistory[k] {
-				minRun = p.cfg.MinRunHistory
+			if t, ok := fromHistory[k]; ok {
+				minRun = t
 			}
 			if snap.Now.Sub(a.StartTime) < minRun {
 				if reclaimable(snap.Tenancy, k) && running[k] {

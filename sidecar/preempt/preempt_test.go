@@ -180,10 +180,34 @@ func TestPlan(t *testing.T) {
 		{
 			// "old" has run 45 minutes: past min_run, but it is ranked by its history.
 			name: "min_run_history protects a job ranked by its history for longer",
-			cfg:  func(c *Config) { c.MinRun, c.MinRunHistory = 30*time.Minute, time.Hour },
+			cfg:  func(c *Config) { c.MinRun, c.MinRunHistory, c.MinRunFirst = 30*time.Minute, time.Hour, 0 },
 			build: func() *cluster.Snapshot {
 				s := oldThenNew(4, 45*time.Minute, 2, node("n1", "v100", 4))()
 				s.Preemptible[0].Hetgpu.Est.Source = cluster.EstHistory
+				return s
+			},
+			rank:  []string{"new", "old"},
+			order: []string{"new"},
+		},
+		{
+			name: "a history-ranked job's first turn is min_run_first...",
+			cfg:  func(c *Config) { c.MinRun, c.MinRunHistory, c.MinRunFirst = 30*time.Minute, time.Hour, 6*time.Minute },
+			build: func() *cluster.Snapshot {
+				s := oldThenNew(4, 45*time.Minute, 2, node("n1", "v100", 4))()
+				s.Preemptible[0].Hetgpu.Est.Source = cluster.EstHistory
+				return s
+			},
+			rank:    []string{"new", "old"},
+			preempt: []string{"old"},
+			order:   []string{"new", "old"},
+		},
+		{
+			name: "...and a later turn as long as it ran before, up to min_run_history",
+			cfg:  func(c *Config) { c.MinRun, c.MinRunHistory, c.MinRunFirst = 30*time.Minute, time.Hour, 6*time.Minute },
+			build: func() *cluster.Snapshot {
+				s := oldThenNew(4, 45*time.Minute, 2, node("n1", "v100", 4))()
+				s.Preemptible[0].Hetgpu.Est.Source = cluster.EstHistory
+				s.Preemptible[0].Hetgpu.Ran = 2 * time.Hour
 				return s
 			},
 			rank:  []string{"new", "old"},
@@ -358,5 +382,34 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if _, err := New(Default()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestHistoryTurn(t *testing.T) {
+	cfg := Default()
+	p, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		ran, want time.Duration
+	}{
+		{0, cfg.MinRunFirst},
+		{cfg.MinRunFirst / 2, cfg.MinRunFirst},
+		{20 * time.Minute, 20 * time.Minute}, // as long as it ran before
+		{5 * time.Hour, cfg.MinRunHistory},   // at most min_run_history
+	} {
+		if got := p.historyTurn(tc.ran); got != tc.want {
+			t.Errorf("ran %v: turn %v, want %v", tc.ran, got, tc.want)
+		}
+	}
+	cfg.MinRunFirst = 0
+	p, _ = New(cfg)
+	if got := p.historyTurn(0); got != cfg.MinRunHistory {
+		t.Errorf("min_run_first 0: turn %v, want min_run_history %v", got, cfg.MinRunHistory)
+	}
+	cfg.MinRunFirst = -time.Minute
+	if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), "min_run_first") {
+		t.Errorf("negative min_run_first: %v, want an error naming it", err)
 	}
 }
