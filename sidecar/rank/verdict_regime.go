@@ -203,8 +203,8 @@ type RegimeSwitch struct {
 	Learned *Policy
 	// Verdicts decide where Learned ranks.
 	Verdicts Verdicts
-	// OnChange is called (outside the switch's lock is not guaranteed: keep it short) after the
-	// regime or the choice changes, with the new state.
+	// OnChange is called, outside the switch's lock, after the regime or the choice changes,
+	// with the new state (never for a pinned switch).
 	OnChange func(RegimeState)
 
 	mu      sync.Mutex
@@ -234,29 +234,37 @@ func (s *RegimeSwitch) State() RegimeState {
 	return s.state
 }
 
-// Pin stops the switch and makes the ranker rank with p from now on (online tuning adopted a
-// policy of its own evidence).
-func (s *RegimeSwitch) Pin(p *Policy) error {
+// Pin stops the switch from swapping policies and makes the ranker rank with p from now on
+// (nil: the heuristic), for reason: a policy online tuning adopted on its own evidence, or one
+// the configuration forces. The switch still reads the live regime.
+func (s *RegimeSwitch) Pin(p *Policy, reason string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.pinned = true
+	s.state.Learned, s.state.Reason = p != nil, reason
 	return s.Ranker.SetPolicy(p)
 }
 
 // Decide applies the regime of a queue with share user estimates among n jobs and returns the
-// state; an empty queue keeps the last regime.
+// state; an empty queue keeps the last regime. A pinned switch only records the regime.
 func (s *RegimeSwitch) Decide(share float64, n int) (RegimeState, error) {
 	s.mu.Lock()
-	if s.pinned || n == 0 {
+	if n == 0 {
 		st := s.state
 		s.mu.Unlock()
 		return st, nil
 	}
 	regime := RegimeOf(share)
+	if s.pinned {
+		s.state.Regime, s.state.Share, s.state.Jobs = regime, share, n
+		st := s.state
+		s.mu.Unlock()
+		return st, nil
+	}
 	st := RegimeState{Regime: regime, Share: share, Jobs: n}
 	st.Learned, st.Reason = s.Verdicts.Wins(regime)
-	if s.Learned == nil {
-		st.Learned, st.Reason = false, "no learned policy"
+	if st.Learned && s.Learned == nil {
+		st.Learned, st.Reason = false, "no learned policy to rank with"
 	}
 	changed := !s.started || st.Regime != s.state.Regime || st.Learned != s.state.Learned
 	if changed {
