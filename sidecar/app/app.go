@@ -146,33 +146,9 @@ func stagesWithRanker(c *Config, stateDir string, hist *history.Model, log hclog
 	if err != nil {
 		return st, nil, err
 	}
-	// learned is the policy the verdicts judge; p the one ranking at start.
-	var learned, p *rank.Policy
-	if ch.use || ch.auto && ch.winsSomewhere() {
-		if learned, err = ch.ck.Policy(); err != nil {
-			return st, nil, fmt.Errorf("ranking policy %s: %w", ch.learned, err)
-		}
-	}
-	if ch.use {
-		p = learned
-	}
 	logRanker(log, ch)
-	rk, err := rank.New(p)
+	rk, sw, rs, err := rankerFor(ch, log)
 	if err != nil {
-		return st, nil, err
-	}
-	// The switch reads the live estimate regime every round; chosen by evidence, it ranks with
-	// the learned policy only in a regime whose verdict beats the heuristic.
-	sw := &rank.RegimeSwitch{Ranker: rk, Learned: learned, Verdicts: ch.verdicts}
-	rs := &RankerState{status: ch.status, sw: sw}
-	if ch.auto {
-		sw.OnChange = func(r rank.RegimeState) {
-			s := ch.regimeStatus(r)
-			log.Info("ranking policy for the live estimate regime", "regime", r.Regime, "user_estimate_share", r.Share,
-				"jobs", r.Jobs, "policy", s.Policy, "reason", r.Reason)
-			rs.set(s)
-		}
-	} else if err := sw.Pin(p, ch.status.Reason); err != nil {
 		return st, nil, err
 	}
 	// The registry's hetgpu policy, as every baseline (policyStages), around this ranker and
@@ -192,6 +168,40 @@ func stagesWithRanker(c *Config, stateDir string, hist *history.Model, log hclog
 		}
 	}
 	return stages, rs, nil
+}
+
+// rankerFor builds the ranker of a choice and the switch that reads the live estimate regime:
+// chosen by evidence (ch.auto), the learned policy ranks only in a regime whose held-out
+// verdict beats the heuristic; otherwise the choice is pinned.
+func rankerFor(ch rankerChoice, log hclog.Logger) (*rank.Ranker, *rank.RegimeSwitch, *RankerState, error) {
+	// learned is the policy the verdicts judge; p the one ranking at start.
+	var learned, p *rank.Policy
+	var err error
+	if ch.use || ch.auto && ch.winsSomewhere() {
+		if learned, err = ch.ck.Policy(); err != nil {
+			return nil, nil, nil, fmt.Errorf("ranking policy %s: %w", ch.learned, err)
+		}
+	}
+	if ch.use {
+		p = learned
+	}
+	rk, err := rank.New(p)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	sw := &rank.RegimeSwitch{Ranker: rk, Learned: learned, Verdicts: ch.verdicts}
+	rs := &RankerState{status: ch.status, sw: sw}
+	if ch.auto {
+		sw.OnChange = func(r rank.RegimeState) {
+			s := ch.regimeStatus(r)
+			log.Info("ranking policy for the live estimate regime", "regime", r.Regime, "user_estimate_share", r.Share,
+				"jobs", r.Jobs, "policy", s.Policy, "reason", r.Reason)
+			rs.set(s)
+		}
+	} else if err := sw.Pin(p, ch.status.Reason); err != nil {
+		return nil, nil, nil, err
+	}
+	return rk, sw, rs, nil
 }
 
 // rankerChoice is the ranking policy chosen at start.
