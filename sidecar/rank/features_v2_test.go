@@ -49,7 +49,7 @@ func TestExtractorFeaturesV2(t *testing.T) {
 		{0, FQueued, math.Log1p(60)},
 		{0, FSrcUser, 1}, {0, FSrcSteps, 0}, {0, FSrcHistory, 0},
 		{0, FEstConf, 1}, {0, FEstLevel, 1}, {0, FEstLeft, 0}, {0, FEstRank, 0}, {0, FEstRuns, 0},
-		{1, FAttained, math.Log1p(60)},  // 3600 GPU-s = 60 GPU-min
+		{1, FAttained, math.Log1p(60)},     // 3600 GPU-s = 60 GPU-min
 		{1, FQueued, math.Log1p(120 - 30)}, // waited 2 h, ran 30 min per GPU
 		{1, FSrcHistory, 1}, {1, FSrcUser, 0},
 		{1, FEstConf, 0.75}, {1, FEstRuns, math.Log1p(41)}, {1, FEstLevel, 0.4},
