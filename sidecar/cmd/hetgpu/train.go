@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -182,8 +183,10 @@ func runTrainEval(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	if ev.PolicyVerdicts, err = policyVerdicts(*policyFile); err != nil {
-		return err
+	if slices.Contains(names, "hetgpu") {
+		if ev.PolicyVerdicts, err = policyVerdicts(*policyFile); err != nil {
+			return err
+		}
 	}
 	ev.Regime = rltrain.RegimeOfReplay(replay)
 	return writeReport(stdout, *asJSON, ev)
