@@ -33,7 +33,7 @@ func TestTrainVerdictPerRegime(t *testing.T) {
 		}
 		ev := rltrain.Eval{Traces: []string{"bundled:heldout-0"}, Clusters: []rltrain.ClusterEval{{Cluster: "c",
 			PerTrace: map[string][]*sim.Result{"bundled:heldout-0": {res("hetgpu", 100*jct, 2*bsld), res(rltrain.HeuristicVariant, 100, 2)}},
-			Pooled: []rltrain.Pooled{{Policy: "hetgpu", Jobs: 10, AvgJCTS: 100 * jct, BSLD: 2 * bsld}, {Policy: rltrain.HeuristicVariant, Jobs: 10, AvgJCTS: 100, BSLD: 2}}}}}
+			Pooled:   []rltrain.Pooled{{Policy: "hetgpu", Jobs: 10, AvgJCTS: 100 * jct, BSLD: 2 * bsld}, {Policy: rltrain.HeuristicVariant, Jobs: 10, AvgJCTS: 100, BSLD: 2}}}}}
 		b, err := json.Marshal(ev)
 		if err != nil {
 			t.Fatal(err)
