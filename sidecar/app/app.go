@@ -75,13 +75,22 @@ type RankerState struct {
 	mu       sync.Mutex
 	status   service.RankerStatus
 	onChange func(service.RankerStatus)
+	// sw reads the live estimate regime (nil for a baseline policy).
+	sw *rank.RegimeSwitch
 }
 
-// Status is the ranking policy in use and why.
+// Status is the ranking policy in use and why, with the live estimate regime.
 func (r *RankerState) Status() service.RankerStatus {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.status
+	s, sw := r.status, r.sw
+	r.mu.Unlock()
+	if sw != nil {
+		if st := sw.State(); st.Regime != "" {
+			share := st.Share
+			s.Regime, s.UserEstimateShare, s.RegimeJobs = st.Regime, &share, st.Jobs
+		}
+	}
+	return s
 }
 
 // OnChange sets a function called after every later change of the policy in use.
@@ -137,21 +146,14 @@ func stagesWithRanker(c *Config, stateDir string, hist *history.Model, log hclog
 	if err != nil {
 		return st, nil, err
 	}
-	var p *rank.Policy
-	if ch.use {
-		if p, err = ch.ck.Policy(); err != nil {
-			return st, nil, fmt.Errorf("ranking policy %s: %w", ch.status.Policy, err)
-		}
-	}
 	logRanker(log, ch)
-	rk, err := rank.New(p)
+	rk, sw, rs, err := rankerFor(ch, log)
 	if err != nil {
 		return st, nil, err
 	}
-	rs := &RankerState{status: ch.status}
 	// The registry's hetgpu policy, as every baseline (policyStages), around this ranker and
 	// the placement, preemption and queue settings.
-	o := policies.Options{Predictor: pred, Ranker: rk, Logger: log, Placement: c.Placement.Preset, Queues: c.QueueConfig,
+	o := policies.Options{Predictor: pred, Ranker: sw, Logger: log, Placement: c.Placement.Preset, Queues: c.QueueConfig,
 		History: hist}
 	if c.Preempt != nil {
 		o.Preempt, o.NoPreempt = &c.Preempt.Parsed, !boolOr(c.Preempt.Enabled, true)
@@ -161,11 +163,45 @@ func stagesWithRanker(c *Config, stateDir string, hist *history.Model, log hclog
 		return st, nil, err
 	}
 	if c.Ranker.onlineTuning() && ch.ck != nil && ch.ck.Training != nil {
-		if stages.Tuner, err = liveTuner(c, ch.ck, rk, tunedPath, rs, log); err != nil {
+		if stages.Tuner, err = liveTuner(c, ch.ck, rk, sw, tunedPath, rs, log); err != nil {
 			return st, nil, err
 		}
 	}
 	return stages, rs, nil
+}
+
+// rankerFor builds the ranker of a choice and the switch that reads the live estimate regime:
+// chosen by evidence (ch.auto), the learned policy ranks only in a regime whose held-out
+// verdict beats the heuristic; otherwise the choice is pinned.
+func rankerFor(ch rankerChoice, log hclog.Logger) (*rank.Ranker, *rank.RegimeSwitch, *RankerState, error) {
+	// learned is the policy the verdicts judge; p the one ranking at start.
+	var learned, p *rank.Policy
+	var err error
+	if ch.use || ch.auto && ch.winsSomewhere() {
+		if learned, err = ch.ck.Policy(); err != nil {
+			return nil, nil, nil, fmt.Errorf("ranking policy %s: %w", ch.learned, err)
+		}
+	}
+	if ch.use {
+		p = learned
+	}
+	rk, err := rank.New(p)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	sw := &rank.RegimeSwitch{Ranker: rk, Learned: learned, Verdicts: ch.verdicts}
+	rs := &RankerState{status: ch.status, sw: sw}
+	if ch.auto {
+		sw.OnChange = func(r rank.RegimeState) {
+			s := ch.regimeStatus(r)
+			log.Info("ranking policy for the live estimate regime", "regime", r.Regime, "user_estimate_share", r.Share,
+				"jobs", r.Jobs, "policy", s.Policy, "reason", r.Reason)
+			rs.set(s)
+		}
+	} else if err := sw.Pin(p, ch.status.Reason); err != nil {
+		return nil, nil, nil, err
+	}
+	return rk, sw, rs, nil
 }
 
 // rankerChoice is the ranking policy chosen at start.
@@ -173,18 +209,66 @@ type rankerChoice struct {
 	// ck is the learned checkpoint online tuning continues from; nil for none.
 	ck *rank.Checkpoint
 	// use: the ranker starts with ck's policy (else with the heuristic).
-	use    bool
-	status service.RankerStatus
+	use bool
+	// auto: the choice follows the evidence, so the live estimate regime decides each round
+	// (regimeStatus); else it is fixed (configured, or adopted by online tuning).
+	auto bool
+	// learned names ck ("bundled:default", a file, "tuned:PATH"); verdicts are its held-out
+	// verdicts per estimate regime.
+	learned  string
+	verdicts rank.Verdicts
+	status   service.RankerStatus
+}
+
+// winsSomewhere reports whether the learned policy's verdict beats the heuristic in any regime.
+func (ch rankerChoice) winsSomewhere() bool { return len(ch.winning()) > 0 }
+
+// winning are the regimes whose verdict beats the heuristic, in rank.Regimes order.
+func (ch rankerChoice) winning() []string {
+	var out []string
+	for _, r := range rank.Regimes() {
+		if ok, _ := ch.verdicts.Wins(r); ok {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// regimeStatus is the status of an evidence-based choice in the live regime r: the learned
+// policy where its verdict in that regime beats the heuristic, the heuristic elsewhere.
+func (ch rankerChoice) regimeStatus(r rank.RegimeState) service.RankerStatus {
+	s := ch.status
+	s.Verdict = ch.verdicts[r.Regime]
+	s.Policy = PolicyHeuristic
+	if r.Learned {
+		s.Policy = ch.learned
+	}
+	s.Reason = fmt.Sprintf("live estimate regime %s (%.0f %% of %d pending jobs carry hetgpu.runtime; held-out verdicts %s): %s",
+		r.Regime, 100*r.Share, r.Jobs, ch.verdicts.Summary(), r.Reason)
+	if !r.Learned && ch.learned == PolicyBundled && ch.ck != nil {
+		s.Reason += `; ranker { policy = "bundled:default" } forces it`
+	}
+	return s
 }
 
 // chooseRanker picks the policy (see StagesWithRanker); bundled returns the build's policy.
 func chooseRanker(c *Config, tunedPath string, bundled func() (*rank.Checkpoint, error)) (rankerChoice, error) {
-	verdictOf := func(ref string, ck *rank.Checkpoint) (*rank.Verdict, error) {
-		v, err := rank.VerdictFromMeta(ck.Meta)
+	verdictsOf := func(ref string, ck *rank.Checkpoint) (rank.Verdicts, error) {
+		vs, err := rank.VerdictsFromMeta(ck.Meta)
 		if err != nil {
 			return nil, fmt.Errorf("ranking policy %s: %w", ref, err)
 		}
-		return v, nil
+		return vs, nil
+	}
+	forced := func(ref string, ck *rank.Checkpoint) (rankerChoice, error) {
+		vs, err := verdictsOf(ref, ck)
+		if err != nil {
+			return rankerChoice{}, err
+		}
+		v := vs[rank.RegimeEstimates]
+		return rankerChoice{ck: ck, use: true, learned: ref, verdicts: vs, status: service.RankerStatus{Policy: ref, Verdict: v,
+			Learned: ref, Verdicts: vs,
+			Reason: fmt.Sprintf("configured: ranker.policy = %q forces it; held-out verdict %s (per regime: %s)", ref, v, vs.Summary())}}, nil
 	}
 	switch ref := c.Ranker.Policy; ref {
 	case "":
@@ -198,23 +282,13 @@ func chooseRanker(c *Config, tunedPath string, bundled func() (*rank.Checkpoint,
 		if ck == nil {
 			return rankerChoice{}, fmt.Errorf("config ranker.policy = %q: this build has no bundled policy; expected %q or a checkpoint file", ref, PolicyHeuristic)
 		}
-		v, err := verdictOf(ref, ck)
-		if err != nil {
-			return rankerChoice{}, err
-		}
-		return rankerChoice{ck: ck, use: true, status: service.RankerStatus{Policy: ref, Verdict: v,
-			Reason: fmt.Sprintf("configured: ranker.policy = %q forces it; held-out verdict %s", ref, v)}}, nil
+		return forced(ref, ck)
 	default:
 		ck, err := rank.LoadCheckpoint(ref)
 		if err != nil {
 			return rankerChoice{}, fmt.Errorf("config ranker.policy = %q: %w", ref, err)
 		}
-		v, err := verdictOf(ref, ck)
-		if err != nil {
-			return rankerChoice{}, err
-		}
-		return rankerChoice{ck: ck, use: true, status: service.RankerStatus{Policy: ref, Verdict: v,
-			Reason: fmt.Sprintf("configured: ranker.policy = %q forces it; held-out verdict %s", ref, v)}}, nil
+		return forced(ref, ck)
 	}
 	if c.Ranker.onlineTuning() && fileExists(tunedPath) {
 		ck, err := rank.LoadCheckpoint(tunedPath)
@@ -222,7 +296,8 @@ func chooseRanker(c *Config, tunedPath string, bundled func() (*rank.Checkpoint,
 			return rankerChoice{}, fmt.Errorf("tuned policy %s: %w (delete it to start again from the bundled policy)", tunedPath, err)
 		}
 		if ck.Meta[rank.MetaTunedBeatsBaseline] == "true" {
-			return rankerChoice{ck: ck, use: true, status: service.RankerStatus{Policy: "tuned:" + tunedPath, Reason: tunedReason(ck)}}, nil
+			return rankerChoice{ck: ck, use: true, learned: "tuned:" + tunedPath, status: service.RankerStatus{Policy: "tuned:" + tunedPath,
+				Learned: "tuned:" + tunedPath, Reason: tunedReason(ck)}}, nil
 		}
 		// Adopted by a build whose tuning only had to match the last good policy.
 		return rankerChoice{ck: ck, status: service.RankerStatus{Policy: PolicyHeuristic,
@@ -235,20 +310,31 @@ func chooseRanker(c *Config, tunedPath string, bundled func() (*rank.Checkpoint,
 	if ck == nil {
 		return rankerChoice{status: service.RankerStatus{Policy: PolicyHeuristic, Reason: "this build has no bundled policy"}}, nil
 	}
-	v, err := verdictOf(PolicyBundled, ck)
+	vs, err := verdictsOf(PolicyBundled, ck)
 	if err != nil {
 		return rankerChoice{}, err
 	}
+	// Until a round shows the live regime, the verdict with estimates decides (as before
+	// regimes); from then on the regime's own (regimeStatus).
+	v := vs[rank.RegimeEstimates]
+	ch := rankerChoice{ck: ck, auto: true, learned: PolicyBundled, verdicts: vs}
+	base := service.RankerStatus{Policy: PolicyHeuristic, Verdict: v, Learned: PolicyBundled, Verdicts: vs}
 	if v.Beats() {
-		return rankerChoice{ck: ck, use: true, status: service.RankerStatus{Policy: PolicyBundled, Verdict: v,
-			Reason: "the bundled policy beats the heuristic on held-out traces: " + v.String()}}, nil
+		ch.use, base.Policy = true, PolicyBundled
+		base.Reason = "the bundled policy beats the heuristic on held-out traces: " + v.String()
+		ch.status = base
+		return ch, nil
 	}
 	why := "the bundled policy has no held-out verdict"
 	if v != nil {
 		why = "the bundled policy does not beat the heuristic on held-out traces: " + v.String()
 	}
-	return rankerChoice{ck: ck, status: service.RankerStatus{Policy: PolicyHeuristic, Verdict: v,
-		Reason: why + `; ranker { policy = "bundled:default" } forces it`}}, nil
+	if w := ch.winning(); len(w) > 0 {
+		why = fmt.Sprintf("the bundled policy beats the heuristic on held-out traces only in the %s estimate regime (%s); it ranks once the live cluster is there", strings.Join(w, " and "), vs.Summary())
+	}
+	base.Reason = why + `; ranker { policy = "bundled:default" } forces it`
+	ch.status = base
+	return ch, nil
 }
 
 // tunedReason is why a tuned policy ranks: the evidence its adoption recorded.
@@ -284,7 +370,7 @@ const TunedPolicyFile = "ranker-tuned.json"
 // layout with the hetgpu pipeline, rewarded against the same pipeline with the fallback
 // heuristic (as `hetgpu train`), adopted only when it beats both the last good policy and the
 // heuristic on the newest runs, and saved; the ranker and rs switch to it.
-func liveTuner(c *Config, ck *rank.Checkpoint, rk *rank.Ranker, tunedPath string, rs *RankerState, log hclog.Logger) (*rlsim.LiveTuner, error) {
+func liveTuner(c *Config, ck *rank.Checkpoint, rk *rank.Ranker, sw *rank.RegimeSwitch, tunedPath string, rs *RankerState, log hclog.Logger) (*rlsim.LiveTuner, error) {
 	ft, err := ppo.NewFineTuner(ck)
 	if err != nil {
 		return nil, err
@@ -301,7 +387,13 @@ func liveTuner(c *Config, ck *rank.Checkpoint, rk *rank.Ranker, tunedPath string
 	return &rlsim.LiveTuner{
 		Online: &ppo.OnlineTuner{Ranker: rk, Tuner: ft, Every: c.Ranker.TuneRuns, Logger: log.Named("tune"),
 			OnAdopt: func(ck *rank.Checkpoint, _ ppo.StepResult) {
-				st := service.RankerStatus{Policy: "tuned:" + tunedPath, Reason: tunedReason(ck)}
+				st := service.RankerStatus{Policy: "tuned:" + tunedPath, Learned: "tuned:" + tunedPath, Reason: tunedReason(ck)}
+				// Adopted on the newest live runs: it ranks in every regime, the switch stands aside.
+				if p, err := ck.Policy(); err == nil {
+					if err := sw.Pin(p, st.Reason); err != nil {
+						log.Warn("the adopted policy cannot rank", "error", err)
+					}
+				}
 				log.Info("ranking with the policy online tuning adopted", "policy", st.Policy, "reason", st.Reason)
 				rs.set(st)
 			}},

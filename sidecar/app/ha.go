@@ -142,8 +142,14 @@ func (r *replication) takeOver(ctx context.Context) error {
 // useTuned switches the ranker to the tuned checkpoint just loaded, when it records that it
 // beats the heuristic (as at start).
 func (r *replication) useTuned() {
-	rk, ok := r.stages.Ranker.(*rank.Ranker)
-	if !ok {
+	var setPolicy func(*rank.Policy) error
+	switch rk := r.stages.Ranker.(type) {
+	case *rank.Ranker:
+		setPolicy = rk.SetPolicy
+	case *rank.RegimeSwitch:
+		// A tuned policy ranks in every estimate regime (its evidence is the live runs').
+		setPolicy = func(p *rank.Policy) error { return rk.Pin(p, "online tuning adopted it (shared by the leader)") }
+	default:
 		return
 	}
 	ck, err := rank.LoadCheckpoint(r.tunedPath)
@@ -152,13 +158,13 @@ func (r *replication) useTuned() {
 	}
 	p, err := ck.Policy()
 	if err == nil {
-		err = rk.SetPolicy(p)
+		err = setPolicy(p)
 	}
 	if err != nil {
 		r.log.Warn("the shared tuned policy cannot rank; the local one stays", "error", err)
 		return
 	}
-	r.ranker.set(service.RankerStatus{Policy: "tuned:" + r.tunedPath, Reason: tunedReason(ck)})
+	r.ranker.set(service.RankerStatus{Policy: "tuned:" + r.tunedPath, Learned: "tuned:" + r.tunedPath, Reason: tunedReason(ck)})
 }
 
 // policyAdopted shares the tuned policy online tuning just saved.

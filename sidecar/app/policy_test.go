@@ -41,7 +41,7 @@ func TestPolicySetting(t *testing.T) {
 		}
 		switch tt.policy {
 		case DefaultPolicy:
-			if _, ok := st.Ranker.(*rank.Ranker); !ok || st.Tuner == nil {
+			if sw, ok := st.Ranker.(*rank.RegimeSwitch); !ok || sw.Ranker == nil || st.Tuner == nil {
 				t.Fatalf("hetgpu: ranker %T, tuner %v", st.Ranker, st.Tuner)
 			}
 			if (st.Preemptor == nil) != tt.noPreempt {

@@ -8,6 +8,7 @@ import (
 	"github.com/hetgpu/hetgpu/model/annot"
 	"github.com/hetgpu/hetgpu/model/cluster"
 	"github.com/hetgpu/hetgpu/model/gpuspec"
+	"github.com/hetgpu/hetgpu/model/history"
 	"github.com/hetgpu/hetgpu/sidecar/constraint"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
 )
@@ -18,7 +19,8 @@ const DefaultHorizon = 30 * time.Minute
 // maxTypes bounds the GPU types one snapshot may hold (candidate sets are bit masks).
 const maxTypes = 64
 
-// Extractor computes the feature rows of schema version 1 (see the F* constants) from a
+// Extractor computes the feature rows of the current schema (see the F* constants; a version 1
+// policy reads the first NumFeaturesV1 columns of each row) from a
 // snapshot and a predictor. It keeps scratch buffers between calls, so steady-state extraction
 // does not allocate, and it remembers the runtime it predicted for each job so that, once the job
 // runs, near-future availability can tell when its GPUs free up. Not safe for concurrent use.
@@ -212,7 +214,57 @@ func (x *Extractor) Extract(snap *cluster.Snapshot, pred sched.Predictor, n int,
 				r[FEnergy] = math.Log10(math.Max(1, bestPow*rt/3600))
 			}
 		}
+		estimateFeatures(r, job, wait)
 	}
+}
+
+// estimateFeatures writes schema version 2's features of one job: its attained service, its time
+// queued and how its runtime estimate was read (the estimates step's cluster.EstimateInfo).
+func estimateFeatures(r []float64, job *cluster.Job, waitS float64) {
+	gpus := float64(max(1, job.GPUs))
+	att := job.AttainedGPUSeconds
+	if att <= 0 {
+		att = job.Hetgpu.Ran.Seconds() * gpus
+	}
+	r[FAttained] = math.Log1p(math.Max(0, att) / 60)
+	r[FQueued] = math.Log1p(math.Max(0, waitS-att/gpus) / 60)
+	e := &job.Hetgpu.Est
+	if job.Hetgpu.EstRuntime <= 0 {
+		return
+	}
+	switch e.Source {
+	case cluster.EstHistory:
+		r[FSrcHistory] = 1
+		r[FEstConf] = math.Max(0, math.Min(1, e.Confidence))
+		r[FEstRuns] = math.Log1p(float64(max(0, e.Runs)))
+		r[FEstLevel] = levelSpecificity(e.Level)
+		r[FEstRank] = math.Log10(math.Max(1, job.Hetgpu.EstRuntime.Seconds()))
+		if e.Left > 0 {
+			r[FEstLeft] = math.Log10(math.Max(1, e.Left.Seconds()))
+		}
+	case cluster.EstSteps:
+		r[FSrcSteps], r[FEstConf], r[FEstLevel] = 1, 1, 1
+	default:
+		// A user estimate (EstUser, or a backend's reading the estimates step has not marked).
+		r[FSrcUser], r[FEstConf], r[FEstLevel] = 1, 1, 1
+	}
+}
+
+// levelSpecificity maps a history level (history.Level names) to 0 (prior) .. 1 (the same job).
+func levelSpecificity(level string) float64 {
+	switch level {
+	case history.LevelJob.String():
+		return 1
+	case history.LevelModel.String():
+		return 0.8
+	case history.LevelGPUs.String():
+		return 0.6
+	case history.LevelNamespace.String():
+		return 0.4
+	case history.LevelCluster.String():
+		return 0.2
+	}
+	return 0
 }
 
 func (x *Extractor) refGPU() string {

@@ -3,7 +3,6 @@ package rank
 import (
 	"cmp"
 	"context"
-	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -26,6 +25,8 @@ type Ranker struct {
 	// explain adds the named raw features to every Ranked (for the queue and explain APIs).
 	explain bool
 	raw     []float64
+	// in is raw narrowed to the policy's width (a version 1 policy reads a prefix of each row).
+	in      []float64
 	globals []float64
 	order   []int
 	scores  []float64
@@ -51,14 +52,13 @@ func WithExtractor(e Extractor) Option {
 func WithDecider(d Decider) Option { return func(r *Ranker) { r.decider = d; r.policy = d.Policy() } }
 
 // New returns a ranker for policy p; nil selects the fallback heuristic. The policy must use
-// the default feature schema.
+// a schema this build extracts (Schema.Supported: version 1 or the current one).
 func New(p *Policy, opts ...Option) (*Ranker, error) {
-	if p != nil && !p.Schema.Equal(DefaultSchema()) {
-		return nil, fmt.Errorf("rank: policy schema %v/%v does not match this build's feature schema version %d %v",
-			p.Schema.Version, p.Schema.Features, SchemaVersion, DefaultSchema().Features)
+	if p != nil && !p.Schema.Supported() {
+		return nil, p.Schema.supportedError()
 	}
 	r := &Ranker{policy: p, explain: true,
-		raw: make([]float64, MaxWindow*NumFeatures), globals: make([]float64, NumGlobals),
+		raw: make([]float64, MaxWindow*NumFeatures), in: make([]float64, MaxWindow*NumFeatures), globals: make([]float64, NumGlobals),
 		order: make([]int, MaxWindow), scores: make([]float64, MaxWindow),
 		names: DefaultSchema().Features}
 	for _, o := range opts {
@@ -180,7 +180,15 @@ func (r *Ranker) rank(snap *cluster.Snapshot, pred sched.Predictor) (int, error)
 	if canStart > 0 {
 		k = n
 	}
-	if err := r.decider.Act(r.raw, n, r.globals, nil, k, r.order, r.scores); err != nil {
+	in := r.raw
+	if f := r.policy.NumFeatures(); f < NumFeatures {
+		// An older schema's features are a prefix of the current row.
+		for j := 0; j < n; j++ {
+			copy(r.in[j*f:(j+1)*f], r.raw[j*NumFeatures:j*NumFeatures+f])
+		}
+		in = r.in
+	}
+	if err := r.decider.Act(in, n, r.globals, nil, k, r.order, r.scores); err != nil {
 		return 0, err
 	}
 	return n, nil
@@ -189,8 +197,8 @@ func (r *Ranker) rank(snap *cluster.Snapshot, pred sched.Predictor) (int, error)
 // SetPolicy swaps the ranker's policy (nil selects the heuristic); rounds in flight finish with
 // the old one.
 func (r *Ranker) SetPolicy(p *Policy) error {
-	if p != nil && !p.Schema.Equal(DefaultSchema()) {
-		return fmt.Errorf("rank: policy schema version %d does not match this build's %d", p.Schema.Version, SchemaVersion)
+	if p != nil && !p.Schema.Supported() {
+		return p.Schema.supportedError()
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()

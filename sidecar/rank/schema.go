@@ -6,13 +6,19 @@ import (
 	"slices"
 )
 
-// SchemaVersion is the version of the default feature schema. Bump it whenever a feature is
-// added, removed, reordered or its transform changes: a checkpoint trained on another version is
-// refused rather than silently fed the wrong inputs.
-const SchemaVersion = 1
+// SchemaVersion is the version of the default feature schema, the one training produces. Bump
+// it whenever a feature is added, removed, reordered or its transform changes: a checkpoint
+// trained on another version is refused rather than silently fed the wrong inputs. Version 2
+// appends the estimate-free features to version 1's; a version 1 checkpoint (the bundled policy)
+// still loads and is fed the first NumFeaturesV1 columns, exactly what it was trained on.
+const SchemaVersion = 2
 
-// Per-job features of schema version 1, in input order. Each is a fixed transform of an
-// observable quantity (see Extractor) before the learned normalisation.
+// SchemaVersion1 is the first schema: the FWait..FEstKnown features.
+const SchemaVersion1 = 1
+
+// Per-job features, in input order: schema version 1 is FWait..FEstKnown, version 2 adds
+// FAttained..FSrcHistory. Each is a fixed transform of an observable quantity (see Extractor)
+// before the learned normalisation.
 const (
 	// FWait: log1p(wait / 1 min).
 	FWait = iota
@@ -43,7 +49,36 @@ const (
 	FPriority
 	// FEstKnown: 1 when the job carries a runtime estimate.
 	FEstKnown
-	// NumFeatures is the width of a feature row.
+	// NumFeaturesV1 is the width of a schema version 1 row.
+	NumFeaturesV1 = iota
+)
+
+// Features schema version 2 adds: what a scheduler sees of a job that says nothing about its
+// runtime (the estimates step's reading, cluster.Annotations.Est).
+const (
+	// FAttained: log1p(attained service in GPU-minutes): the GPU time the job has run so far,
+	// across preemptions (hetgpu.ran, AttainedGPUSeconds).
+	FAttained = NumFeaturesV1 + iota
+	// FQueued: log1p(time queued / 1 min): the wait since submission less the time run (per GPU).
+	FQueued
+	// FEstLeft: log10(expected time left, seconds on the reference type) of a history estimate
+	// (Est.Left); 0 for other sources.
+	FEstLeft
+	// FEstRank: log10(what a history estimate ranks as, seconds: the reciprocal of its Gittins
+	// index, EstRuntime); 0 for other sources.
+	FEstRank
+	// FEstConf: the share of a history estimate resting on finished runs (Est.Confidence); 1
+	// for user and steps estimates, 0 without one.
+	FEstConf
+	// FEstRuns: log1p(finished runs behind a history estimate).
+	FEstRuns
+	// FEstLevel: how specific the history behind an estimate is, 0 (prior) to 1 (the same job).
+	FEstLevel
+	// FSrcUser, FSrcSteps, FSrcHistory: one-hot source of the estimate (none: all zero).
+	FSrcUser
+	FSrcSteps
+	FSrcHistory
+	// NumFeatures is the width of a feature row of the current schema (the Extractor's).
 	NumFeatures
 )
 
@@ -68,21 +103,43 @@ type Schema struct {
 	Globals  []string `json:"globals"`
 }
 
-// DefaultSchema is the schema Extractor produces.
+// DefaultSchema is the schema Extractor produces and training uses (version SchemaVersion).
 func DefaultSchema() Schema {
 	return Schema{
 		Version: SchemaVersion,
-		Features: []string{
-			"wait", "gpus", "demand_supply", "near_avail", "frag", "ways", "can_start",
-			"speedup", "runtime", "energy", "ns_share", "priority", "est_known",
-		},
+		Features: append(v1Features(),
+			"attained", "queued", "est_left", "est_rank", "est_conf", "est_runs", "est_level",
+			"src_user", "src_steps", "src_history"),
 		Globals: []string{"pending", "free", "running", "load"},
+	}
+}
+
+// SchemaV1 is the first schema, a prefix of DefaultSchema: what the bundled policy of issue 20
+// was trained on.
+func SchemaV1() Schema {
+	return Schema{Version: SchemaVersion1, Features: v1Features(), Globals: []string{"pending", "free", "running", "load"}}
+}
+
+func v1Features() []string {
+	return []string{
+		"wait", "gpus", "demand_supply", "near_avail", "frag", "ways", "can_start",
+		"speedup", "runtime", "energy", "ns_share", "priority", "est_known",
 	}
 }
 
 // Equal reports whether two schemas describe the same inputs.
 func (s Schema) Equal(o Schema) bool {
 	return s.Version == o.Version && slices.Equal(s.Features, o.Features) && slices.Equal(s.Globals, o.Globals)
+}
+
+// Supported reports whether this build extracts the schema's inputs: version 1 or 2 exactly as
+// listed. A supported schema's features are a prefix of DefaultSchema's.
+func (s Schema) Supported() bool { return s.Equal(DefaultSchema()) || s.Equal(SchemaV1()) }
+
+// supportedError names the schemas this build reads.
+func (s Schema) supportedError() error {
+	return fmt.Errorf("rank: policy schema version %d %v is not one this build extracts: version %d %v or version %d %v",
+		s.Version, s.Features, SchemaVersion1, SchemaV1().Features, SchemaVersion, DefaultSchema().Features)
 }
 
 // Validate checks a schema read from a file.

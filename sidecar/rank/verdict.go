@@ -69,6 +69,9 @@ type Verdict struct {
 	Clusters string `json:"clusters,omitempty"`
 	Traces   string `json:"traces,omitempty"`
 	Seed     string `json:"seed,omitempty"`
+	// Estimates is the replay the verdict was judged under, as --estimates spells it
+	// ("scaled", "none", "partial:0.3"); empty in checkpoints written before regimes.
+	Estimates string `json:"estimates,omitempty"`
 }
 
 // Beats reports whether the learned policy beat the heuristic.
@@ -128,13 +131,16 @@ func (v *Verdict) String() string {
 		formatRatio(v.WorstWindow), v.WorstWindowAt, formatRatio(v.WindowMax))
 }
 
-// SetMeta writes the verdict into checkpoint meta (creating the map when nil), replacing an
-// earlier verdict; the encoding is deterministic.
+// SetMeta writes the verdict into checkpoint meta (creating the map when nil) as the verdict
+// with estimates (RegimeEstimates), replacing an earlier one; the encoding is deterministic.
+// SetMetaRegime writes another regime's.
 func (v *Verdict) SetMeta(meta map[string]string) map[string]string {
 	if meta == nil {
 		meta = map[string]string{}
 	}
-	ClearVerdict(meta)
+	for _, k := range verdictKeys() {
+		delete(meta, k)
+	}
 	meta[MetaVerdict] = v.Result
 	meta[MetaVerdictRule] = v.Rule()
 	meta[MetaVerdictPooled] = formatRatio(v.WorstPooled) + " " + v.WorstPooledAt
@@ -148,12 +154,13 @@ func (v *Verdict) SetMeta(meta map[string]string) map[string]string {
 	return meta
 }
 
-// ClearVerdict removes a held-out verdict from checkpoint meta: a policy changed after its
-// evaluation (online tuning) no longer has one.
+// ClearVerdict removes every regime's held-out verdict from checkpoint meta: a policy changed
+// after its evaluation (online tuning) no longer has one.
 func ClearVerdict(meta map[string]string) {
-	for _, k := range []string{MetaVerdict, MetaVerdictRule, MetaVerdictPooled, MetaVerdictWindow, MetaVerdictRatios,
-		MetaVerdictClusters, MetaVerdictTraces, MetaVerdictSeed} {
-		delete(meta, k)
+	for _, r := range Regimes() {
+		for _, k := range verdictKeys() {
+			delete(meta, metaRegimeKey(r, k))
+		}
 	}
 }
 

@@ -71,8 +71,21 @@ type RankerStatus struct {
 	Policy string `json:"policy"`
 	// Reason says why: the configuration, the policy's held-out verdict, or online tuning.
 	Reason string `json:"reason"`
-	// Verdict is the held-out verdict of the learned policy the choice was made on, if any.
+	// Verdict is the held-out verdict of the learned policy the choice was made on, if any:
+	// the live estimate regime's (Regime), with estimates before the first ranked queue.
 	Verdict *rank.Verdict `json:"verdict,omitempty"`
+	// Learned is the learned policy the verdicts judge ("bundled:default", a file), also while
+	// the heuristic ranks; empty when there is none.
+	Learned string `json:"learned_policy,omitempty"`
+	// Regime is the live estimate regime (rank.RegimeOf: "estimates", "partial" or "none"),
+	// read from the share of ranked jobs that carry a user estimate (UserEstimateShare, of
+	// RegimeJobs pending jobs in the last round that ranked any); empty before one did.
+	Regime            string   `json:"regime,omitempty"`
+	UserEstimateShare *float64 `json:"user_estimate_share,omitempty"`
+	RegimeJobs        int      `json:"regime_jobs,omitempty"`
+	// Verdicts are the learned policy's held-out verdicts per regime: it ranks only in a regime
+	// whose verdict beats the heuristic (unless configured).
+	Verdicts rank.Verdicts `json:"verdicts,omitempty"`
 	// Estimates is the model runtime estimates are read with, learned from finished runs
 	// (ranker.calibrate_estimates).
 	Estimates *estimates.Stats `json:"estimates,omitempty"`

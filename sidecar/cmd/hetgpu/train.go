@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -54,6 +55,7 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	validate := fs.String("validate", "", "comma-separated validation traces (e.g. bundled:validate-0,...): the best greedy-evaluated epochs are judged against the heuristic there and only one that beats it is kept (default: none, keep the best greedy-evaluated epoch)")
 	validateTop := fs.Int("validate-top", rltrain.DefaultValidateTop, "how many of the best greedy-evaluated epochs --validate judges")
 	logLevel := fs.String("log-level", "warn", "log level on stderr")
+	estimates := addEstimateFlags(fs)
 	setUsage(fs, "Usage: hetgpu train --cluster NAME --trace REF --epochs N --out FILE [flags]\n"+
 		"       hetgpu train eval [flags]   (held-out comparison; -h for its flags)\n"+
 		"       hetgpu train verdict --policy FILE [flags]   (held-out verdict into the policy's meta)\n\n"+
@@ -80,6 +82,10 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return fmt.Errorf("%w: hetgpu train --score: %v", errUsage, err)
 	}
+	replay, err := estimates.replay("hetgpu train")
+	if err != nil {
+		return err
+	}
 	level := hclog.LevelFromString(*logLevel)
 	if level == hclog.NoLevel {
 		return fmt.Errorf("%w: hetgpu train --log-level = %q, expected trace, debug, info, warn or error", errUsage, *logLevel)
@@ -91,7 +97,7 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	o := rltrain.TrainOptions{Cluster: *cluster, Trace: *traceRef, Epochs: *epochs, Seed: *seed,
 		EpisodeJobs: *episodeJobs, Stride: *stride, Rollouts: *rollouts, Score: kind, Baseline: *baseline,
 		EvalEvery: *evalEvery, EvalEpisodes: *evalEpisodes, MinBSLD: *minBSLD, Workers: *workers, Pipeline: policies.HetgpuPipeline, Logger: logger,
-		Residual: *residual, ValidateTraces: splitList(*validate), ValidateTop: *validateTop,
+		Residual: *residual, ValidateTraces: splitList(*validate), ValidateTop: *validateTop, EstimateReplay: replay,
 		Checkpoint: func(c *rank.Checkpoint) error { return c.Save(*out) }}
 	if *resume != "" {
 		if o.Resume, err = rank.LoadCheckpoint(*resume); err != nil {
@@ -177,7 +183,33 @@ func runTrainEval(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
+	if slices.Contains(names, "hetgpu") {
+		if ev.PolicyVerdicts, err = policyVerdicts(*policyFile); err != nil {
+			return err
+		}
+	}
+	ev.Regime = rltrain.RegimeOfReplay(replay)
 	return writeReport(stdout, *asJSON, ev)
+}
+
+// policyVerdicts are the held-out verdicts per estimate regime stored in a --policy checkpoint
+// ("": the bundled one), for train eval to print beside its own figures.
+func policyVerdicts(path string) (rank.Verdicts, error) {
+	var c *rank.Checkpoint
+	var err error
+	if path == "" {
+		c, err = rank.DefaultCheckpoint()
+	} else {
+		c, err = rank.LoadCheckpoint(path)
+	}
+	if err != nil || c == nil {
+		return nil, err
+	}
+	vs, err := rank.VerdictsFromMeta(c.Meta)
+	if err != nil {
+		return nil, fmt.Errorf("policy %q: %w", path, err)
+	}
+	return vs, nil
 }
 
 // runTrainCeiling compares the learned order with the heuristic and with the heuristic shown
@@ -281,7 +313,8 @@ func runTrainVerdict(ctx context.Context, args []string, stdout, stderr io.Write
 	evalFile := fs.String("eval", "", "judge from this `hetgpu train eval --json` output of the same policy instead of simulating (it must hold hetgpu and "+rltrain.HeuristicVariant+")")
 	pooledMax := fs.Float64("pooled-max", rank.VerdictPooledMax, "highest pooled learned/heuristic ratio that still beats")
 	windowMax := fs.Float64("window-max", rank.VerdictWindowMax, "highest per-window learned/heuristic ratio that still beats")
-	setUsage(fs, fmt.Sprintf("Usage: hetgpu train verdict --policy FILE [flags]\n\nCompares the policy with the fallback heuristic (hetgpu vs %s) on held-out traces and writes the verdict into the checkpoint's meta.", rltrain.HeuristicVariant))
+	estimates := addEstimateFlags(fs)
+	setUsage(fs, fmt.Sprintf("Usage: hetgpu train verdict --policy FILE [flags]\n\nCompares the policy with the fallback heuristic (hetgpu vs %s) on held-out traces and writes the verdict into the checkpoint's meta, as the verdict of the estimate regime --estimates replays (with estimates, partial:F or none; each regime keeps its own).", rltrain.HeuristicVariant))
 	if err := parseFlags(fs, args, "hetgpu train verdict", ""); err != nil {
 		return err
 	}
@@ -291,6 +324,11 @@ func runTrainVerdict(ctx context.Context, args []string, stdout, stderr io.Write
 	if !(*pooledMax > 0) || !(*windowMax > 0) {
 		return fmt.Errorf("%w: hetgpu train verdict --pooled-max = %v, --window-max = %v, expected positive ratios", errUsage, *pooledMax, *windowMax)
 	}
+	replay, err := estimates.replay("hetgpu train verdict")
+	if err != nil {
+		return err
+	}
+	regime := rltrain.RegimeOfReplay(replay)
 	c, err := rank.LoadCheckpoint(*policyFile)
 	if err != nil {
 		return err
@@ -316,7 +354,7 @@ func runTrainVerdict(ctx context.Context, args []string, stdout, stderr io.Write
 		}
 		start := time.Now()
 		ev, err = rltrain.Evaluate(ctx, rltrain.EvalOptions{Clusters: cs, Traces: ts, Policies: rltrain.VerdictPolicies(), Policy: pol,
-			Seed: *seed, Parallel: *parallel, Progress: func(c, t int) { fmt.Fprintf(stderr, "simulating %s on %s...\n", ts[t], cs[c]) }})
+			Seed: *seed, Parallel: *parallel, EstimateReplay: replay, Progress: func(c, t int) { fmt.Fprintf(stderr, "simulating %s on %s...\n", ts[t], cs[c]) }})
 		if err != nil {
 			return err
 		}
@@ -326,11 +364,15 @@ func runTrainVerdict(ctx context.Context, args []string, stdout, stderr io.Write
 	if err != nil {
 		return err
 	}
-	c.Meta = v.SetMeta(c.Meta)
+	v.Estimates = replay.Regime()
+	if c.Meta, err = v.SetMetaRegime(c.Meta, regime); err != nil {
+		return err
+	}
 	if err := c.Save(*policyFile); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "held-out verdict of %s against the fallback heuristic: %s\n  %s\n  ratios: %s\n", *policyFile, v, v.Rule(), v.Ratios)
+	fmt.Fprintf(stdout, "held-out verdict of %s against the fallback heuristic in the %s regime (--estimates %s): %s\n  %s\n  ratios: %s\n",
+		*policyFile, regime, v.Estimates, v, v.Rule(), v.Ratios)
 	return nil
 }
 

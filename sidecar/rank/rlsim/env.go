@@ -31,6 +31,9 @@ type EnvConfig struct {
 	// the same job sequence.
 	Policy   PolicyFunc
 	Baseline func() (*sim.PipelinePolicy, error)
+	// EstimateReplay is what users tell in every episode (sim.EstimateReplay: with estimates,
+	// none, or a share): the policy under training and the baseline see the same.
+	EstimateReplay sim.EstimateReplay
 }
 
 // Env is a ppo.Env: episode i replays the i-th window of the trace on the cluster under the
@@ -87,7 +90,8 @@ func (e *Env) Episodes() int { return len(e.episodes) }
 func (e *Env) Episode(i int) *trace.Trace { return e.episodes[i].tr }
 
 func (e *Env) setup(ep int) sim.Setup {
-	return sim.Setup{Spec: e.cfg.Spec, Throughput: e.cfg.Throughput, Trace: e.episodes[ep].tr, NoSeries: true}
+	return sim.Setup{Spec: e.cfg.Spec, Throughput: e.cfg.Throughput, Trace: e.episodes[ep].tr, NoSeries: true,
+		EstimateReplay: e.cfg.EstimateReplay}
 }
 
 // Summary converts a simulator result into the reward's inputs.

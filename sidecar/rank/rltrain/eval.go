@@ -85,6 +85,23 @@ type ClusterEval struct {
 type Eval struct {
 	Traces   []string      `json:"traces"`
 	Clusters []ClusterEval `json:"clusters"`
+	// Regime is the estimate regime the evaluation replayed (rank.RegimeEstimates, ...).
+	Regime string `json:"regime,omitempty"`
+	// PolicyVerdicts are the held-out verdicts per regime stored in the evaluated policy's
+	// checkpoint (what the sidecar chooses by), shown beside this evaluation's own figures.
+	PolicyVerdicts rank.Verdicts `json:"policy_verdicts,omitempty"`
+}
+
+// RegimeOfReplay is the estimate regime a replay stands for: none, partial (any share) or
+// estimates (every job carries one, however the errors are modelled).
+func RegimeOfReplay(r sim.EstimateReplay) string {
+	switch {
+	case r.NoEstimates:
+		return rank.RegimeNone
+	case r.PartialEstimates > 0:
+		return rank.RegimePartial
+	}
+	return rank.RegimeEstimates
 }
 
 // Evaluate runs every policy on every (cluster, trace) pair and checks the targets.
@@ -249,8 +266,34 @@ func targets(cluster string, ps []Pooled) []Target {
 	return out
 }
 
-// WriteTable prints the pooled comparison and the targets.
+// WriteTable prints the pooled comparison and the targets, then the evaluated policy's stored
+// held-out verdicts per regime.
 func (e *Eval) WriteTable(w io.Writer) error {
+	if err := e.writeClusters(w); err != nil {
+		return err
+	}
+	if e.Regime != "" {
+		fmt.Fprintf(w, "estimate regime of this evaluation: %s\n", e.Regime)
+	}
+	if e.PolicyVerdicts != nil {
+		fmt.Fprintln(w, "held-out verdicts stored in the policy (learned vs heuristic), per estimate regime:")
+		for _, r := range rank.Regimes() {
+			v := e.PolicyVerdicts[r]
+			if v == nil {
+				fmt.Fprintf(w, "  %-9s  none recorded (hetgpu train verdict --estimates ...)\n", r)
+				continue
+			}
+			est := v.Estimates
+			if est == "" {
+				est = "scaled"
+			}
+			fmt.Fprintf(w, "  %-9s  (--estimates %s) %s\n", r, est, v)
+		}
+	}
+	return nil
+}
+
+func (e *Eval) writeClusters(w io.Writer) error {
 	for _, c := range e.Clusters {
 		fmt.Fprintf(w, "cluster %s, held-out traces %s (pooled over all their jobs)\n\n", c.Cluster, strings.Join(e.Traces, ", "))
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)

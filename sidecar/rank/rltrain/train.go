@@ -77,6 +77,10 @@ type TrainOptions struct {
 	ValidateTraces []string
 	ValidateTop    int
 	ValidateMax    float64
+	// EstimateReplay is the regime training plays in (what users tell: with estimates, none, a
+	// share; sim.EstimateReplay), recorded in the checkpoint's meta (MetaEstimates). Validation
+	// replays the same.
+	EstimateReplay sim.EstimateReplay
 	// Pipeline builds the policy under training around a ranker (policies.HetgpuPipeline).
 	Pipeline func(o policies.Options, r sched.Ranker) (*sim.PipelinePolicy, error)
 	// Checkpoint, when set, is called after every epoch with the trainer's state (saving it
@@ -120,6 +124,9 @@ func Train(ctx context.Context, o TrainOptions) (*Result, error) {
 	}
 	if o.Baseline == "" {
 		o.Baseline = DefaultBaseline
+	}
+	if err := o.EstimateReplay.Validate(); err != nil {
+		return nil, fmt.Errorf("train: %w", err)
 	}
 	tab, err := throughput.Bundled()
 	if err != nil {
@@ -189,7 +196,7 @@ func Train(ctx context.Context, o TrainOptions) (*Result, error) {
 		e, err := rlsim.NewEnv(rlsim.EnvConfig{Spec: spec, Throughput: tab, Trace: trc, EpisodeJobs: o.EpisodeJobs,
 			Stride: o.Stride, Score: o.Score,
 			Policy:   func(r sched.Ranker) (*sim.PipelinePolicy, error) { return o.Pipeline(popts, r) },
-			Baseline: baseline})
+			Baseline: baseline, EstimateReplay: o.EstimateReplay})
 		if err != nil {
 			return nil, err
 		}
@@ -223,7 +230,7 @@ func Train(ctx context.Context, o TrainOptions) (*Result, error) {
 	meta := map[string]string{
 		"cluster": o.Cluster, "trace": o.Trace, "score": string(o.Score), "baseline": o.Baseline,
 		"episode_jobs": fmt.Sprint(o.EpisodeJobs), "stride": fmt.Sprint(o.Stride), "episodes": fmt.Sprint(env.Episodes()),
-		"min_bsld": fmt.Sprint(o.MinBSLD),
+		"min_bsld": fmt.Sprint(o.MinBSLD), rank.MetaTrainEstimates: o.EstimateReplay.Regime(),
 	}
 	o.Logger.Info("training the prioritiser", "cluster", o.Cluster, "trace", trc.Name, "jobs", len(trc.Jobs),
 		"episodes", env.Episodes(), "epochs", o.Epochs, "rollouts", tr.Config.RolloutsPerEpoch, "start_epoch", tr.Epoch)

@@ -41,6 +41,8 @@ type Validator struct {
 	Seed             uint64
 	Workers          int
 	Logger           hclog.Logger
+	// EstimateReplay is the regime both orders are replayed in.
+	EstimateReplay sim.EstimateReplay
 
 	tab   *throughput.Table
 	specs []*sim.Spec
@@ -50,7 +52,7 @@ type Validator struct {
 }
 
 // NewValidator loads the clusters and windows and simulates the heuristic on each pair.
-func NewValidator(ctx context.Context, clusters, traces []string, seed uint64, workers int, logger hclog.Logger) (*Validator, error) {
+func NewValidator(ctx context.Context, clusters, traces []string, seed uint64, workers int, logger hclog.Logger, replay sim.EstimateReplay) (*Validator, error) {
 	if len(clusters) == 0 || len(traces) == 0 {
 		return nil, fmt.Errorf("validation: %d clusters and %d traces, expected at least one of each", len(clusters), len(traces))
 	}
@@ -61,7 +63,7 @@ func NewValidator(ctx context.Context, clusters, traces []string, seed uint64, w
 	if err != nil {
 		return nil, fmt.Errorf("throughput table: %w", err)
 	}
-	v := &Validator{Clusters: clusters, Traces: traces, Seed: seed, Workers: workers, Logger: logger, tab: tab}
+	v := &Validator{Clusters: clusters, Traces: traces, Seed: seed, Workers: workers, Logger: logger, tab: tab, EstimateReplay: replay}
 	for _, c := range clusters {
 		spec, err := sim.LoadSpec(c)
 		if err != nil {
@@ -97,7 +99,7 @@ func (v *Validator) simulate(ctx context.Context, build func(policies.Options) (
 			return
 		}
 		out[i], errs[i] = sim.Simulate(ctx, sim.Setup{Spec: spec, Throughput: v.tab, Trace: tr, Logger: v.Logger,
-			RestartPenaltyS: policies.DefaultRestartPenaltyS, NoSeries: true}, p, nil)
+			RestartPenaltyS: policies.DefaultRestartPenaltyS, NoSeries: true, EstimateReplay: v.EstimateReplay}, p, nil)
 		if errs[i] != nil {
 			errs[i] = fmt.Errorf("cluster %s, trace %s: %w", spec.Name, tr.Name, errs[i])
 		}
@@ -173,7 +175,7 @@ func selectValidated(ctx context.Context, o TrainOptions, specs []*sim.Spec, eva
 	var bestV *rank.Verdict
 	var notes []string
 	if len(cands) > 0 {
-		v, err := NewValidator(ctx, clusters, o.ValidateTraces, o.Seed, max(1, o.Workers), o.Logger)
+		v, err := NewValidator(ctx, clusters, o.ValidateTraces, o.Seed, max(1, o.Workers), o.Logger, o.EstimateReplay)
 		if err != nil {
 			return nil, err
 		}

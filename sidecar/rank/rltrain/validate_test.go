@@ -7,13 +7,14 @@ import (
 	"testing"
 
 	"github.com/hetgpu/hetgpu/sidecar/rank"
+	"github.com/hetgpu/hetgpu/sidecar/sim"
 )
 
 // A validator's verdict on the heuristic itself is a tie (every ratio 1), and on an order that
 // shuffles the queue it is worse than the heuristic somewhere.
 func TestValidatorJudges(t *testing.T) {
 	ctx := context.Background()
-	v, err := NewValidator(ctx, []string{"modern-mix"}, []string{"synthetic:jobs=60,rate=60,seed=3", "synthetic:jobs=60,rate=80,seed=4"}, 1, 2, nil)
+	v, err := NewValidator(ctx, []string{"modern-mix"}, []string{"synthetic:jobs=60,rate=60,seed=3", "synthetic:jobs=60,rate=80,seed=4"}, 1, 2, nil, sim.EstimateReplay{})
 	if err != nil {
 		t.Fatal(err)
 	}
