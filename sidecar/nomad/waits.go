@@ -62,8 +62,8 @@ func (b *Backend) ShowWaits(ctx context.Context, ws []cluster.Wait) {
 		w := &ws[i]
 		k := jobKey(w.Namespace, w.JobID)
 		jr, ok := b.jobs[k]
-		if !ok || jobStopped(jr.job) {
-			continue
+		if !ok || jobStopped(jr.job) || linkedChild(jr.job) {
+			continue // a write would cut a child's link to its parent
 		}
 		have, want := GroupLines(jr.job)[w.Group], WaitLine(w)
 		if want == "" && !waitLineOf(have, w.Group) || want != "" && sameLine(have, want) {
@@ -111,8 +111,7 @@ func (b *Backend) ShowWaits(ctx context.Context, ws []cluster.Wait) {
 // registerUI registers a job whose ui block alone was changed, if nobody changed the job since
 // it was read (EnforceIndex), and keeps the registered version as the tracked one.
 func (b *Backend) registerUI(ctx context.Context, ns string, job *api.Job) error {
-	wq := (&api.WriteOptions{Namespace: ns}).WithContext(ctx)
-	resp, _, err := b.c.Jobs().RegisterOpts(job, &api.RegisterOptions{EnforceIndex: true, ModifyIndex: deref(job.JobModifyIndex, 0), PreserveCounts: true}, wq)
+	resp, err := reregister(ctx, b.c, ns, job, deref(job.JobModifyIndex, 0), nil)
 	if err != nil {
 		return err
 	}
