@@ -34,6 +34,11 @@ type Wait struct {
 	// Kind is one of the Wait* kinds.
 	Kind   string
 	Reason string
+	// Rank is the group's place in the round's ranked queue (1 first; 0 not ranked) of Of
+	// ranked groups; GPUs and Device what it asks for.
+	Rank, Of int
+	GPUs     int
+	Device   string
 }
 
 // JobKey returns the group's "namespace/id/group".

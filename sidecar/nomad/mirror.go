@@ -34,6 +34,8 @@ type jobRec struct {
 	// ParentID from any re-registration (its HTTP API ignores the field), so it is kept from
 	// the first version seen: a child learns and is explained under its parent after a pin.
 	parent string
+	// heldNotes counts the ui writes that said why the job waits (ShowWaits), for the cap.
+	heldNotes int
 }
 
 func newJobRec(job *api.Job, firstSubmit time.Time) *jobRec {
@@ -254,6 +256,7 @@ func (b *Backend) storeJob(job *api.Job) {
 		if jr.parent == "" {
 			jr.parent = old.parent
 		}
+		jr.heldNotes = old.heldNotes
 		b.jobs[k] = jr
 		return
 	}
