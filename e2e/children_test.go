@@ -122,3 +122,57 @@ func TestNomadChildrenOnRealAgent(t *testing.T) {
 		t.Errorf("the periodic parent is at version %d; hetgpu must never write it", *pj.Version)
 	}
 }
+
+// TestWaitingJobSaysWhy: a job held for capacity says so in its ui description, where
+// `nomad job status` and the Nomad UI show it: its rank and what it waits for, written when it
+// is first ranked and again only when the kind of wait changes, at most wait_notes times,
+// each version tagged hetgpu-wait-N; the user's own description stays.
+func TestWaitingJobSaysWhy(t *testing.T) {
+	e := newFaultEnv(t, "the waiting job's ui description end to end", []clusterClient{{Name: "v100", Fake: []string{"2x V100"}}}, "")
+	c, bins := e.cluster, e.bins
+	startSidecarNomad(t, c, bins, e.port, "  wait_notes = 2", `reconcile = "1s"`)
+	submitToy(t, c.API, bins, "hog", 250, "100ms", nil)
+	scCheckPinned(t, c.API, e.sidecarURL, "hog")
+	start := time.Now()
+	for _, id := range []string{"w1", "w2"} {
+		job := toyJob(t, c.API, bins, id, 20, "100ms")
+		job.UI = &api.JobUIConfig{Description: "the user's words about " + id}
+		_, _, err := c.API.Jobs().Register(job, nil)
+		must(t, err)
+	}
+	for _, id := range []string{"w1", "w2"} {
+		var desc string
+		waitFor(t, 30*time.Second, id+" says why it waits", func() bool {
+			j, _, err := c.API.Jobs().Info(id, nil)
+			if err != nil || j.UI == nil {
+				return false
+			}
+			desc = j.UI.Description
+			return strings.Contains(desc, "held by hetgpu: rank ") && strings.Contains(desc, "waiting for 2 GPUs")
+		}, func() string { return desc })
+		t.Logf("%s: submit -> ui note %s:\n%s", id, time.Since(start).Round(10*time.Millisecond), desc)
+		if !strings.Contains(desc, "the user's words about "+id) {
+			t.Errorf("%s: the user's description is gone: %q", id, desc)
+		}
+	}
+	time.Sleep(15 * time.Second) // rounds go by while both wait; the ranks may move
+	for _, id := range []string{"w1", "w2"} {
+		j, _, err := c.API.Jobs().Info(id, nil)
+		must(t, err)
+		if !scHeld(j) {
+			continue // pinned meanwhile
+		}
+		versions, _, _, err := c.API.Jobs().Versions(id, false, nil)
+		must(t, err)
+		notes := 0
+		for _, v := range versions {
+			if v.VersionTag != nil && strings.HasPrefix(v.VersionTag.Name, "hetgpu-wait-") {
+				notes++
+			}
+		}
+		t.Logf("%s after 15 s of waiting: %d versions, %d tagged hetgpu-wait", id, len(versions), notes)
+		if notes < 1 || notes > 2 || len(versions) != notes+1 {
+			t.Errorf("%s: %d versions, %d hetgpu-wait tags; want 1 or 2 notes (wait_notes = 2) and no other version", id, len(versions), notes)
+		}
+	}
+}

@@ -144,6 +144,9 @@ func TestReregisterRoundTrip(t *testing.T) {
 	for _, d := range diffs {
 		if !expectedPinChange(d) {
 			unexpected = append(unexpected, d)
+		} else {
+			path, _, _ := strings.Cut(d, ":")
+			t.Logf("changed as a pin means to: %s", path)
 		}
 	}
 	t.Logf("%d fields differ, %d as a pin means them to", len(diffs), len(diffs)-len(unexpected))

@@ -13,47 +13,20 @@ import (
 )
 
 // Starts of the ui lines ShowWaits writes for a held group the user has to act on. A line
-// that starts so is removed again once the group only waits.
+// that starts so gives way to the held line (cluster.HeldText) once the group only waits.
 const (
 	infeasibleText   = "cannot run on this cluster: "
 	cannotDecideText = "**held: hetgpu cannot decide** — "
 	queueText        = "waits for its queue: "
-	// heldText starts the line of a group that only waits (for free GPUs, or behind jobs
-	// ranked ahead); it is written when the kind of wait changes, not when the rank does.
-	heldText = "held by hetgpu: "
 )
-
-// Words of the wait kinds in a held line; a line is rewritten only when they change.
-var heldKindText = map[string]string{
-	cluster.WaitCapacity: "the cluster has such GPUs, none free now",
-	cluster.WaitBehind:   "GPUs free up for jobs ranked ahead first",
-}
-
-// HeldText is what a group that only waits says about itself, in its job's ui description and
-// on the dashboard's Queue page: "held by hetgpu: rank 3 of 12, waiting for 2 GPUs
-// (nvidia/gpu); GPUs free up for jobs ranked ahead first". "" for other kinds.
-func HeldText(w *cluster.Wait) string {
-	kind, ok := heldKindText[w.Kind]
-	if !ok || w.Rank <= 0 {
-		return ""
-	}
-	gpus := "1 GPU"
-	if w.GPUs != 1 {
-		gpus = fmt.Sprintf("%d GPUs", w.GPUs)
-	}
-	if w.Device != "" {
-		gpus += " (" + w.Device + ")"
-	}
-	return fmt.Sprintf("%srank %d of %d, waiting for %s; %s", heldText, w.Rank, max(w.Of, w.Rank), gpus, kind)
-}
 
 // heldKindOf is the wait kind a held line names, or "".
 func heldKindOf(line, group string) string {
-	if !strings.HasPrefix(line, GroupLine(group, heldText)) {
+	if !strings.HasPrefix(line, GroupLine(group, cluster.HeldPrefix)) {
 		return ""
 	}
-	for k, words := range heldKindText {
-		if strings.Contains(line, "; "+words) {
+	for _, k := range []string{cluster.WaitCapacity, cluster.WaitBehind} {
+		if strings.Contains(line, "; "+cluster.HeldKindWords(k)) {
 			return k
 		}
 	}
@@ -72,7 +45,7 @@ func WaitLine(w *cluster.Wait) string {
 	case cluster.WaitQueue:
 		return GroupLine(w.Group, queueText+w.Reason+".")
 	}
-	if t := HeldText(w); t != "" {
+	if t := cluster.HeldText(w); t != "" {
 		return GroupLine(w.Group, t)
 	}
 	return ""
@@ -81,7 +54,7 @@ func WaitLine(w *cluster.Wait) string {
 // waitLineOf reports whether a ui line is one WaitLine writes.
 func waitLineOf(line, group string) bool {
 	return strings.HasPrefix(line, GroupLine(group, infeasibleText)) || strings.HasPrefix(line, GroupLine(group, cannotDecideText)) ||
-		strings.HasPrefix(line, GroupLine(group, queueText)) || strings.HasPrefix(line, GroupLine(group, heldText))
+		strings.HasPrefix(line, GroupLine(group, queueText)) || strings.HasPrefix(line, GroupLine(group, cluster.HeldPrefix))
 }
 
 // sameLine reports whether the line in the job is want, allowing for fitDescription having

@@ -106,7 +106,7 @@ func TestShowWaitsHeld(t *testing.T) {
 		}
 		version = *got.Version
 		if s.wantWrite {
-			want := fmt.Sprintf("held by hetgpu: rank %d of 12, waiting for 2 GPUs (nvidia/gpu); %s", s.rank, heldKindText[s.kind])
+			want := fmt.Sprintf("held by hetgpu: rank %d of 12, waiting for 2 GPUs (nvidia/gpu); %s", s.rank, cluster.HeldKindWords(s.kind))
 			if !strings.Contains(got.UI.Description, want) || !strings.Contains(got.UI.Description, "the user's words") {
 				t.Errorf("step %d: description %q, want %q and the user's words", i, got.UI.Description, want)
 			}
