@@ -148,7 +148,8 @@ func TestWaitingJobSaysWhy(t *testing.T) {
 				return false
 			}
 			desc = j.UI.Description
-			return strings.Contains(desc, "held by hetgpu: rank ") && strings.Contains(desc, "waiting for 2 GPUs")
+			return strings.Contains(desc, "held by hetgpu: rank ") && strings.Contains(desc, "waiting for 2 GPUs") &&
+				strings.Contains(desc, "[why]("+e.sidecarURL+"/v1/jobs/default/"+id+"/explain")
 		}, func() string { return desc })
 		t.Logf("%s: submit -> ui note %s:\n%s", id, time.Since(start).Round(10*time.Millisecond), desc)
 		if !strings.Contains(desc, "the user's words about "+id) {

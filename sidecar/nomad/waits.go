@@ -115,7 +115,11 @@ func (b *Backend) ShowWaits(ctx context.Context, ws []cluster.Wait) {
 			have := GroupLines(job)[c.group]
 			switch {
 			case c.line != "" && !sameLine(have, c.line):
-				SetGroupLine(job, c.group, c.line, UI{ExplainURL: b.explainURL(ns, id)})
+				line := c.line
+				if u := b.explainURL(ns, id); u != "" && heldKindOf(line, c.group) != "" {
+					line += " · [why](" + u + ")"
+				}
+				SetGroupLine(job, c.group, line, UI{ExplainURL: b.explainURL(ns, id)})
 				changed = true
 				held = held || heldKindOf(c.line, c.group) != ""
 			case c.line == "" && waitLineOf(have, c.group):

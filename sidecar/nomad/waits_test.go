@@ -107,6 +107,7 @@ func TestShowWaitsHeld(t *testing.T) {
 		version = *got.Version
 		if s.wantWrite {
 			want := fmt.Sprintf("held by hetgpu: rank %d of 12, waiting for 2 GPUs (nvidia/gpu); %s", s.rank, cluster.HeldKindWords(s.kind))
+			want += " · [why](http://sidecar:4656/v1/jobs/default/wait/explain?format=html)"
 			if !strings.Contains(got.UI.Description, want) || !strings.Contains(got.UI.Description, "the user's words") {
 				t.Errorf("step %d: description %q, want %q and the user's words", i, got.UI.Description, want)
 			}
