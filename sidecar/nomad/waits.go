@@ -89,13 +89,19 @@ func (b *Backend) ShowWaits(ctx context.Context, ws []cluster.Wait) {
 		if want == "" && !waitLineOf(have, w.Group) || want != "" && sameLine(have, want) {
 			continue
 		}
-		if kind := heldKindOf(want, w.Group); kind != "" && (kind == heldKindOf(have, w.Group) || jr.heldNotes >= b.cfg.WaitNotes) {
-			continue // the kind of wait is unchanged (only the rank moved), or the cap is reached
+		if kind := heldKindOf(want, w.Group); kind != "" && (kind == heldKindOf(have, w.Group) || jr.heldNotes >= b.cfg.WaitNotes ||
+			have != "" && !waitLineOf(have, w.Group)) {
+			// The kind of wait is unchanged (only the rank moved), the cap is reached, or the
+			// line says why hetgpu took the group back (preempted, re-held): that stays.
+			continue
 		}
 		todo[k] = append(todo[k], change{w.Group, want})
 		ids[k] = [2]string{w.Namespace, w.JobID}
 	}
 	b.mu.Unlock()
+	if len(todo) > 0 && cluster.FenceHeld(ctx, b.cfg.Fence) != nil {
+		return // not the leader (any more): the leader writes
+	}
 	for _, k := range slices.Sorted(maps.Keys(todo)) {
 		if ctx.Err() != nil {
 			return

@@ -118,6 +118,16 @@ func TestShowWaitsHeld(t *testing.T) {
 		t.Errorf("tags = %+v; want two hetgpu-wait tags, the last on version 2", tags)
 	}
 
+	// A group whose line says why hetgpu took it back (preempted, re-held) keeps that line.
+	back := heldJob("back", 1, 1, map[string]string{"hetgpu.enable": "true"})
+	SetGroupLine(back, "train", "**preempted** at 12:00: a better-ranked job needs its GPUs; hetgpu decides again", UI{})
+	f.srv.Register(back)
+	f.resync(t)
+	f.b.ShowWaits(ctx, []cluster.Wait{{Namespace: "default", JobID: "back", Group: "train", Kind: cluster.WaitCapacity, Rank: 1, Of: 1, GPUs: 1}})
+	if got := f.srv.Job("default", "back"); *got.Version != 0 {
+		t.Errorf("the preempted line was replaced: %q", got.UI.Description)
+	}
+
 	// A job one of whose groups finished is not written.
 	done := heldJob("done", 1, 1, map[string]string{"hetgpu.enable": "true"})
 	f.srv.Register(done)
