@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
@@ -358,7 +359,7 @@ func scCheckPinned(t *testing.T, c *api.Client, sidecarURL, id string) {
 	}
 	if job.UI == nil || !strings.Contains(job.UI.Description, "pinned to") {
 		t.Errorf("job %s ui description does not show the decision: %+v", id, job.UI)
-	} else if len(job.UI.Links) == 0 || !strings.Contains(job.UI.Links[len(job.UI.Links)-1].URL, "/v1/jobs/default/"+id+"/explain") {
+	} else if len(job.UI.Links) == 0 || !strings.Contains(job.UI.Links[len(job.UI.Links)-1].URL, "/v1/jobs/default/"+url.PathEscape(id)+"/explain") {
 		t.Errorf("job %s ui links = %+v", id, job.UI.Links)
 	}
 	versions, _, _, err := c.Jobs().Versions(id, false, nil)
@@ -373,7 +374,7 @@ func scCheckPinned(t *testing.T, c *api.Client, sidecarURL, id string) {
 		t.Errorf("job %s has no hetgpu-pin version tag", id)
 	}
 	var ex map[string]any
-	if err := scGet(sidecarURL+"/v1/jobs/default/"+id+"/explain", &ex); err != nil {
+	if err := scGet(sidecarURL+"/v1/jobs/default/"+url.PathEscape(id)+"/explain", &ex); err != nil {
 		t.Errorf("explain %s: %v", id, err)
 	}
 }

@@ -1,6 +1,9 @@
 package cluster
 
-import "context"
+import (
+	"context"
+	"fmt"
+)
 
 // Wait kinds of a pending group (the service's QueueEntry.Wait and GroupExplanation.Wait, the
 // hetgpu_waiting_groups metric, the feasibility verdicts of sidecar/feasible).
@@ -34,7 +37,46 @@ type Wait struct {
 	// Kind is one of the Wait* kinds.
 	Kind   string
 	Reason string
+	// Rank is the group's place in the round's ranked queue (1 first; 0 not ranked) of Of
+	// ranked groups; GPUs and Device what it asks for.
+	Rank, Of int
+	GPUs     int
+	Device   string
 }
 
 // JobKey returns the group's "namespace/id/group".
 func (w *Wait) JobKey() string { return GroupKey(w.Namespace, w.JobID, w.Group) }
+
+// HeldPrefix starts what a group that only waits says about itself (HeldText).
+const HeldPrefix = "held by hetgpu: "
+
+// HeldKindWords are the words HeldText uses for a wait kind: "" for kinds it does not cover.
+// A job's note is written again only when these change, not when the rank does.
+func HeldKindWords(kind string) string {
+	switch kind {
+	case WaitCapacity:
+		return "the cluster has such GPUs, none free now"
+	case WaitBehind:
+		return "GPUs free up for jobs ranked ahead first"
+	}
+	return ""
+}
+
+// HeldText is what a ranked group that only waits (for free GPUs, or behind jobs ranked
+// ahead) says about itself, in its job's ui description and on the dashboard's Queue page:
+// "held by hetgpu: rank 3 of 12, waiting for 2 GPUs (nvidia/gpu); GPUs free up for jobs
+// ranked ahead first". "" for other kinds and unranked groups.
+func HeldText(w *Wait) string {
+	kind := HeldKindWords(w.Kind)
+	if kind == "" || w.Rank <= 0 {
+		return ""
+	}
+	gpus := "1 GPU"
+	if w.GPUs != 1 {
+		gpus = fmt.Sprintf("%d GPUs", w.GPUs)
+	}
+	if w.Device != "" {
+		gpus += " (" + w.Device + ")"
+	}
+	return fmt.Sprintf("%srank %d of %d, waiting for %s; %s", HeldPrefix, w.Rank, max(w.Of, w.Rank), gpus, kind)
+}

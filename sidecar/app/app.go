@@ -571,7 +571,7 @@ func New(c *Config, logOut io.Writer) (*Sidecar, error) {
 		b, err := nomad.New(nomad.Config{Client: client, Namespace: ns, Logger: log, ExplainBaseURL: public, SignExplain: signQuery(links), ExplainRefresh: c.ExplainLinkTTLD / 2,
 			EstimateError: c.Ranker.estimateError(), EstimateModel: calibModel(calib), Shadow: c.Shadow,
 			SampleDeviceStats: boolOr(c.Nomad.SampleDeviceStats, true), SampleEvery: c.SampleEveryD, Topology: boolOr(c.Nomad.Topology, true), ResyncEvery: c.ResyncD,
-			Fence: repl.fence()})
+			WaitNotes: waitNotes(c.Nomad.WaitNotes), Fence: repl.fence()})
 		if err != nil {
 			return fail(err)
 		}
@@ -651,4 +651,15 @@ func calibModel(c *estimates.Set) func(string) cluster.EstimateModel {
 		return nil
 	}
 	return c.Model
+}
+
+// waitNotes is nomad.wait_notes for the backend: unset takes its default, 0 or less none.
+func waitNotes(p *int) int {
+	switch {
+	case p == nil:
+		return 0
+	case *p <= 0:
+		return -1
+	}
+	return *p
 }

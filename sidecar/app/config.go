@@ -63,6 +63,8 @@ import (
 //	  sample_every = "5s"          # how often (energy counters and power of running GPUs)
 //	  topology = true              # read GPU topology from node device stats
 //	  resync   = "1m"              # full list resync besides the one on every reconnect
+//	  wait_notes = 3               # ui writes per held job saying why it waits (rank, what
+//	                               # it waits for); each is a job version; -1: none
 //	}
 //
 //	simulator {                     # the embedded cluster used without Nomad
@@ -179,6 +181,7 @@ type NomadConfig struct {
 	Topology          *bool  `hcl:"topology,optional"`
 	Resync            string `hcl:"resync,optional"`
 	SampleEvery       string `hcl:"sample_every,optional"`
+	WaitNotes         *int   `hcl:"wait_notes,optional"`
 }
 
 // SimConfig is the simulator block.

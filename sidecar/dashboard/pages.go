@@ -17,6 +17,7 @@ import (
 	"gonum.org/v1/plot/plotter"
 
 	"github.com/hetgpu/hetgpu/internal/httpjson"
+	"github.com/hetgpu/hetgpu/model/cluster"
 	"github.com/hetgpu/hetgpu/model/gpuspec"
 	"github.com/hetgpu/hetgpu/sidecar/store"
 )
@@ -214,16 +215,29 @@ func (d *Dashboard) queuePage(w http.ResponseWriter, r *http.Request) {
 	if len(q.Jobs) > maxQueueRows {
 		q.Jobs = q.Jobs[:maxQueueRows]
 	}
+	ranked := 0
+	for _, j := range q.Jobs {
+		if j.Rank > 0 {
+			ranked++
+		}
+	}
 	for i := range q.Jobs {
 		j := &q.Jobs[i]
 		j.Why = whyWaiting(j, q.Jobs[:i], q.Free)
+		// The words the job's own ui description carries (written by the Nomad backend).
+		if held := cluster.HeldText(&cluster.Wait{Kind: j.Wait, Rank: j.Rank, Of: ranked, GPUs: j.GPUs, Device: j.Device}); held != "" {
+			j.Why = append([]string{held}, j.Why...)
+		}
 		j.NomadURL = d.nomadJobURL(j.Namespace, j.JobID)
 	}
 	for i := range q.Invalid {
 		in := &q.Invalid[i]
-		parts := strings.SplitN(in.JobKey, "/", 3)
-		if len(parts) >= 2 {
-			in.Namespace, in.JobID = parts[0], parts[1]
+		// "ns/id/group": a child's ID has a "/" of its own (parent/dispatch-…).
+		if ns, rest, ok := strings.Cut(in.JobKey, "/"); ok {
+			if i := strings.LastIndex(rest, "/"); i > 0 {
+				rest = rest[:i]
+			}
+			in.Namespace, in.JobID = ns, rest
 			in.NomadURL = d.nomadJobURL(in.Namespace, in.JobID)
 		}
 	}

@@ -66,6 +66,10 @@ type Config struct {
 	// to a client).
 	Parallel      int
 	StatsParallel int
+	// WaitNotes caps the ui writes per job that say why a held job waits (its rank and what
+	// it waits for; each write is a job version, made again only when the kind of wait
+	// changes); default 3, negative none.
+	WaitNotes int
 	// Fence, when set (sidecar/ha), is checked before every batch of job writes (pins,
 	// preemptions, re-holds): a replica that lost the leader lock writes nothing more. Nil:
 	// one replica, always allowed.
@@ -127,6 +131,9 @@ func New(cfg Config) (*Backend, error) {
 	}
 	if cfg.Parallel <= 0 {
 		cfg.Parallel = 32
+	}
+	if cfg.WaitNotes == 0 {
+		cfg.WaitNotes = 3
 	}
 	if cfg.StatsParallel <= 0 {
 		cfg.StatsParallel = 16

@@ -1,6 +1,7 @@
 package nomad
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"regexp"
@@ -254,6 +255,12 @@ func convertAffinity(a *api.Affinity) cluster.Affinity {
 
 // pendingJob converts one held group to the snapshot's job. Errors are annotation or request
 // problems that keep the job held.
+// errDispatched is why a held dispatched child cannot be decided for: Nomad refuses every
+// update of a dispatched job ("field 'Dispatched' is read-only", seen on a real agent), so no
+// pin can lift its hold.
+var errDispatched = errors.New("Nomad refuses any update of a dispatched job, so hetgpu cannot lift the hold the child inherited from its parameterized job; " +
+	"remove the hold from the parameterized job (its children then run under plain Nomad, annotated and learned by hetgpu) and dispatch again")
+
 func pendingJob(job *api.Job, tg *api.TaskGroup, submit time.Time) (cluster.Job, error) {
 	ns := deref(job.Namespace, "default")
 	out := cluster.Job{
@@ -269,6 +276,9 @@ func pendingJob(job *api.Job, tg *api.TaskGroup, submit time.Time) (cluster.Job,
 	}
 	if job.JobModifyIndex != nil {
 		out.JobModifyIndex = *job.JobModifyIndex
+	}
+	if job.Dispatched {
+		return out, errDispatched
 	}
 	a, err := annot.Parse(job.Meta, tg.Meta, out.Group)
 	if err != nil {

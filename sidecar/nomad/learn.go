@@ -452,7 +452,7 @@ func (b *Backend) draftRun(gk string, allocs []*allocRec, partial bool) (runDraf
 	}
 	key := gk + "@" + runHash(d.allocs)
 	d.fr = cluster.FinishedRun{Key: key, AllocIDs: d.allocs, Obs: obs, Start: start, Samples: samples,
-		EstRuntime: a.EstRuntime, Ran: a.Ran, EnergySource: source, ParentID: deref(jr.job.ParentID, "")}
+		EstRuntime: a.EstRuntime, Ran: a.Ran, EnergySource: source, ParentID: jr.parent}
 	return d, true
 }
 

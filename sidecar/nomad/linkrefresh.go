@@ -107,7 +107,7 @@ func (b *Backend) refreshLinks(ctx context.Context) {
 				l.URL = fresh
 			}
 		}
-		if err := b.registerUI(ctx, ns, job); err != nil {
+		if _, err := b.registerUI(ctx, ns, job); err != nil {
 			b.log.Debug("refreshing the explain link failed; retrying later", "job", ns+"/"+id, "error", err)
 			continue
 		}

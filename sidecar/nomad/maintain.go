@@ -278,12 +278,12 @@ func (b *Backend) showInvalid(ctx context.Context, inv invalidJob) {
 	if err != nil {
 		return
 	}
-	if GroupLines(job)[inv.group] == inv.line {
+	if GroupLines(job)[inv.group] == inv.line || linkedChild(job) {
+		// A child keeps Nomad's link to its parent only while it is never re-registered.
 		return
 	}
 	SetGroupLine(job, inv.group, inv.line, UI{ExplainURL: b.explainURL(inv.ns, inv.id)})
-	wq := (&api.WriteOptions{Namespace: inv.ns}).WithContext(ctx)
-	resp, _, err := b.c.Jobs().RegisterOpts(job, &api.RegisterOptions{EnforceIndex: true, ModifyIndex: deref(job.JobModifyIndex, 0), PreserveCounts: true}, wq)
+	resp, err := reregister(ctx, b.c, inv.ns, job, deref(job.JobModifyIndex, 0), nil)
 	if err != nil {
 		b.log.Debug("showing the annotation error in the ui block failed", "job", inv.key, "error", err)
 		return

@@ -30,10 +30,16 @@ type jobRec struct {
 	// linkExp is when the job's signed explain link expires (zero: it has none), read once
 	// per job version so that maintenance does not parse every live job's link each round.
 	linkExp time.Time
+	// parent is the periodic or parameterized job this one was launched from. Nomad drops
+	// ParentID from any re-registration (its HTTP API ignores the field), so it is kept from
+	// the first version seen: a child learns and is explained under its parent after a pin.
+	parent string
+	// heldNotes counts the ui writes that said why the job waits (ShowWaits), for the cap.
+	heldNotes int
 }
 
 func newJobRec(job *api.Job, firstSubmit time.Time) *jobRec {
-	jr := &jobRec{job: job, firstSubmit: firstSubmit}
+	jr := &jobRec{job: job, firstSubmit: firstSubmit, parent: deref(job.ParentID, "")}
 	if exp, ok := linkExpiry(explainLink(job)); ok {
 		jr.linkExp = exp
 	}
@@ -162,11 +168,22 @@ func (b *Backend) deviceHolders() map[string][]*allocRec {
 }
 
 // jobStopped reports jobs that place nothing: stopped, finished, or templates (periodic and
-// parameterized parents; their children are jobs of their own).
+// parameterized parents; their children are jobs of their own). A dispatched child keeps
+// its parent's parameterized block (with Dispatched set): it is a job, not a template.
 func jobStopped(job *api.Job) bool {
-	return (job.Stop != nil && *job.Stop) || deref(job.Status, "") == "dead" || job.ParameterizedJob != nil ||
-		(job.Periodic != nil && deref(job.Periodic.Enabled, true))
+	return (job.Stop != nil && *job.Stop) || deref(job.Status, "") == "dead" || isTemplate(job)
 }
+
+// isTemplate reports a periodic or parameterized parent: Nomad launches its children (jobs
+// of their own) and never places the template itself.
+func isTemplate(job *api.Job) bool {
+	return (job.ParameterizedJob != nil && !job.Dispatched) || (job.Periodic != nil && deref(job.Periodic.Enabled, true))
+}
+
+// linkedChild reports a job whose version still carries Nomad's link to its parent
+// (ParentID): any re-registration would cut it (a dispatched child's is refused outright),
+// so hetgpu writes nothing to it but what a pin must.
+func linkedChild(job *api.Job) bool { return deref(job.ParentID, "") != "" }
 
 // copyJob deep-copies a job so rewrites never touch the tracked state.
 func copyJob(job *api.Job) (*api.Job, error) {
@@ -235,6 +252,13 @@ func (b *Backend) storeJob(job *api.Job) {
 		if !old.firstSubmit.IsZero() && old.firstSubmit.Before(submit) {
 			submit = old.firstSubmit
 		}
+		jr := newJobRec(job, submit)
+		if jr.parent == "" {
+			jr.parent = old.parent
+		}
+		jr.heldNotes = old.heldNotes
+		b.jobs[k] = jr
+		return
 	}
 	b.jobs[k] = newJobRec(job, submit)
 }

@@ -150,7 +150,11 @@ func (b *Backend) pinTarget(ctx context.Context, ns, id string, ds []cluster.Dec
 func (b *Backend) registerPinned(ctx context.Context, ns, id string, job, newJob *api.Job, ds []cluster.Decision, tagParts []string) (conflict bool, err error) {
 	cur, version := deref(job.JobModifyIndex, 0), deref(job.Version, 0)
 	wq := (&api.WriteOptions{Namespace: ns}).WithContext(ctx)
-	resp, _, err := b.c.Jobs().RegisterOpts(newJob, &api.RegisterOptions{EnforceIndex: true, ModifyIndex: cur, PreserveCounts: true}, wq)
+	desc := "hetgpu pinned " + strings.Join(tagParts, "; ")
+	if len(desc) > 200 {
+		desc = desc[:200]
+	}
+	resp, err := reregister(ctx, b.c, ns, newJob, cur, registerTag(id, "hetgpu-pin", version+1, desc))
 	if err != nil {
 		if isConflict(err) {
 			return true, fmt.Errorf("pin %s/%s: %w", ns, id, err)
@@ -178,11 +182,10 @@ func (b *Backend) registerPinned(ctx context.Context, ns, id string, job, newJob
 		delete(b.lastFault, d.JobKey())
 	}
 	b.mu.Unlock()
-	tagName := fmt.Sprintf("hetgpu-pin-%d", resp.JobModifyIndex)
-	desc := "hetgpu pinned " + strings.Join(tagParts, "; ")
-	if len(desc) > 200 {
-		desc = desc[:200]
+	if tagInRegister(id) {
+		return false, nil // tagged by the register
 	}
+	tagName := fmt.Sprintf("hetgpu-pin-%d", resp.JobModifyIndex)
 	if _, err := b.c.Jobs().TagVersion(id, nv, tagName, desc, wq); err != nil {
 		b.log.Warn("tagging the pinned job version failed; the pin stands", "job", jobKey(ns, id), "version", nv, "error", err)
 	}

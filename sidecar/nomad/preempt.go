@@ -79,7 +79,7 @@ func (b *Backend) checkPreemptible(ps []cluster.Preemption, idx []int) error {
 func (b *Backend) registerHeld(ctx context.Context, job *api.Job, desc string) error {
 	ns, id := deref(job.Namespace, "default"), deref(job.ID, "")
 	wq := (&api.WriteOptions{Namespace: ns}).WithContext(ctx)
-	resp, _, err := b.c.Jobs().RegisterOpts(job, &api.RegisterOptions{EnforceIndex: true, ModifyIndex: deref(job.JobModifyIndex, 0), PreserveCounts: true}, wq)
+	resp, err := reregister(ctx, b.c, ns, job, deref(job.JobModifyIndex, 0), registerTag(id, "hetgpu-rehold", deref(job.Version, 0)+1, desc))
 	if err != nil {
 		return fmt.Errorf("register: %w", err)
 	}
@@ -89,6 +89,9 @@ func (b *Backend) registerHeld(ctx context.Context, job *api.Job, desc string) e
 	v := deref(job.Version, 0) + 1
 	job.Version = &v
 	b.storeJob(job)
+	if tagInRegister(id) {
+		return nil // tagged by the register
+	}
 	if _, err := b.c.Jobs().TagVersion(id, v, fmt.Sprintf("hetgpu-rehold-%d", resp.JobModifyIndex), desc, wq); err != nil {
 		b.log.Debug("tagging the re-held version failed", "job", jobKey(ns, id), "error", err)
 	}

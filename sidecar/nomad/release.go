@@ -26,8 +26,7 @@ func Release(ctx context.Context, c *api.Client, namespace, id string) (*api.Job
 		if !ReleaseJob(job, "**released** to plain Nomad scheduling by `hetgpu release`") {
 			return nil, fmt.Errorf("release %s/%s: %w", namespace, id, ErrNotHeld)
 		}
-		resp, _, err := c.Jobs().RegisterOpts(job, &api.RegisterOptions{EnforceIndex: true, ModifyIndex: deref(job.JobModifyIndex, 0), PreserveCounts: true},
-			(&api.WriteOptions{Namespace: namespace}).WithContext(ctx))
+		resp, err := reregister(ctx, c, namespace, job, deref(job.JobModifyIndex, 0), registerTag(id, "hetgpu-release", deref(job.Version, 0)+1, "released to plain Nomad scheduling"))
 		if err != nil {
 			if isConflict(err) && attempt == 0 {
 				continue
@@ -35,6 +34,9 @@ func Release(ctx context.Context, c *api.Client, namespace, id string) (*api.Job
 			return nil, fmt.Errorf("release %s/%s: register: %w", namespace, id, err)
 		}
 		v := deref(job.Version, 0) + 1
+		if tagInRegister(id) {
+			return resp, nil // tagged by the register
+		}
 		_, _ = c.Jobs().TagVersion(id, v, fmt.Sprintf("hetgpu-release-%d", resp.JobModifyIndex), "released to plain Nomad scheduling", (&api.WriteOptions{Namespace: namespace}).WithContext(ctx))
 		return resp, nil
 	}

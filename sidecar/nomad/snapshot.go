@@ -107,6 +107,7 @@ func (b *Backend) snapshotPending(snap *cluster.Snapshot, jobKeys []string) map[
 		if err != nil {
 			return // reported by Maintain as invalid
 		}
+		pj.ParentID = jr.parent
 		b.readRuntime(pj.Namespace, &pj.Hetgpu, 0)
 		snap.Pending = append(snap.Pending, pj)
 		if shadowOnly {
@@ -234,6 +235,7 @@ func (b *Backend) preemptible(jobKeys []string, running []cluster.Alloc, now tim
 		if err != nil {
 			return
 		}
+		pj.ParentID = jr.parent
 		var ran time.Duration
 		if !start.IsZero() {
 			ran = max(now.Sub(start), 0)

@@ -1,8 +1,13 @@
 package nomad
 
 import (
+	"context"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
 
 	"github.com/hetgpu/hetgpu/model/cluster"
 )
@@ -21,6 +26,10 @@ func TestWaitLines(t *testing.T) {
 			"- group `a`: **held: hetgpu cannot decide** — bad operator. Fix the job"},
 		{"capacity", cluster.Wait{JobID: "j", Group: "a", Kind: cluster.WaitCapacity, Reason: "needs 8 free GPUs"}, ""},
 		{"behind", cluster.Wait{JobID: "j", Group: "a", Kind: cluster.WaitBehind}, ""},
+		{"capacity, ranked", cluster.Wait{JobID: "j", Group: "a", Kind: cluster.WaitCapacity, Rank: 3, Of: 12, GPUs: 2, Device: "nvidia/gpu"},
+			"- group `a`: held by hetgpu: rank 3 of 12, waiting for 2 GPUs (nvidia/gpu); the cluster has such GPUs, none free now"},
+		{"behind, ranked", cluster.Wait{JobID: "j", Group: "a", Kind: cluster.WaitBehind, Rank: 1, Of: 1, GPUs: 1},
+			"- group `a`: held by hetgpu: rank 1 of 1, waiting for 1 GPU; GPUs free up for jobs ranked ahead first"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -62,5 +71,82 @@ func TestWaitLines(t *testing.T) {
 	lines := GroupLines(job)
 	if _, ok := lines["a"]; ok || lines["b"] == "" || !strings.HasSuffix(job.UI.Description, "The ML team's pipeline.") {
 		t.Fatalf("after removing: lines %q, description %q", lines, job.UI.Description)
+	}
+}
+
+// TestShowWaitsHeld: a held group that only waits says so in its job's ui description: its
+// rank and what it waits for, written when it is first ranked and again only when the kind of
+// wait changes (a new rank alone writes nothing: each write is a job version), at most
+// WaitNotes times, each version tagged hetgpu-wait-N; a job with a finished group is never
+// written (a new version runs it again).
+func TestShowWaitsHeld(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.WaitNotes = 2 })
+	job := heldJob("wait", 2, 1, map[string]string{"hetgpu.enable": "true"})
+	job.UI = &api.JobUIConfig{Description: "the user's words"}
+	f.srv.Register(job)
+	f.resync(t)
+	ctx := context.Background()
+	steps := []struct {
+		kind      string
+		rank      int
+		wantWrite bool
+	}{
+		{cluster.WaitCapacity, 3, true},  // first ranked
+		{cluster.WaitCapacity, 2, false}, // the rank alone moved
+		{cluster.WaitBehind, 1, true},    // the kind changed
+		{cluster.WaitCapacity, 1, false}, // changed again, but the cap of 2 is reached
+	}
+	version := uint64(0)
+	for i, s := range steps {
+		f.b.ShowWaits(ctx, []cluster.Wait{{Namespace: "default", JobID: "wait", Group: "train", Kind: s.kind, Rank: s.rank, Of: 12, GPUs: 2, Device: "nvidia/gpu"}})
+		f.resync(t)
+		got := f.srv.Job("default", "wait")
+		if wrote := *got.Version != version; wrote != s.wantWrite {
+			t.Fatalf("step %d (%s, rank %d): wrote = %v, want %v", i, s.kind, s.rank, wrote, s.wantWrite)
+		}
+		version = *got.Version
+		if s.wantWrite {
+			want := fmt.Sprintf("held by hetgpu: rank %d of 12, waiting for 2 GPUs (nvidia/gpu); %s", s.rank, cluster.HeldKindWords(s.kind))
+			want += " · [why](http://sidecar:4656/v1/jobs/default/wait/explain?format=html)"
+			if !strings.Contains(got.UI.Description, want) || !strings.Contains(got.UI.Description, "the user's words") {
+				t.Errorf("step %d: description %q, want %q and the user's words", i, got.UI.Description, want)
+			}
+		}
+	}
+	tags := f.srv.Tags("default", "wait")
+	if len(tags) != 2 || !strings.HasPrefix(tags[0].Name, "hetgpu-wait-") || tags[1].Version != 2 {
+		t.Errorf("tags = %+v; want two hetgpu-wait tags, the last on version 2", tags)
+	}
+
+	// A group whose line says why hetgpu took it back (preempted, re-held) keeps that line.
+	back := heldJob("back", 1, 1, map[string]string{"hetgpu.enable": "true"})
+	SetGroupLine(back, "train", "**preempted** at 12:00: a better-ranked job needs its GPUs; hetgpu decides again", UI{})
+	f.srv.Register(back)
+	f.resync(t)
+	f.b.ShowWaits(ctx, []cluster.Wait{{Namespace: "default", JobID: "back", Group: "train", Kind: cluster.WaitCapacity, Rank: 1, Of: 1, GPUs: 1}})
+	if got := f.srv.Job("default", "back"); *got.Version != 0 {
+		t.Errorf("the preempted line was replaced: %q", got.UI.Description)
+	}
+
+	// A job one of whose groups finished is not written.
+	done := heldJob("done", 1, 1, map[string]string{"hetgpu.enable": "true"})
+	f.srv.Register(done)
+	f.resync(t)
+	snap := f.snapshot(t)
+	for _, j := range snap.Pending {
+		if j.ID == "done" {
+			if res, err := f.b.Pin(ctx, []cluster.Decision{decide(snap, j, "node-a100-00")}); err != nil || !res[0].Applied {
+				t.Fatalf("pin = %+v, %v", res, err)
+			}
+		}
+	}
+	f.resync(t)
+	a := f.srv.Allocs("default", "done")[0]
+	f.srv.SetAllocStatus(a.ID, api.AllocClientStatusComplete, f.b.now().Add(-time.Minute), f.b.now())
+	f.resync(t)
+	v := *f.srv.Job("default", "done").Version
+	f.b.ShowWaits(ctx, []cluster.Wait{{Namespace: "default", JobID: "done", Group: "train", Kind: cluster.WaitCapacity, Rank: 1, Of: 1, GPUs: 1}})
+	if got := *f.srv.Job("default", "done").Version; got != v {
+		t.Errorf("a job whose group finished was written (version %d -> %d)", v, got)
 	}
 }

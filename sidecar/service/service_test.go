@@ -113,8 +113,9 @@ func TestWaitingJobInQueueAndExplain(t *testing.T) {
 			t.Errorf("8 GPUs fit on %s?", e.GPUType)
 		}
 	}
-	if l := nomad.GroupLines(h.Nomad.Job("default", "c"))["train"]; l != "" {
-		t.Errorf("a group that only waits got a ui line: %q", l)
+	// The job says the same in its ui description: its rank and what it waits for.
+	if l := nomad.GroupLines(h.Nomad.Job("default", "c"))["train"]; !strings.Contains(l, "held by hetgpu: rank 1 of 1, waiting for 8 GPUs") {
+		t.Errorf("a group that only waits: ui line %q, want its rank and what it waits for", l)
 	}
 }
 

@@ -222,12 +222,19 @@ func (s *Service) noteWaits(ctx context.Context, queue []QueueEntry) {
 	now := map[string]string{}
 	counts := map[string]int{}
 	var ws []cluster.Wait
+	ranked := 0
+	for _, q := range queue {
+		if q.Rank > 0 {
+			ranked++
+		}
+	}
 	for _, q := range queue {
 		if q.Status == "decided" {
 			continue
 		}
 		counts[q.Wait]++
-		ws = append(ws, cluster.Wait{Namespace: q.Namespace, JobID: q.JobID, Group: q.Group, Kind: q.Wait, Reason: q.Reason})
+		ws = append(ws, cluster.Wait{Namespace: q.Namespace, JobID: q.JobID, Group: q.Group, Kind: q.Wait, Reason: q.Reason,
+			Rank: q.Rank, Of: ranked, GPUs: q.GPUs, Device: q.Device})
 		if q.Infeasible {
 			now[q.JobKey] = q.Reason
 		}

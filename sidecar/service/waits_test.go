@@ -144,8 +144,8 @@ func TestInfeasibleLineRemovedWhenANodeJoins(t *testing.T) {
 		!strings.Contains(g.Summary, "waits for capacity: no node open to new work") {
 		t.Errorf("explanation after the join = %+v", g)
 	}
-	if l := uiLine(h, "win"); l != "" {
-		t.Errorf("ui line not removed: %q", l)
+	if l := uiLine(h, "win"); !strings.Contains(l, "held by hetgpu: rank 1 of 1, waiting for 8 GPUs") {
+		t.Errorf("ui line = %q; want the infeasible line replaced by the held one", l)
 	}
 	if m := scrape(t, h); !strings.Contains(m, "hetgpu_infeasible_groups 0\n") || !strings.Contains(m, `hetgpu_waiting_groups{wait="capacity"} 1`+"\n") {
 		t.Errorf("metrics after the join:\n%s", m)

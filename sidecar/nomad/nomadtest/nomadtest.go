@@ -593,7 +593,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		s.mu.Lock()
-		resp, err := s.register(&req)
+		resp, err := s.registerHTTP(&req)
 		s.mu.Unlock()
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
@@ -604,6 +604,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		rest := strings.TrimPrefix(p, "/v1/job/")
 		id, tail, _ := strings.Cut(rest, "/versions/")
 		name := strings.TrimSuffix(tail, "/tag")
+		if strings.Contains(id, "/") {
+			// Nomad splits the path on "/": a child's ID (parent/dispatch-…, parent/periodic-…)
+			// cannot be tagged through this endpoint.
+			http.Error(w, "invalid job tag endpoint", http.StatusNotFound)
+			return
+		}
 		var req api.TagVersionRequest
 		_ = json.NewDecoder(r.Body).Decode(&req)
 		s.mu.Lock()
@@ -825,6 +831,33 @@ func (s *Server) allocStats(w http.ResponseWriter, id string) {
 		return
 	}
 	s.reply(w, u)
+}
+
+// registerHTTP is a register through Nomad's HTTP API, as a real agent (Nomad 2.0) takes it:
+// the API ignores ParentID and Dispatched, so a re-registered periodic child loses its parent
+// and a dispatched child is refused; a VersionTag in the job tags the new version. Callers
+// hold s.mu.
+func (s *Server) registerHTTP(req *api.JobRegisterRequest) (*api.JobRegisterResponse, error) {
+	job := req.Job
+	if job != nil && job.ID != nil {
+		ns := "default"
+		if job.Namespace != nil {
+			ns = *job.Namespace
+		}
+		if old, ok := s.jobs[ns+"/"+*job.ID]; ok && old.Dispatched {
+			if job.ParameterizedJob != nil {
+				return nil, fmt.Errorf("cannot update non-parameterized job to being parameterized")
+			}
+			return nil, fmt.Errorf("field 'Dispatched' is read-only")
+		}
+		job.ParentID, job.Dispatched = nil, false
+	}
+	resp, err := s.register(req)
+	if err == nil && job.VersionTag != nil {
+		k := *job.Namespace + "/" + *job.ID
+		s.tags[k] = append(s.tags[k], Tag{Version: *job.Version, Name: job.VersionTag.Name, Description: job.VersionTag.Description})
+	}
+	return resp, err
 }
 
 // register applies a JobRegisterRequest the way Nomad does: EnforceIndex compares with the
