@@ -8,12 +8,14 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hetgpu/hetgpu/model/cluster"
 	"github.com/hetgpu/hetgpu/model/estimates"
@@ -366,7 +368,7 @@ func nomadClient(n *NomadConfig, timeout time.Duration) (*api.Client, string, er
 	}
 	if !strings.HasPrefix(cfg.Address, "unix:") {
 		// One keep-alive pool sized for the round's concurrent pins and stats reads.
-		hc, err := nomad.HTTPClient(cfg.TLSConfig)
+		hc, err := nomad.HTTPClientFailover(cfg.TLSConfig, nomadAddresses(cfg.Address, n.Addresses))
 		if err != nil {
 			return nil, "", fmt.Errorf("nomad client for %s: %w", cfg.Address, err)
 		}
@@ -385,6 +387,37 @@ func nomadClient(n *NomadConfig, timeout time.Duration) (*api.Client, string, er
 		return nil, "", fmt.Errorf("nomad client for %s: %w", cfg.Address, err)
 	}
 	return c, ns, nil
+}
+
+// nomadAddresses is the agent address followed by the others configured, each once.
+func nomadAddresses(first string, more []string) []string {
+	out := []string{first}
+	for _, a := range more {
+		if !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// reconnectCollector exposes the Nomad backend's event stream reconnects.
+type reconnectCollector struct {
+	b    *nomad.Backend
+	desc *prometheus.Desc
+}
+
+func newReconnectCollector(b *nomad.Backend) reconnectCollector {
+	return reconnectCollector{b: b, desc: prometheus.NewDesc("hetgpu_nomad_stream_reconnects_total",
+		"Nomad event streams ended and opened again after a full resync, by reason: closed (EOF), stalled (no event or heartbeat in time), leader (the cluster's leader changed), unreachable (the agent stopped answering), open (could not be opened), error.",
+		[]string{"reason"}, nil)}
+}
+
+func (c reconnectCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c reconnectCollector) Collect(ch chan<- prometheus.Metric) {
+	for reason, n := range c.b.Reconnects() {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(n), reason)
+	}
 }
 
 // New assembles a sidecar from a finished configuration.
@@ -503,6 +536,9 @@ func New(c *Config, logOut io.Writer) (*Sidecar, error) {
 		return fail(err)
 	}
 	repl.setService(svc)
+	if nb, ok := backend.(*nomad.Backend); ok {
+		svc.Metrics().Registry.MustRegister(newReconnectCollector(nb))
+	}
 	apiCfg := c.serverConfig()
 	apiCfg.Logger, apiCfg.NomadURL, apiCfg.Links = log, nomadURL, links
 	srv := server.New(apiCfg, svc)

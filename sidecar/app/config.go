@@ -54,6 +54,8 @@ import (
 //
 //	nomad {
 //	  address   = "https://nomad.service:4646"  # else NOMAD_ADDR
+//	  addresses = ["https://nomad-2:4646"]      # more agents to fail over to (a server that
+//	                                            # dies or restarts, a leader change)
 //	  token     = "..."                         # else NOMAD_TOKEN
 //	  namespace = "*"                           # watched namespaces; else NOMAD_NAMESPACE, else all
 //	  region    = ""                            # else NOMAD_REGION
@@ -163,19 +165,20 @@ type Config struct {
 
 // NomadConfig is the nomad block.
 type NomadConfig struct {
-	Address           string `hcl:"address,optional"`
-	Token             string `hcl:"token,optional"`
-	Namespace         string `hcl:"namespace,optional"`
-	Region            string `hcl:"region,optional"`
-	CAFile            string `hcl:"ca_file,optional"`
-	CertFile          string `hcl:"cert_file,optional"`
-	KeyFile           string `hcl:"key_file,optional"`
-	TLSServerName     string `hcl:"tls_server_name,optional"`
-	TLSSkipVerify     bool   `hcl:"tls_skip_verify,optional"`
-	SampleDeviceStats *bool  `hcl:"sample_device_stats,optional"`
-	Topology          *bool  `hcl:"topology,optional"`
-	Resync            string `hcl:"resync,optional"`
-	SampleEvery       string `hcl:"sample_every,optional"`
+	Address           string   `hcl:"address,optional"`
+	Addresses         []string `hcl:"addresses,optional"`
+	Token             string   `hcl:"token,optional"`
+	Namespace         string   `hcl:"namespace,optional"`
+	Region            string   `hcl:"region,optional"`
+	CAFile            string   `hcl:"ca_file,optional"`
+	CertFile          string   `hcl:"cert_file,optional"`
+	KeyFile           string   `hcl:"key_file,optional"`
+	TLSServerName     string   `hcl:"tls_server_name,optional"`
+	TLSSkipVerify     bool     `hcl:"tls_skip_verify,optional"`
+	SampleDeviceStats *bool    `hcl:"sample_device_stats,optional"`
+	Topology          *bool    `hcl:"topology,optional"`
+	Resync            string   `hcl:"resync,optional"`
+	SampleEvery       string   `hcl:"sample_every,optional"`
 }
 
 // SimConfig is the simulator block.

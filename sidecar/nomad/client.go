@@ -1,10 +1,14 @@
 package nomad
 
 import (
+	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/nomad/api"
@@ -39,4 +43,91 @@ func HTTPClient(tlsCfg *api.TLSConfig) (*http.Client, error) {
 		}
 	}
 	return hc, nil
+}
+
+// FailoverDial is how long one connection attempt to one of several agent addresses may take
+// before the next is tried.
+const FailoverDial = 2 * time.Second
+
+// HTTPClientFailover is HTTPClient against several Nomad agents (addresses: URLs of one
+// scheme, the first is the one the api client is given): each new connection goes to the
+// agent that took the last one, or to the next that accepts when it does not (a server that
+// died or restarts), so the api client, its event stream and its writes follow a leader
+// change without a load balancer. With TLS the first address's host name is verified (Nomad's
+// server certificates carry server.<region>.nomad: set tls_server_name to it).
+func HTTPClientFailover(tlsCfg *api.TLSConfig, addresses []string) (*http.Client, error) {
+	hc, err := HTTPClient(tlsCfg)
+	if err != nil {
+		return nil, err
+	}
+	if len(addresses) < 2 {
+		return hc, nil
+	}
+	f, err := newFailover(addresses)
+	if err != nil {
+		return nil, err
+	}
+	hc.Transport.(*http.Transport).DialContext = f.DialContext
+	return hc, nil
+}
+
+// failover dials the first agent of hosts that accepts, from the one that accepted last.
+type failover struct {
+	hosts []string // host:port
+	d     net.Dialer
+
+	mu  sync.Mutex
+	cur int
+}
+
+func newFailover(addresses []string) (*failover, error) {
+	f := &failover{d: net.Dialer{Timeout: FailoverDial, KeepAlive: 30 * time.Second}}
+	scheme := ""
+	for i, a := range addresses {
+		u, err := url.Parse(a)
+		if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+			return nil, fmt.Errorf("nomad address %q: want http(s)://host[:port]", a)
+		}
+		if i > 0 && u.Scheme != scheme {
+			return nil, fmt.Errorf("nomad address %q: scheme %s, want %s like %q", a, u.Scheme, scheme, addresses[0])
+		}
+		scheme = u.Scheme
+		host := u.Host
+		if u.Port() == "" {
+			host = net.JoinHostPort(u.Hostname(), map[string]string{"http": "80", "https": "443"}[u.Scheme])
+		}
+		f.hosts = append(f.hosts, host)
+	}
+	return f, nil
+}
+
+// DialContext ignores the address asked for (always the first agent's): it goes to the
+// agents in turn.
+func (f *failover) DialContext(ctx context.Context, network, _ string) (net.Conn, error) {
+	f.mu.Lock()
+	start := f.cur
+	f.mu.Unlock()
+	var errs []error
+	for i := range f.hosts {
+		k := (start + i) % len(f.hosts)
+		conn, err := f.d.DialContext(ctx, network, f.hosts[k])
+		if err == nil {
+			f.mu.Lock()
+			f.cur = k
+			f.mu.Unlock()
+			return conn, nil
+		}
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, fmt.Errorf("no Nomad agent of %v accepts: %w", f.hosts, errors.Join(errs...))
+}
+
+// Current is the agent address new connections go to first.
+func (f *failover) Current() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.hosts[f.cur]
 }
