@@ -273,8 +273,10 @@ func (b *Backend) stream(ctx context.Context, changed func(), resync <-chan time
 				stall.Reset(b.cfg.StreamStall)
 			}
 			if evs.IsHeartbeat() {
+				b.log.Trace("event stream heartbeat")
 				continue
 			}
+			b.log.Trace("events", "index", evs.Index, "events", len(evs.Events))
 			for i := range evs.Events {
 				b.apply(ctx, &evs.Events[i])
 			}
