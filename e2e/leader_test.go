@@ -219,8 +219,18 @@ func waitPinned(t *testing.T, c *api.Client, id string, d time.Duration) time.Ti
 func TestNomadLeaderChangeOnRealAgent(t *testing.T) {
 	nomadBin := nomadBinary(t, "a Nomad leader change under the sidecar")
 	bins := buildBinaries(t, binHetgpu, binDevice, binDriver, binToy)
-	for _, via := range []string{"leader", "follower", "client"} {
-		t.Run("sidecar on the "+via, func(t *testing.T) {
+	for _, tc := range []struct {
+		via string
+		// probe: the leader probe on (the default); without it only the stall timer and EOF
+		// end a dead stream, and the bound is the stall timer's 45 s on top.
+		probe bool
+	}{{"leader", true}, {"follower", true}, {"client", true}, {"client", false}} {
+		via := tc.via
+		name := "sidecar on the " + via
+		if !tc.probe {
+			name += ", stall timer only"
+		}
+		t.Run(name, func(t *testing.T) {
 			sc := startServers(t, nomadBin, bins, 3, clusterClient{Name: "v100", Fake: []string{"4x V100"}})
 			killToys(t, &cluster{dir: sc.dir}, bins)
 			old, ok := sc.leader()
@@ -250,7 +260,12 @@ func TestNomadLeaderChangeOnRealAgent(t *testing.T) {
 			port := freePort(t)
 			nomadExtra := ""
 			if len(more) > 0 {
-				nomadExtra = fmt.Sprintf("  addresses = [%s]", quoteList(more))
+				nomadExtra = fmt.Sprintf("  addresses = [%s]\n", quoteList(more))
+			}
+			bound := electionBound
+			if !tc.probe {
+				nomadExtra += "  leader_probe = \"0\"\n"
+				bound += 45 * time.Second
 			}
 			startSidecarNomad(t, &cluster{agent: first}, bins, port, nomadExtra, "reconcile = \"1s\"", "-log-level", "debug")
 			c := others[0].API
@@ -260,6 +275,16 @@ func TestNomadLeaderChangeOnRealAgent(t *testing.T) {
 			before := total(reconnects(port))
 
 			kill := time.Now()
+			detectedC := make(chan time.Time, 1)
+			go func() { // when the sidecar counts the reconnect, polled from the kill on
+				for time.Since(kill) < 2*time.Minute {
+					if total(reconnects(port)) > before {
+						detectedC <- time.Now()
+						return
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+			}()
 			old.Stop(syscall.SIGKILL)
 			var newLeader *agent
 			waitFor(t, 60*time.Second, "a new leader", func() bool {
@@ -269,21 +294,18 @@ func TestNomadLeaderChangeOnRealAgent(t *testing.T) {
 			})
 			elected := time.Now()
 			submitToy(t, c, bins, "after-election", 100000, "100ms", nil)
-			pinned := waitPinned(t, c, "after-election", 60*time.Second)
-
+			pinned := waitPinned(t, c, "after-election", bound+30*time.Second)
 			var detected time.Time
-			waitFor(t, 60*time.Second, "the sidecar to reconnect its event stream", func() bool {
-				if total(reconnects(port)) > before {
-					detected = time.Now()
-					return true
-				}
-				return false
-			})
-			t.Logf("via the %s: election %s after the SIGKILL (new leader %s); stream ended+reconnected seen %s after the kill (reasons %v); job submitted after the election pinned %s after it",
-				via, elected.Sub(kill).Round(10*time.Millisecond), newLeader.name, detected.Sub(kill).Round(10*time.Millisecond),
+			select {
+			case detected = <-detectedC:
+			case <-time.After(2 * time.Minute):
+				t.Fatalf("the sidecar counted no reconnect after the kill: %v", reconnects(port))
+			}
+			t.Logf("via the %s (leader probe %v): election %s after the SIGKILL (new leader %s); stream ended+reconnected seen %s after the kill (reasons %v); job submitted after the election pinned %s after it",
+				via, tc.probe, elected.Sub(kill).Round(10*time.Millisecond), newLeader.name, detected.Sub(kill).Round(10*time.Millisecond),
 				reconnects(port), pinned.Sub(elected).Round(10*time.Millisecond))
-			if d := pinned.Sub(elected); d > electionBound {
-				t.Errorf("job submitted after the election pinned %s after it, want < %s", d, electionBound)
+			if d := pinned.Sub(elected); d > bound {
+				t.Errorf("job submitted after the election pinned %s after it, want < %s", d, bound)
 			}
 			if via == "leader" {
 				waitFor(t, 2*time.Minute, "two heartbeats of the event stream", func() bool { return len(hb.intervals()) >= 1 })
@@ -333,5 +355,70 @@ func TestNomadServerRestartOnRealAgent(t *testing.T) {
 	// The job pinned before the restart is still pinned once, not re-held or pinned again.
 	if n := reheldTags(t, c.API, "before-restart"); n != 0 {
 		t.Errorf("before-restart re-held %d times across the restart", n)
+	}
+}
+
+// TestNomadServerFreezeOnRealAgent: the server the sidecar talks to stops answering without
+// closing anything (SIGSTOP: the kernel keeps its connections and still accepts new ones).
+// With the leader probe the sidecar notices within seconds and fails over to the next
+// address; with the probe off only the stall timer (no event or heartbeat for 45 s) notices.
+// Either way a job submitted through another server is pinned within 10 s of the notice.
+func TestNomadServerFreezeOnRealAgent(t *testing.T) {
+	nomadBin := nomadBinary(t, "a hung Nomad server under the sidecar")
+	bins := buildBinaries(t, binHetgpu, binDevice, binDriver, binToy)
+	for _, tc := range []struct {
+		name       string
+		probe      bool
+		wantReason string
+		notice     time.Duration // the freeze must be noticed within this
+	}{
+		{"leader probe", true, "unreachable", 10 * time.Second},
+		{"stall timer only", false, "stalled", 60 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sc := startServers(t, nomadBin, bins, 3, clusterClient{Name: "v100", Fake: []string{"4x V100"}})
+			leader, ok := sc.leader()
+			if !ok {
+				t.Fatal("no leader")
+			}
+			var followers []*agent
+			for _, s := range sc.servers {
+				if s != leader {
+					followers = append(followers, s)
+				}
+			}
+			frozen := followers[0]
+			port := freePort(t)
+			nomadExtra := fmt.Sprintf("  addresses = [%s]\n", quoteList([]string{followers[1].HTTP, leader.HTTP}))
+			if !tc.probe {
+				nomadExtra += "  leader_probe = \"0\"\n"
+			}
+			startSidecarNomad(t, &cluster{agent: frozen}, bins, port, nomadExtra, "reconcile = \"1s\"", "-log-level", "debug")
+			c := leader.API
+			submitToy(t, c, bins, "before-freeze", 100000, "100ms", nil)
+			waitPinned(t, c, "before-freeze", 60*time.Second)
+			before := reconnects(port)
+
+			pid := frozen.cmd.Process.Pid
+			must(t, syscall.Kill(pid, syscall.SIGSTOP))
+			freeze := time.Now()
+			t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+			submitToy(t, c, bins, "after-freeze", 100000, "100ms", nil)
+			var noticed time.Time
+			waitFor(t, tc.notice, "the sidecar to notice the frozen server", func() bool {
+				if reconnects(port)[tc.wantReason] > before[tc.wantReason] {
+					noticed = time.Now()
+					return true
+				}
+				return false
+			}, func() string { return fmt.Sprint(reconnects(port)) })
+			pinned := waitPinned(t, c, "after-freeze", 60*time.Second)
+			t.Logf("%s: freeze noticed after %s (%v); job submitted at the freeze pinned %s after it, %s after the notice",
+				tc.name, noticed.Sub(freeze).Round(10*time.Millisecond), reconnects(port),
+				pinned.Sub(freeze).Round(10*time.Millisecond), pinned.Sub(noticed).Round(10*time.Millisecond))
+			if d := pinned.Sub(noticed); d > electionBound {
+				t.Errorf("pinned %s after the sidecar noticed the frozen server, want < %s", d, electionBound)
+			}
+		})
 	}
 }

@@ -69,6 +69,9 @@ type Config struct {
 	// again after a full resync (a stream an agent forwards through a server that died sends
 	// nothing more, not even heartbeats); default 2 s, negative disables.
 	LeaderProbe time.Duration
+	// Agents, when set (HTTPClientFailover with several addresses), is told to move on to the
+	// next agent when the stream stalls or the agent stops answering the probe.
+	Agents *Agents
 	// Parallel bounds the API calls in flight at once for pins (jobs pinned side by side in a
 	// round) and for the node and job reads of a resync (default 16); StatsParallel the node
 	// stats requests for energy sampling and live readings (default 16; a server forwards each

@@ -53,35 +53,39 @@ const FailoverDial = 2 * time.Second
 // scheme, the first is the one the api client is given): each new connection goes to the
 // agent that took the last one, or to the next that accepts when it does not (a server that
 // died or restarts), so the api client, its event stream and its writes follow a leader
-// change without a load balancer. With TLS the first address's host name is verified (Nomad's
-// server certificates carry server.<region>.nomad: set tls_server_name to it).
-func HTTPClientFailover(tlsCfg *api.TLSConfig, addresses []string) (*http.Client, error) {
+// change without a load balancer. The Agents it returns (nil for one address) moves on from
+// an agent that accepts connections but does not answer (hung, or a stopped process whose
+// kernel still accepts): Backend calls it when its stream stalls or its probe gets no
+// answer (Config.Agents). With TLS the first address's host name is verified (Nomad's server
+// certificates carry server.<region>.nomad: set tls_server_name to it).
+func HTTPClientFailover(tlsCfg *api.TLSConfig, addresses []string) (*http.Client, *Agents, error) {
 	hc, err := HTTPClient(tlsCfg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if len(addresses) < 2 {
-		return hc, nil
+		return hc, nil, nil
 	}
 	f, err := newFailover(addresses)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	hc.Transport.(*http.Transport).DialContext = f.DialContext
-	return hc, nil
+	return hc, f, nil
 }
 
-// failover dials the first agent of hosts that accepts, from the one that accepted last.
-type failover struct {
+// Agents dials the first agent of hosts that accepts, from the one that accepted last.
+type Agents struct {
 	hosts []string // host:port
 	d     net.Dialer
 
-	mu  sync.Mutex
-	cur int
+	mu    sync.Mutex
+	cur   int
+	conns map[*agentConn]int // open connections, by host index
 }
 
-func newFailover(addresses []string) (*failover, error) {
-	f := &failover{d: net.Dialer{Timeout: FailoverDial, KeepAlive: 30 * time.Second}}
+func newFailover(addresses []string) (*Agents, error) {
+	f := &Agents{d: net.Dialer{Timeout: FailoverDial, KeepAlive: 30 * time.Second}, conns: map[*agentConn]int{}}
 	scheme := ""
 	for i, a := range addresses {
 		u, err := url.Parse(a)
@@ -103,7 +107,7 @@ func newFailover(addresses []string) (*failover, error) {
 
 // DialContext ignores the address asked for (always the first agent's): it goes to the
 // agents in turn.
-func (f *failover) DialContext(ctx context.Context, network, _ string) (net.Conn, error) {
+func (f *Agents) DialContext(ctx context.Context, network, _ string) (net.Conn, error) {
 	f.mu.Lock()
 	start := f.cur
 	f.mu.Unlock()
@@ -112,10 +116,12 @@ func (f *failover) DialContext(ctx context.Context, network, _ string) (net.Conn
 		k := (start + i) % len(f.hosts)
 		conn, err := f.d.DialContext(ctx, network, f.hosts[k])
 		if err == nil {
+			c := &agentConn{Conn: conn, f: f}
 			f.mu.Lock()
 			f.cur = k
+			f.conns[c] = k
 			f.mu.Unlock()
-			return conn, nil
+			return c, nil
 		}
 		errs = append(errs, err)
 		if ctx.Err() != nil {
@@ -126,8 +132,45 @@ func (f *failover) DialContext(ctx context.Context, network, _ string) (net.Conn
 }
 
 // Current is the agent address new connections go to first.
-func (f *failover) Current() string {
+func (f *Agents) Current() string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.hosts[f.cur]
+}
+
+// Skip moves new connections on to the next agent and closes every connection to the current
+// one, so requests waiting on an agent that does not answer fail (and are retried) instead
+// of hanging. It returns the agent skipped and the one used now.
+func (f *Agents) Skip() (from, to string) {
+	f.mu.Lock()
+	old := f.cur
+	f.cur = (f.cur + 1) % len(f.hosts)
+	var doomed []*agentConn
+	for c, k := range f.conns {
+		if k == old {
+			doomed = append(doomed, c)
+		}
+	}
+	from, to = f.hosts[old], f.hosts[f.cur]
+	f.mu.Unlock()
+	for _, c := range doomed {
+		_ = c.Close()
+	}
+	return from, to
+}
+
+// agentConn is a connection Agents tracks until it is closed.
+type agentConn struct {
+	net.Conn
+	f    *Agents
+	once sync.Once
+}
+
+func (c *agentConn) Close() error {
+	c.once.Do(func() {
+		c.f.mu.Lock()
+		delete(c.f.conns, c)
+		c.f.mu.Unlock()
+	})
+	return c.Conn.Close()
 }

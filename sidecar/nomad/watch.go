@@ -31,11 +31,18 @@ func (b *Backend) Watch(ctx context.Context, changed func()) error {
 	}
 	var ended time.Time // when the last stream ended (zero: none did)
 	for ctx.Err() == nil {
-		if err := b.Resync(ctx); err != nil {
+		rctx, cancel := context.WithTimeout(ctx, resyncTimeout)
+		err := b.Resync(rctx)
+		cancel()
+		if err != nil {
 			if ctx.Err() != nil {
 				break
 			}
 			b.log.Warn("resync with Nomad failed; retrying", "error", err, "in", backoff.String())
+			if b.cfg.Agents != nil && errors.Is(err, context.DeadlineExceeded) {
+				from, to := b.cfg.Agents.Skip()
+				b.log.Warn("Nomad agent does not answer; failing over", "from", from, "to", to)
+			}
 			if !sleep(ctx, backoff) {
 				break
 			}
@@ -48,7 +55,7 @@ func (b *Backend) Watch(ctx context.Context, changed func()) error {
 		}
 		changed()
 		backoff = b.cfg.RetryBackoff
-		err := b.stream(ctx, changed, resyncC)
+		err = b.stream(ctx, changed, resyncC)
 		if ctx.Err() != nil {
 			break
 		}
@@ -65,6 +72,11 @@ func (b *Backend) Watch(ctx context.Context, changed func()) error {
 		b.reconnects[reason]++
 		b.mu.Unlock()
 		b.log.Warn("event stream ended; resyncing and resuming", "reason", reason, "error", err, "index", b.Index())
+		if b.cfg.Agents != nil && (reason == reasonStalled || reason == reasonUnreachable) {
+			// It accepts connections but does not answer: go to the next agent.
+			from, to := b.cfg.Agents.Skip()
+			b.log.Warn("Nomad agent does not answer; failing over", "from", from, "to", to)
+		}
 		if reason == reasonLeader {
 			continue // the agent answers: resync at once
 		}
@@ -75,6 +87,10 @@ func (b *Backend) Watch(ctx context.Context, changed func()) error {
 	}
 	return nil
 }
+
+// resyncTimeout bounds one resync: an agent that accepts connections but never answers
+// must not hold the watch forever.
+const resyncTimeout = 2 * time.Minute
 
 // MaxRetryBackoff bounds the wait between reconnect attempts: a server that comes back (a
 // restart, a new leader) is streamed from again within this much.
@@ -224,7 +240,12 @@ func (b *Backend) stream(ctx context.Context, changed func(), resync <-chan time
 	from := b.Index() + 1
 	var leader string
 	if b.cfg.LeaderProbe > 0 {
-		leader = b.askLeader(sctx).leader
+		// Also a guard: opening a stream on an agent that accepts but never answers would hang.
+		p := b.askLeader(sctx)
+		if p.err != nil {
+			return &streamEnd{reasonUnreachable, fmt.Errorf("the agent does not answer: %w", p.err)}
+		}
+		leader = p.leader
 	}
 	ch, err := b.openStream(sctx, from)
 	if err != nil {

@@ -75,7 +75,7 @@ func TestStreamStallTimer(t *testing.T) {
 // TestLeaderProbe: an election (no leader) leaves the stream open; a new leader ends it, and
 // the backend resyncs and streams again at once.
 func TestLeaderProbe(t *testing.T) {
-	f := newFixture(t, func(c *Config) { c.ResyncEvery, c.LeaderProbe = -1, 20 * time.Millisecond })
+	f := newFixture(t, func(c *Config) { c.ResyncEvery, c.LeaderProbe = -1, 20*time.Millisecond })
 	f.srv.SetLeader("127.0.0.1:4001")
 	watching(t, f)
 	f.srv.SetLeader("") // election under way: the agent answers 500 No cluster leader
@@ -116,7 +116,7 @@ func deadAddr(t *testing.T) string {
 // failoverClient is an api client whose address is addrs[0], failing over to the others.
 func failoverClient(t *testing.T, addrs ...string) *api.Client {
 	t.Helper()
-	hc, err := HTTPClientFailover(nil, addrs)
+	hc, _, err := HTTPClientFailover(nil, addrs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +144,7 @@ func TestFailoverAcrossAgents(t *testing.T) {
 		{"one address", "http://a:4646", ""},
 		{"two", "http://a:4646 http://b", ""},
 	} {
-		_, err := HTTPClientFailover(nil, strings.Fields(tc.addrs))
+		_, _, err := HTTPClientFailover(nil, strings.Fields(tc.addrs))
 		if (err == nil) != (tc.wantErr == "") || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
 			t.Errorf("%s: %v, want %q", tc.name, err, tc.wantErr)
 		}
