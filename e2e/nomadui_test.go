@@ -221,11 +221,29 @@ func TestNomadUIScreenshots(t *testing.T) {
 	if b, err := rel.CombinedOutput(); err != nil {
 		t.Fatalf("hetgpu release finetune: %v\n%s", err, b)
 	}
+	var released uint64
 	waitFor(t, 60*time.Second, "finetune without the hold", func() bool {
 		j, _, err := c.API.Jobs().Info("finetune", nil)
-		return err == nil && !scHeld(j)
+		if err == nil && !scHeld(j) {
+			released = *j.JobModifyIndex
+			return true
+		}
+		return false
 	})
-	time.Sleep(3 * time.Second) // Nomad's own evaluation of the released job
+	// The UI shows the placement failures of the job's latest blocked evaluation: wait for
+	// Nomad's own evaluation of the released version (GPUs exhausted, no hold constraint).
+	waitFor(t, 60*time.Second, "Nomad's evaluation of the released job", func() bool {
+		evals, _, err := c.API.Jobs().Evaluations("finetune", nil)
+		if err != nil {
+			return false
+		}
+		for _, e := range evals {
+			if e.JobModifyIndex >= released && e.Status == "blocked" {
+				return true
+			}
+		}
+		return false
+	})
 	shot("released", "finetune")
 
 	// The jobs list with all of them.

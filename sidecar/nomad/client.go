@@ -82,10 +82,16 @@ type Agents struct {
 	mu    sync.Mutex
 	cur   int
 	conns map[*agentConn]int // open connections, by host index
+	// skipped: when Skip last moved off each host; such a host is dialled again only when
+	// no other accepts, for skipFor.
+	skipped map[int]time.Time
 }
 
+// skipFor is how long an agent Skip moved off is passed over.
+const skipFor = 30 * time.Second
+
 func newFailover(addresses []string) (*Agents, error) {
-	f := &Agents{d: net.Dialer{Timeout: FailoverDial, KeepAlive: 30 * time.Second}, conns: map[*agentConn]int{}}
+	f := &Agents{d: net.Dialer{Timeout: FailoverDial, KeepAlive: 30 * time.Second}, conns: map[*agentConn]int{}, skipped: map[int]time.Time{}}
 	scheme := ""
 	for i, a := range addresses {
 		u, err := url.Parse(a)
@@ -106,27 +112,43 @@ func newFailover(addresses []string) (*Agents, error) {
 }
 
 // DialContext ignores the address asked for (always the first agent's): it goes to the
-// agents in turn.
+// agents in turn, those Skip moved off lately last.
 func (f *Agents) DialContext(ctx context.Context, network, _ string) (net.Conn, error) {
+	started := time.Now()
 	f.mu.Lock()
-	start := f.cur
+	var order, later []int
+	for i := range f.hosts {
+		k := (f.cur + i) % len(f.hosts)
+		if t, ok := f.skipped[k]; ok && started.Sub(t) < skipFor {
+			later = append(later, k)
+		} else {
+			order = append(order, k)
+		}
+	}
 	f.mu.Unlock()
 	var errs []error
-	for i := range f.hosts {
-		k := (start + i) % len(f.hosts)
+	for _, k := range append(order, later...) {
 		conn, err := f.d.DialContext(ctx, network, f.hosts[k])
-		if err == nil {
-			c := &agentConn{Conn: conn, f: f}
-			f.mu.Lock()
-			f.cur = k
-			f.conns[c] = k
+		if err != nil {
+			errs = append(errs, err)
+			if ctx.Err() != nil {
+				break
+			}
+			continue
+		}
+		c := &agentConn{Conn: conn, f: f}
+		f.mu.Lock()
+		if t, ok := f.skipped[k]; ok && t.After(started) {
+			// Skipped while this dial was under way: not this one.
 			f.mu.Unlock()
-			return c, nil
+			_ = conn.Close()
+			errs = append(errs, fmt.Errorf("%s: skipped as not answering", f.hosts[k]))
+			continue
 		}
-		errs = append(errs, err)
-		if ctx.Err() != nil {
-			break
-		}
+		f.cur = k
+		f.conns[c] = k
+		f.mu.Unlock()
+		return c, nil
 	}
 	return nil, fmt.Errorf("no Nomad agent of %v accepts: %w", f.hosts, errors.Join(errs...))
 }
@@ -144,6 +166,7 @@ func (f *Agents) Current() string {
 func (f *Agents) Skip() (from, to string) {
 	f.mu.Lock()
 	old := f.cur
+	f.skipped[old] = time.Now()
 	f.cur = (f.cur + 1) % len(f.hosts)
 	var doomed []*agentConn
 	for c, k := range f.conns {

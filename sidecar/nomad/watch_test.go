@@ -176,3 +176,47 @@ func TestFailoverAcrossAgents(t *testing.T) {
 		t.Errorf("reconnects %v, want the closed stream counted", n)
 	}
 }
+
+// TestSkipsAgentThatDoesNotAnswer: the agent the backend streams from keeps its connections
+// but stops answering (a hung or stopped server): the leader probe times out, the backend
+// moves on to the next agent, closing the connections left on the hung one, and sees what is
+// registered on the other; the hung agent is not dialled again while the other answers.
+func TestSkipsAgentThatDoesNotAnswer(t *testing.T) {
+	first, second := nomadtest.New(), nomadtest.New()
+	t.Cleanup(first.Close)
+	t.Cleanup(second.Close)
+	for _, s := range []*nomadtest.Server{first, second} {
+		s.AddNode("node-t4-0000", "t4", "Tesla T4", 4)
+	}
+	hc, agents, err := HTTPClientFailover(nil, []string{first.URL, second.URL})
+	if err != nil || agents == nil {
+		t.Fatalf("failover client: %v, %v", agents, err)
+	}
+	c, err := api.NewClient(&api.Config{Address: first.URL, HttpClient: hc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(Config{Client: c, ResyncEvery: -1, RetryBackoff: 10 * time.Millisecond, LeaderProbe: 50 * time.Millisecond, Agents: agents})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{srv: first, b: b}
+	watching(t, f)
+	first.SetLatency(time.Hour) // accepts, answers nothing
+	second.Register(heldJob("on-the-second", 1, 1, nil))
+	poll.Until(t, "the job of the second agent", func() bool {
+		ids := pendingIDs(t, f)
+		return len(ids) == 1 && ids[0] == "on-the-second"
+	})
+	if n := b.Reconnects()[reasonUnreachable]; n == 0 {
+		t.Errorf("reconnects %v, want the unanswered probe counted", b.Reconnects())
+	}
+	if got := agents.Current(); got != strings.TrimPrefix(second.URL, "http://") {
+		t.Errorf("current agent %s, want the second", got)
+	}
+	before := first.TotalCalls()
+	time.Sleep(300 * time.Millisecond)
+	if n := first.TotalCalls() - before; n != 0 {
+		t.Errorf("%d more requests to the agent that does not answer", n)
+	}
+}
