@@ -221,7 +221,8 @@ type probeResult struct {
 }
 
 func (b *Backend) askLeader(ctx context.Context) probeResult {
-	pctx, cancel := context.WithTimeout(ctx, max(b.cfg.LeaderProbe, time.Second))
+	// A busy agent may take a while; a hung one never answers.
+	pctx, cancel := context.WithTimeout(ctx, max(b.cfg.LeaderProbe, 3*time.Second))
 	defer cancel()
 	var leader string
 	_, err := b.c.Raw().Query("/v1/status/leader", &leader, (&api.QueryOptions{}).WithContext(pctx))
