@@ -28,7 +28,9 @@ const suiteEnv = "HETGPU_E2E_SUITE_ROOT"
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	root, err := os.MkdirTemp("", "hetgpu-e2e-suite-")
+	// A short name: Nomad's Task API socket lies deep under an allocation's secrets dir, and a
+	// unix socket path may not exceed 107 bytes (install_test.go's is 103 with this root).
+	root, err := os.MkdirTemp("", "hs")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: suite root:", err)
 		os.Exit(2)
