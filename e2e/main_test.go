@@ -220,8 +220,14 @@ func TestProcsUnder(t *testing.T) {
 	byCwd := start(dir)
 	byEnv := start(outside, suiteEnv+"="+dir, "PATH="+os.Getenv("PATH"))
 	other := start(outside)
-	waitFor(t, 5*time.Second, "the test processes and their children", func() bool { return len(procsUnder([]string{dir})) == 4 },
-		func() string { return fmt.Sprint(procsUnder([]string{dir})) })
+	// Each sh and its sleeps (dash keeps the sh), found by the sh's group.
+	waitFor(t, 5*time.Second, "the test processes and their children", func() bool {
+		members := map[int]int{}
+		for _, p := range procsUnder([]string{dir}) {
+			members[p.pgid]++
+		}
+		return members[byCwd.p.Pid] >= 2 && members[byEnv.p.Pid] >= 2
+	}, func() string { return fmt.Sprint(procsUnder([]string{dir})) })
 	for _, p := range procsUnder([]string{dir}) {
 		if p.pgid != byCwd.p.Pid && p.pgid != byEnv.p.Pid {
 			t.Errorf("found %s, not started under %s", p, dir)
