@@ -167,6 +167,10 @@ type agentConfig struct {
 	// its server block (heartbeat_grace ...).
 	Server      bool
 	ServerExtra string
+	// Expect is the servers' bootstrap_expect (default 1); Join their serf addresses to
+	// join (server_join retry_join).
+	Expect int
+	Join   []string
 	// Client runs a client; Servers are its servers' RPC addresses (none with -dev).
 	Client  bool
 	Servers []string
@@ -200,7 +204,11 @@ func (c agentConfig) render() string {
 	}
 	b.WriteString("}\n")
 	if c.Server {
-		b.WriteString("server {\n  enabled          = true\n  bootstrap_expect = 1\n" + c.ServerExtra + "}\n")
+		fmt.Fprintf(&b, "server {\n  enabled          = true\n  bootstrap_expect = %d\n", max(c.Expect, 1))
+		if len(c.Join) > 0 {
+			fmt.Fprintf(&b, "  server_join {\n    retry_join     = [%s]\n    retry_interval = \"1s\"\n  }\n", quoteList(c.Join))
+		}
+		b.WriteString(c.ServerExtra + "}\n")
 	} else {
 		b.WriteString("server {\n  enabled = false\n}\n")
 	}
@@ -227,24 +235,32 @@ func quoteList(s []string) string {
 }
 
 // proc is a process the test started (an agent or the sidecar), restartable; its output goes
-// to dir/name.log, whose tail is logged if the test fails.
+// to dir/name.log, whose tail is logged if the test fails. It runs in dir, in a process group
+// of its own: when the test ends (passed, failed or timed out in a waitFor) the group of every
+// start is killed, with what it started there (Nomad's logmon and plugins), and so is every
+// process left under dir (executors and tasks, which Nomad starts in sessions of their own).
 type proc struct {
 	t      *testing.T
 	name   string
+	dir    string
 	argv   []string
 	env    []string
 	logf   *os.File
 	cmd    *exec.Cmd
 	exited chan struct{}
+	// pgids are the process groups of every start (a restarted client's logmon processes
+	// stay in the old group, reattached by the new agent).
+	pgids []int
 }
 
 func startProc(t *testing.T, name, dir string, env []string, argv ...string) *proc {
 	t.Helper()
 	logf, err := os.OpenFile(filepath.Join(dir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	must(t, err)
-	p := &proc{t: t, name: name, argv: argv, env: env, logf: logf}
+	p := &proc{t: t, name: name, dir: dir, argv: argv, env: env, logf: logf}
 	t.Cleanup(func() {
 		p.Stop(syscall.SIGINT)
+		p.endAll()
 		logf.Close()
 		if t.Failed() {
 			if b, err := os.ReadFile(logf.Name()); err == nil {
@@ -259,10 +275,22 @@ func startProc(t *testing.T, name, dir string, env []string, argv ...string) *pr
 	return p
 }
 
+// endAll kills the process groups of every start and whatever still runs under the process's
+// directory, and waits until they are gone.
+func (p *proc) endAll() {
+	for _, g := range p.pgids {
+		_ = syscall.Kill(-g, syscall.SIGKILL)
+	}
+	if left := endUnder([]string{p.dir}, 15*time.Second); len(left) > 0 {
+		p.t.Errorf("%s: processes under %s survive SIGKILL: %v", p.name, p.dir, left)
+	}
+}
+
 // Start runs the process (again).
 func (p *proc) Start() {
 	p.t.Helper()
 	p.cmd = exec.Command(p.argv[0], p.argv[1:]...)
+	p.cmd.Dir = p.dir
 	p.cmd.Stdout, p.cmd.Stderr = p.logf, p.logf
 	p.cmd.Env = append(os.Environ(), p.env...)
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -270,12 +298,13 @@ func (p *proc) Start() {
 	if err := p.cmd.Start(); err != nil {
 		p.t.Fatalf("start %s: %v", p.name, err)
 	}
+	p.pgids = append(p.pgids, p.cmd.Process.Pid)
 	p.exited = make(chan struct{})
 	go func(cmd *exec.Cmd, done chan struct{}) { _ = cmd.Wait(); close(done) }(p.cmd, p.exited)
 }
 
 // Stop signals the process (SIGINT like an operator, which leaves a client's tasks running;
-// SIGKILL kills at once) and waits, escalating after 20 s.
+// SIGKILL kills at once) and waits, killing its process group after 20 s.
 func (p *proc) Stop(sig syscall.Signal) {
 	if p.cmd == nil || p.cmd.Process == nil {
 		return
@@ -552,15 +581,32 @@ func startClusterOpts(t *testing.T, nomadBin string, bins binaries, clients []cl
 	}
 	procs := []*proc{c.proc}
 	for _, cl := range clients {
-		cdir := filepath.Join(dir, cl.Name)
-		plugins := filepath.Join(cdir, "plugins")
-		installPlugins(t, plugins, bins.Device, bins.Driver)
-		fake := quoteList(cl.Fake)
-		a := startAgent(t, nomadBin, cdir, "nomad-client-"+cl.Name, agentConfig{
-			Name: "hetgpu-e2e-" + cl.Name, DataDir: filepath.Join(cdir, "data"), PluginDir: plugins, LogLevel: "INFO",
-			HTTP: freePort(t), Client: true, Servers: []string{fmt.Sprintf("127.0.0.1:%d", rpcPort)},
-			ClientExtra: fmt.Sprintf("  cgroup_parent = \"nomad-e2e-%[1]s\"\n  node_class    = %[1]q\n", cl.Name),
-			Extra: agentExtra + cl.Extra + fmt.Sprintf(`
+		a := startClient(t, nomadBin, bins, dir, cl, []string{fmt.Sprintf("127.0.0.1:%d", rpcPort)}, driverExtra, agentExtra)
+		c.clients = append(c.clients, a)
+		procs = append(procs, a.proc)
+	}
+	waitNodes(t, c.API, 120*time.Second, len(clients), procs, func(n *api.Node) (bool, string) {
+		if ok, why := hasDevices(1)(n); !ok {
+			return false, why
+		}
+		return driverHealthy(n)
+	})
+	return c
+}
+
+// startClient starts a Nomad client in dir/<name> with the hetgpu device plugin (fake GPUs)
+// and task driver, joined to the servers' RPC addresses.
+func startClient(t *testing.T, nomadBin string, bins binaries, dir string, cl clusterClient, servers []string, driverExtra, agentExtra string) *agent {
+	t.Helper()
+	cdir := filepath.Join(dir, cl.Name)
+	plugins := filepath.Join(cdir, "plugins")
+	installPlugins(t, plugins, bins.Device, bins.Driver)
+	fake := quoteList(cl.Fake)
+	return startAgent(t, nomadBin, cdir, "nomad-client-"+cl.Name, agentConfig{
+		Name: "hetgpu-e2e-" + cl.Name, DataDir: filepath.Join(cdir, "data"), PluginDir: plugins, LogLevel: "INFO",
+		HTTP: freePort(t), Client: true, Servers: servers,
+		ClientExtra: fmt.Sprintf("  cgroup_parent = \"nomad-e2e-%[1]s\"\n  node_class    = %[1]q\n", cl.Name),
+		Extra: agentExtra + cl.Extra + fmt.Sprintf(`
 plugin "nomad-device-hetgpu" {
   config {
     fingerprint_period = "5s"
@@ -587,16 +633,6 @@ plugin "nomad-driver-hetgpu" {
   }
 }
 `, cl.Name, fake, filepath.Join(cdir, "driver"), driverExtra, cl.FakeExtra, cl.DeviceExtra,
-				filepath.Join(cdir, "mps"), filepath.Join(cdir, "mps-log"), cl.DriverExtra),
-		})
-		c.clients = append(c.clients, a)
-		procs = append(procs, a.proc)
-	}
-	waitNodes(t, c.API, 120*time.Second, len(clients), procs, func(n *api.Node) (bool, string) {
-		if ok, why := hasDevices(1)(n); !ok {
-			return false, why
-		}
-		return driverHealthy(n)
+			filepath.Join(cdir, "mps"), filepath.Join(cdir, "mps-log"), cl.DriverExtra),
 	})
-	return c
 }

@@ -154,7 +154,9 @@ func TestSecureSidecarOnRealAgent(t *testing.T) {
 	tokens := fmt.Sprintf("token = %q\nread_token = %q\nwrite_token = %q", e2eAdminToken, e2eReadToken, e2eWriteToken)
 	sc := startSecureSidecar(t, c, bins, certs, port, stateDir, tokens)
 
-	submitToy(t, c.API, bins, "secure-run", 400, "100ms", nil)
+	// The run lasts until the test ends it (after the link refresh): how long the checks take
+	// on a busy machine cannot finish it first.
+	submitToy(t, c.API, bins, "secure-run", 1000000, "100ms", nil)
 	node := runningOn(t, c.API, "secure-run", 90*time.Second)
 	job, _, err := c.API.Jobs().Info("secure-run", nil)
 	must(t, err)
@@ -201,7 +203,13 @@ func TestSecureSidecarOnRealAgent(t *testing.T) {
 		t.Errorf("a client without a certificate got %s", resp.Status)
 	}
 
-	// The driver delivers its record with the write token, over mTLS.
+	// The driver delivers its record with the write token, over mTLS. The run ends as a
+	// user's would: SIGINT, the workload checkpoints and exits 0.
+	live := liveAllocs(c.API, "secure-run")
+	if len(live) != 1 {
+		t.Fatalf("before ending the run: %s", jobState(c.API, "secure-run"))
+	}
+	must(t, c.API.Allocations().Signal(&api.Allocation{ID: live[0].ID, NodeID: live[0].NodeID}, nil, "", "SIGINT"))
 	waitDead(t, c.API, "secure-run", 2*time.Minute)
 	waitFor(t, 90*time.Second, "the driver's run record of secure-run", func() bool { return driverRecords(t, sc, "secure-run") == 1 })
 
@@ -227,8 +235,12 @@ func TestSecureSidecarOnRealAgent(t *testing.T) {
 
 // checkLinkRefresh plants an explain link that expired an hour ago in the running job's ui
 // block (a ui-only job update, as the sidecar's own refresh writes) and waits for the sidecar to
-// sign it again: the new link opens without a token, and the job keeps its one allocation,
-// neither restarted nor re-held.
+// sign it again: exactly once, with an expiry past the refresh window (15 days of the default
+// 30-day TTL) read from the same clock as the test's; the new link opens without a token, and
+// the job keeps its one allocation, neither restarted nor re-held. The job runs until the test
+// ends it, so nothing but the sidecar's rounds decides when the refresh comes: the wait is
+// bounded by rounds the sidecar ran after the plant (it refreshes in the first round that sees
+// the job's new version), with a wall-clock guard only against a hung sidecar.
 func checkLinkRefresh(t *testing.T, c *cluster, sc *secureSidecar, id, link string) {
 	t.Helper()
 	live := liveAllocs(c.API, id)
@@ -250,15 +262,29 @@ func checkLinkRefresh(t *testing.T, c *cluster, sc *secureSidecar, id, link stri
 			l.URL = expired
 		}
 	}
+	rounds0 := sidecarRounds(t, sc)
 	_, _, err = c.API.Jobs().RegisterOpts(before, &api.RegisterOptions{EnforceIndex: true, ModifyIndex: *before.JobModifyIndex, PreserveCounts: true}, nil)
 	must(t, err)
 	start := time.Now()
 	var fresh string
-	waitFor(t, 30*time.Second, "the sidecar to sign the expired link again", func() bool {
+	const maxRounds = 30
+	waitFor(t, 5*time.Minute, "the sidecar to sign the expired link again", func() bool {
 		fresh = explainLink(t, c.API, id)
-		return fresh != expired
-	})
-	t.Logf("expired explain link re-signed after %s", time.Since(start).Round(100*time.Millisecond))
+		if fresh != expired {
+			return true
+		}
+		if n := sidecarRounds(t, sc) - rounds0; n > maxRounds {
+			t.Fatalf("the sidecar ran %d rounds since the expired link was planted and did not re-sign it", n)
+		}
+		return false
+	}, func() string { return fmt.Sprintf("%d sidecar rounds since the plant", sidecarRounds(t, sc)-rounds0) })
+	t.Logf("expired explain link re-signed after %s, %d sidecar rounds", time.Since(start).Round(100*time.Millisecond), sidecarRounds(t, sc)-rounds0)
+	fu, err := url.Parse(fresh)
+	must(t, err)
+	exp, err := strconv.ParseInt(fu.Query().Get("exp"), 10, 64)
+	if err != nil || time.Until(time.Unix(exp, 0)) < 15*24*time.Hour {
+		t.Errorf("re-signed link %s expires %v, want more than the 15-day refresh window from now", fresh, time.Unix(exp, 0))
+	}
 	path, _ := strings.CutPrefix(fresh, sc.url)
 	if code, body, _ := sc.get(t, path, ""); code != 200 {
 		t.Errorf("the re-signed link %s: %d %.300s, want 200", fresh, code, body)
@@ -267,6 +293,16 @@ func checkLinkRefresh(t *testing.T, c *cluster, sc *secureSidecar, id, link stri
 	must(t, err)
 	if strings.Contains(job.UI.Description, expired) || !strings.Contains(job.UI.Description, fresh) {
 		t.Errorf("the ui description keeps the expired link: %q", job.UI.Description)
+	}
+	// A few more rounds: the fresh link is not re-signed again.
+	r := sidecarRounds(t, sc)
+	waitFor(t, 2*time.Minute, "three more sidecar rounds", func() bool { return sidecarRounds(t, sc) >= r+3 })
+	if again := explainLink(t, c.API, id); again != fresh {
+		t.Errorf("the link was re-signed again: %s, then %s", fresh, again)
+	}
+	logb, _ := os.ReadFile(sc.proc.logf.Name())
+	if n := strings.Count(string(logb), "explain link re-signed before it expired"); n != 1 {
+		t.Errorf("the sidecar logged %d link refreshes, want 1", n)
 	}
 	if live := liveAllocs(c.API, id); len(live) != 1 || live[0].ID != alloc || live[0].ClientStatus != "running" {
 		t.Errorf("after the ui-only updates: %s, want allocation %s still running", jobState(c.API, id), alloc)
@@ -281,6 +317,25 @@ func checkLinkRefresh(t *testing.T, c *cluster, sc *secureSidecar, id, link stri
 	if n := reheldTags(t, c.API, id); n != 0 {
 		t.Errorf("re-held %d times across the ui-only updates", n)
 	}
+}
+
+// sidecarRounds reads hetgpu_rounds_total (all outcomes) from the sidecar's metrics.
+func sidecarRounds(t *testing.T, sc *secureSidecar) int {
+	t.Helper()
+	code, body, _ := sc.get(t, "/metrics", e2eAdminToken)
+	if code != 200 {
+		t.Fatalf("sidecar metrics: %d %.300s", code, body)
+	}
+	n := 0
+	for _, line := range strings.Split(body, "\n") {
+		if strings.HasPrefix(line, "hetgpu_rounds_total{") {
+			if f := strings.Fields(line); len(f) == 2 {
+				v, _ := strconv.ParseFloat(f[1], 64)
+				n += int(v)
+			}
+		}
+	}
+	return n
 }
 
 // TestSidecarRefusesExposedListener: `hetgpu sidecar` on a non-loopback address without TLS

@@ -170,7 +170,7 @@ func startSidecar(t *testing.T, c *cluster, bins binaries, port int, extra strin
 
 // startSidecarNomad is startSidecar with nomadExtra inside the configuration's nomad block
 // (a token, sample_every).
-func startSidecarNomad(t *testing.T, c *cluster, bins binaries, port int, nomadExtra, extra string) *proc {
+func startSidecarNomad(t *testing.T, c *cluster, bins binaries, port int, nomadExtra, extra string, args ...string) *proc {
 	t.Helper()
 	scDir := t.TempDir()
 	cfg := fmt.Sprintf(`
@@ -187,7 +187,7 @@ nomad {
 	cfgPath := filepath.Join(scDir, "sidecar.hcl")
 	must(t, os.WriteFile(cfgPath, []byte(cfg), 0o644))
 	env := []string{"NOMAD_ADDR=", "NOMAD_TOKEN=", "NOMAD_NAMESPACE=", "HETGPU_TOKEN="}
-	sidecar := startProc(t, "sidecar", scDir, env, bins.Hetgpu, "sidecar", "-config", cfgPath)
+	sidecar := startProc(t, "sidecar", scDir, env, append([]string{bins.Hetgpu, "sidecar", "-config", cfgPath}, args...)...)
 	waitFor(t, 30*time.Second, "the sidecar API", func() bool {
 		var h map[string]any
 		return scGet(fmt.Sprintf("http://127.0.0.1:%d/v1/health", port), &h) == nil && h["backend"] == "nomad"

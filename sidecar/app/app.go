@@ -8,12 +8,14 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/hetgpu/hetgpu/model/cluster"
 	"github.com/hetgpu/hetgpu/model/estimates"
@@ -417,10 +419,14 @@ func fileExists(path string) bool {
 // NomadClient builds the API client: Nomad's environment variables (NOMAD_ADDR, NOMAD_TOKEN,
 // NOMAD_NAMESPACE, NOMAD_REGION, NOMAD_CACERT, NOMAD_CAPATH, NOMAD_CLIENT_CERT,
 // NOMAD_CLIENT_KEY, NOMAD_TLS_SERVER_NAME, NOMAD_SKIP_VERIFY), overridden by the nomad block.
-func NomadClient(n *NomadConfig) (*api.Client, string, error) { return nomadClient(n, 0) }
+func NomadClient(n *NomadConfig) (*api.Client, string, error) {
+	c, ns, _, err := nomadClient(n, 0)
+	return c, ns, err
+}
 
 // nomadClient is NomadClient with a bound on each request (0: none).
-func nomadClient(n *NomadConfig, timeout time.Duration) (*api.Client, string, error) {
+// The Agents returned is nil with one address (see nomad.HTTPClientFailover).
+func nomadClient(n *NomadConfig, timeout time.Duration) (*api.Client, string, *nomad.Agents, error) {
 	cfg := api.DefaultConfig()
 	if n.Address != "" {
 		cfg.Address = n.Address
@@ -456,13 +462,14 @@ func nomadClient(n *NomadConfig, timeout time.Duration) (*api.Client, string, er
 	if ns == "" {
 		ns = "*"
 	}
+	var agents *nomad.Agents
 	if !strings.HasPrefix(cfg.Address, "unix:") {
 		// One keep-alive pool sized for the round's concurrent pins and stats reads.
-		hc, err := nomad.HTTPClient(cfg.TLSConfig)
+		hc, ag, err := nomad.HTTPClientFailover(cfg.TLSConfig, nomadAddresses(cfg.Address, n.Addresses))
 		if err != nil {
-			return nil, "", fmt.Errorf("nomad client for %s: %w", cfg.Address, err)
+			return nil, "", nil, fmt.Errorf("nomad client for %s: %w", cfg.Address, err)
 		}
-		hc.Timeout = timeout
+		hc.Timeout, agents = timeout, ag
 		cfg.HttpClient = hc
 	} else if timeout > 0 {
 		// The Task API socket (workload identity), with the bound.
@@ -474,9 +481,48 @@ func nomadClient(n *NomadConfig, timeout time.Duration) (*api.Client, string, er
 	}
 	c, err := api.NewClient(cfg)
 	if err != nil {
-		return nil, "", fmt.Errorf("nomad client for %s: %w", cfg.Address, err)
+		return nil, "", nil, fmt.Errorf("nomad client for %s: %w", cfg.Address, err)
 	}
-	return c, ns, nil
+	return c, ns, agents, nil
+}
+
+// offIfZero maps a configured 0 (off) to the backend's negative (off; its 0 is the default).
+func offIfZero(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
+}
+
+// nomadAddresses is the agent address followed by the others configured, each once.
+func nomadAddresses(first string, more []string) []string {
+	out := []string{first}
+	for _, a := range more {
+		if !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// reconnectCollector exposes the Nomad backend's event stream reconnects.
+type reconnectCollector struct {
+	b    *nomad.Backend
+	desc *prometheus.Desc
+}
+
+func newReconnectCollector(b *nomad.Backend) reconnectCollector {
+	return reconnectCollector{b: b, desc: prometheus.NewDesc("hetgpu_nomad_stream_reconnects_total",
+		"Nomad event streams ended and opened again after a full resync, by reason: closed (EOF), stalled (no event or heartbeat in time), leader (the cluster's leader changed), unreachable (the agent stopped answering), open (could not be opened), error.",
+		[]string{"reason"}, nil)}
+}
+
+func (c reconnectCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c reconnectCollector) Collect(ch chan<- prometheus.Metric) {
+	for reason, n := range c.b.Reconnects() {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(n), reason)
+	}
 }
 
 // New assembles a sidecar from a finished configuration.
@@ -564,14 +610,16 @@ func New(c *Config, logOut io.Writer) (*Sidecar, error) {
 		}
 	}
 	if useNomad {
-		client, ns, err := NomadClient(c.Nomad)
+		client, ns, agents, err := nomadClient(c.Nomad, 0)
 		if err != nil {
 			return fail(err)
 		}
 		b, err := nomad.New(nomad.Config{Client: client, Namespace: ns, Logger: log, ExplainBaseURL: public, SignExplain: signQuery(links), ExplainRefresh: c.ExplainLinkTTLD / 2,
 			EstimateError: c.Ranker.estimateError(), EstimateModel: calibModel(calib), Shadow: c.Shadow,
 			SampleDeviceStats: boolOr(c.Nomad.SampleDeviceStats, true), SampleEvery: c.SampleEveryD, Topology: boolOr(c.Nomad.Topology, true), ResyncEvery: c.ResyncD,
-			WaitNotes: waitNotes(c.Nomad.WaitNotes), Fence: repl.fence()})
+			WaitNotes: waitNotes(c.Nomad.WaitNotes),
+			StreamStall: offIfZero(c.StreamStallD), LeaderProbe: offIfZero(c.LeaderProbeD), Agents: agents,
+			Fence: repl.fence()})
 		if err != nil {
 			return fail(err)
 		}
@@ -595,6 +643,9 @@ func New(c *Config, logOut io.Writer) (*Sidecar, error) {
 		return fail(err)
 	}
 	repl.setService(svc)
+	if nb, ok := backend.(*nomad.Backend); ok {
+		svc.Metrics().Registry.MustRegister(newReconnectCollector(nb))
+	}
 	apiCfg := c.serverConfig()
 	apiCfg.Logger, apiCfg.NomadURL, apiCfg.Links = log, nomadURL, links
 	srv := server.New(apiCfg, svc)

@@ -54,6 +54,8 @@ import (
 //
 //	nomad {
 //	  address   = "https://nomad.service:4646"  # else NOMAD_ADDR
+//	  addresses = ["https://nomad-2:4646"]      # more agents to fail over to (a server that
+//	                                            # dies or restarts, a leader change)
 //	  token     = "..."                         # else NOMAD_TOKEN
 //	  namespace = "*"                           # watched namespaces; else NOMAD_NAMESPACE, else all
 //	  region    = ""                            # else NOMAD_REGION
@@ -65,6 +67,9 @@ import (
 //	  resync   = "1m"              # full list resync besides the one on every reconnect
 //	  wait_notes = 3               # ui writes per held job saying why it waits (rank, what
 //	                               # it waits for); each is a job version; -1: none
+//	  stream_stall = "45s"         # reconnect an event stream silent this long ("0": never)
+//	  leader_probe = "2s"          # ask the agent for the leader this often; a new leader or
+//	                               # no answer reconnects at once ("0": never)
 //	}
 //
 //	simulator {                     # the embedded cluster used without Nomad
@@ -158,6 +163,8 @@ type Config struct {
 
 	// Parsed values (no hcl tag: gohcl ignores untagged fields).
 	ReconcileD, DebounceD, ResyncD, ExplainLinkTTLD time.Duration
+	// StreamStallD and LeaderProbeD are nomad.stream_stall and nomad.leader_probe (0: off).
+	StreamStallD, LeaderProbeD time.Duration
 	// SampleEveryD is nomad.sample_every.
 	SampleEveryD time.Duration
 	// QueueConfig is the queue and queues blocks, checked (no queue: not Enabled).
@@ -168,20 +175,23 @@ type Config struct {
 
 // NomadConfig is the nomad block.
 type NomadConfig struct {
-	Address           string `hcl:"address,optional"`
-	Token             string `hcl:"token,optional"`
-	Namespace         string `hcl:"namespace,optional"`
-	Region            string `hcl:"region,optional"`
-	CAFile            string `hcl:"ca_file,optional"`
-	CertFile          string `hcl:"cert_file,optional"`
-	KeyFile           string `hcl:"key_file,optional"`
-	TLSServerName     string `hcl:"tls_server_name,optional"`
-	TLSSkipVerify     bool   `hcl:"tls_skip_verify,optional"`
-	SampleDeviceStats *bool  `hcl:"sample_device_stats,optional"`
-	Topology          *bool  `hcl:"topology,optional"`
-	Resync            string `hcl:"resync,optional"`
-	SampleEvery       string `hcl:"sample_every,optional"`
-	WaitNotes         *int   `hcl:"wait_notes,optional"`
+	Address           string   `hcl:"address,optional"`
+	Addresses         []string `hcl:"addresses,optional"`
+	Token             string   `hcl:"token,optional"`
+	Namespace         string   `hcl:"namespace,optional"`
+	Region            string   `hcl:"region,optional"`
+	CAFile            string   `hcl:"ca_file,optional"`
+	CertFile          string   `hcl:"cert_file,optional"`
+	KeyFile           string   `hcl:"key_file,optional"`
+	TLSServerName     string   `hcl:"tls_server_name,optional"`
+	TLSSkipVerify     bool     `hcl:"tls_skip_verify,optional"`
+	SampleDeviceStats *bool    `hcl:"sample_device_stats,optional"`
+	Topology          *bool    `hcl:"topology,optional"`
+	Resync            string   `hcl:"resync,optional"`
+	StreamStall       string   `hcl:"stream_stall,optional"`
+	LeaderProbe       string   `hcl:"leader_probe,optional"`
+	SampleEvery       string   `hcl:"sample_every,optional"`
+	WaitNotes         *int     `hcl:"wait_notes,optional"`
 }
 
 // SimConfig is the simulator block.
@@ -438,6 +448,12 @@ func (c *Config) finish() error {
 	}
 	if c.ResyncD, err = duration(c.Nomad.Resync, time.Minute); err != nil || c.ResyncD < time.Second {
 		return bad("nomad.resync", c.Nomad.Resync, "a duration of at least 1s, e.g. \"1m\"")
+	}
+	if c.StreamStallD, err = duration(c.Nomad.StreamStall, 45*time.Second); err != nil || (c.StreamStallD != 0 && c.StreamStallD < 35*time.Second) {
+		return bad("nomad.stream_stall", c.Nomad.StreamStall, "\"0\" (off) or a duration of at least 35s (Nomad heartbeats every 30s), e.g. \"45s\"")
+	}
+	if c.LeaderProbeD, err = duration(c.Nomad.LeaderProbe, 2*time.Second); err != nil || (c.LeaderProbeD != 0 && c.LeaderProbeD < 100*time.Millisecond) {
+		return bad("nomad.leader_probe", c.Nomad.LeaderProbe, "\"0\" (off) or a duration of at least 100ms, e.g. \"2s\"")
 	}
 	if c.SampleEveryD, err = duration(c.Nomad.SampleEvery, 5*time.Second); err != nil || c.SampleEveryD < 500*time.Millisecond {
 		return bad("nomad.sample_every", c.Nomad.SampleEvery, "a duration of at least 500ms, e.g. \"5s\"")

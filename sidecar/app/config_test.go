@@ -109,6 +109,8 @@ func TestConfigErrors(t *testing.T) {
 		{"simulator {\n speed = -1\n}", "simulator.speed"},
 		{"nomad {\n resync = \"1ms\"\n}", "nomad.resync"},
 		{"nomad {\n sample_every = \"10ms\"\n}", `config nomad.sample_every = "10ms": expected a duration of at least 500ms`},
+		{"nomad {\n stream_stall = \"20s\"\n}", `config nomad.stream_stall = "20s": expected "0" (off) or a duration of at least 35s`},
+		{"nomad {\n leader_probe = \"1ms\"\n}", `config nomad.leader_probe = "1ms": expected "0" (off) or a duration of at least 100ms`},
 		{"ranker {\n tune_every = \"1ms\"\n}", `config ranker.tune_every = "1ms"`},
 		{"ranker {\n tune_runs = -1\n}", `config ranker.tune_runs = "-1"`},
 		{"ranker {\n estimate_error = -0.5\n}", `config ranker.estimate_error = "-0.5"`},
@@ -160,4 +162,38 @@ func FuzzParseConfig(f *testing.F) {
 			t.Fatalf("accepted an invalid config: %+v", c)
 		}
 	})
+}
+
+// TestNomadWatchdogConfig: nomad.stream_stall and nomad.leader_probe default to 45 s and 2 s,
+// "0" turns them off (the backend's negative), and nomad.addresses reaches the client.
+func TestNomadWatchdogConfig(t *testing.T) {
+	for _, tt := range []struct {
+		src          string
+		stall, probe time.Duration
+	}{
+		{"", 45 * time.Second, 2 * time.Second},
+		{"nomad {\n stream_stall = \"0\"\n leader_probe = \"0\"\n}", -1, -1},
+		{"nomad {\n stream_stall = \"1m\"\n leader_probe = \"500ms\"\n}", time.Minute, 500 * time.Millisecond},
+	} {
+		c, err := ParseConfig("t.hcl", []byte(tt.src))
+		if err == nil {
+			err = c.Finish()
+		}
+		if err != nil {
+			t.Fatalf("%q: %v", tt.src, err)
+		}
+		if s, p := offIfZero(c.StreamStallD), offIfZero(c.LeaderProbeD); s != tt.stall || p != tt.probe {
+			t.Errorf("%q: stall %v probe %v, want %v %v", tt.src, s, p, tt.stall, tt.probe)
+		}
+	}
+	c, err := ParseConfig("t.hcl", []byte("nomad {\n address = \"http://a:4646\"\n addresses = [\"http://b:4646\", \"https://c:4646\"]\n}"))
+	if err == nil {
+		err = c.Finish()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := nomadClient(c.Nomad, 0); err == nil || !strings.Contains(err.Error(), `nomad address "https://c:4646": scheme https, want http`) {
+		t.Errorf("mixed schemes: %v", err)
+	}
 }

@@ -39,7 +39,7 @@ func newReplication(c *Config, st *store.Store, tunedPath string, stages service
 	h := c.HA
 	// Every lock and state request is bounded by the renew interval: a Nomad that stops
 	// answering cannot hold a renewal past the lease.
-	client, _, err := nomadClient(c.Nomad, h.RenewD)
+	client, _, _, err := nomadClient(c.Nomad, h.RenewD)
 	if err != nil {
 		return nil, err
 	}

@@ -58,8 +58,20 @@ type Config struct {
 	LearnGrace time.Duration
 	// Now is the clock; default time.Now.
 	Now func() time.Time
-	// RetryBackoff is the first wait before reconnecting (doubling to 30 s); default 1 s.
+	// RetryBackoff is the first wait before reconnecting (doubling to MaxRetryBackoff);
+	// default 1 s.
 	RetryBackoff time.Duration
+	// StreamStall ends an event stream that sent nothing, not even a heartbeat, for this long
+	// (Nomad heartbeats every 30 s); default 45 s, negative disables.
+	StreamStall time.Duration
+	// LeaderProbe is how often the agent is asked for the cluster's leader while the stream is
+	// open: an unreachable agent or a new leader ends the stream at once, and it is opened
+	// again after a full resync (a stream an agent forwards through a server that died sends
+	// nothing more, not even heartbeats); default 2 s, negative disables.
+	LeaderProbe time.Duration
+	// Agents, when set (HTTPClientFailover with several addresses), is told to move on to the
+	// next agent when the stream stalls or the agent stops answering the probe.
+	Agents *Agents
 	// Parallel bounds the API calls in flight at once for pins (jobs pinned side by side in a
 	// round) and for the node and job reads of a resync (default 16); StatsParallel the node
 	// stats requests for energy sampling and live readings (default 16; a server forwards each
@@ -99,6 +111,9 @@ type Backend struct {
 	// orphans: live allocations of jobs that are gone, to ask Nomad about (checkOrphans).
 	orphans map[string]bool
 
+	// reconnects counts event streams ended and opened again, by reason (watch.go).
+	reconnects map[string]uint64
+
 	// round is the latest Snapshot's view, which Pin enforces (snapshot.go, roundView).
 	round atomic.Pointer[roundView]
 }
@@ -129,6 +144,12 @@ func New(cfg Config) (*Backend, error) {
 	if cfg.RetryBackoff <= 0 {
 		cfg.RetryBackoff = time.Second
 	}
+	if cfg.StreamStall == 0 {
+		cfg.StreamStall = 45 * time.Second
+	}
+	if cfg.LeaderProbe == 0 {
+		cfg.LeaderProbe = 2 * time.Second
+	}
 	if cfg.Parallel <= 0 {
 		cfg.Parallel = 32
 	}
@@ -144,6 +165,7 @@ func New(cfg Config) (*Backend, error) {
 		blocked: map[string]*api.Evaluation{},
 		energy:  map[string]*energyAcc{}, learned: map[string]bool{}, placed: map[string]bool{},
 		lastFault: map[string]time.Time{}, unmanaged: map[string]uint64{}, orphans: map[string]bool{},
+		reconnects: map[string]uint64{},
 	}, nil
 }
 

@@ -111,6 +111,9 @@ func (b *Backend) refreshLinks(ctx context.Context) {
 			b.log.Debug("refreshing the explain link failed; retrying later", "job", ns+"/"+id, "error", err)
 			continue
 		}
-		b.log.Info("explain link re-signed before it expired", "job", ns+"/"+id)
+		oldExp, _ := linkExpiry(old)
+		newExp, _ := linkExpiry(fresh)
+		b.log.Info("explain link re-signed before it expired", "job", ns+"/"+id,
+			"expired_at", oldExp.UTC().Format(time.RFC3339), "expires_at", newExp.UTC().Format(time.RFC3339))
 	}
 }

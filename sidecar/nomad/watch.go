@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/hashicorp/nomad/api"
@@ -15,7 +17,10 @@ import (
 
 // Watch keeps the backend current: a full resync through the list APIs, then the event
 // stream from the last index + 1, and again on every reconnect (the stream silently skips
-// events older than its buffer, so only a resync is sure to be complete).
+// events older than its buffer, so only a resync is sure to be complete). A stream that
+// errs, closes, stalls (no frame within Config.StreamStall) or outlives its agent or leader
+// (Config.LeaderProbe) is opened again at once after the resync, so a Nomad leader change
+// or a server restart costs seconds, not the 40 s a dead connection takes to time out.
 func (b *Backend) Watch(ctx context.Context, changed func()) error {
 	backoff := b.cfg.RetryBackoff
 	var resyncC <-chan time.Time
@@ -24,34 +29,101 @@ func (b *Backend) Watch(ctx context.Context, changed func()) error {
 		defer t.Stop()
 		resyncC = t.C
 	}
+	var ended time.Time // when the last stream ended (zero: none did)
 	for ctx.Err() == nil {
-		if err := b.Resync(ctx); err != nil {
+		rctx, cancel := context.WithTimeout(ctx, resyncTimeout)
+		err := b.Resync(rctx)
+		cancel()
+		if err != nil {
 			if ctx.Err() != nil {
 				break
 			}
 			b.log.Warn("resync with Nomad failed; retrying", "error", err, "in", backoff.String())
+			if b.cfg.Agents != nil && errors.Is(err, context.DeadlineExceeded) {
+				from, to := b.cfg.Agents.Skip()
+				b.log.Warn("Nomad agent does not answer; failing over", "from", from, "to", to)
+			}
 			if !sleep(ctx, backoff) {
 				break
 			}
-			backoff = min(backoff*2, 30*time.Second)
+			backoff = min(backoff*2, MaxRetryBackoff)
 			continue
+		}
+		if !ended.IsZero() {
+			b.log.Info("resynced with Nomad after the event stream ended; streaming again", "after", time.Since(ended).Round(time.Millisecond).String(), "index", b.Index())
+			ended = time.Time{}
 		}
 		changed()
 		backoff = b.cfg.RetryBackoff
-		err := b.stream(ctx, changed, resyncC)
+		err = b.stream(ctx, changed, resyncC)
 		if ctx.Err() != nil {
 			break
 		}
 		if err == errResync {
 			continue
 		}
-		b.log.Warn("event stream ended; resyncing and resuming", "error", err, "index", b.Index())
+		ended = time.Now()
+		reason := "error"
+		var se *streamEnd
+		if errors.As(err, &se) {
+			reason = se.reason
+		}
+		b.mu.Lock()
+		b.reconnects[reason]++
+		b.mu.Unlock()
+		b.log.Warn("event stream ended; resyncing and resuming", "reason", reason, "error", err, "index", b.Index())
+		if b.cfg.Agents != nil && (reason == reasonStalled || reason == reasonUnreachable) {
+			// It accepts connections but does not answer: go to the next agent.
+			from, to := b.cfg.Agents.Skip()
+			b.log.Warn("Nomad agent does not answer; failing over", "from", from, "to", to)
+		}
+		if reason == reasonLeader {
+			continue // the agent answers: resync at once
+		}
 		if !sleep(ctx, backoff) {
 			break
 		}
-		backoff = min(backoff*2, 30*time.Second)
+		backoff = min(backoff*2, MaxRetryBackoff)
 	}
 	return nil
+}
+
+// resyncTimeout bounds one resync: an agent that accepts connections but never answers
+// must not hold the watch forever.
+const resyncTimeout = 2 * time.Minute
+
+// MaxRetryBackoff bounds the wait between reconnect attempts: a server that comes back (a
+// restart, a new leader) is streamed from again within this much.
+const MaxRetryBackoff = 4 * time.Second
+
+// Reasons a stream ended (Reconnects' keys).
+const (
+	reasonClosed      = "closed"      // the agent closed the stream (EOF) or it failed to decode
+	reasonStalled     = "stalled"     // nothing, not even a heartbeat, within StreamStall
+	reasonLeader      = "leader"      // the cluster's leader changed
+	reasonUnreachable = "unreachable" // the agent did not answer the leader probe
+	reasonOpen        = "open"        // the stream could not be opened
+)
+
+// streamEnd is why an event stream ended.
+type streamEnd struct {
+	reason string
+	err    error
+}
+
+func (e *streamEnd) Error() string { return e.reason + ": " + e.err.Error() }
+func (e *streamEnd) Unwrap() error { return e.err }
+
+// Reconnects counts the event streams that ended and were opened again (after a resync), by
+// reason: closed, stalled, leader, unreachable, open, error.
+func (b *Backend) Reconnects() map[string]uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make(map[string]uint64, len(b.reconnects))
+	for k, v := range b.reconnects {
+		out[k] = v
+	}
+	return out
 }
 
 var errResync = fmt.Errorf("periodic resync")
@@ -84,28 +156,149 @@ func Topics() map[api.Topic][]string {
 	}
 }
 
+// openStream opens Nomad's event stream from index from. Unlike api.EventStream.Stream it
+// passes the heartbeat frames ({} every 30 s) on, so a stream that stopped sending is told
+// from a quiet cluster. The channel closes after a frame with Err set.
+func (b *Backend) openStream(ctx context.Context, from uint64) (<-chan *api.Events, error) {
+	v := url.Values{}
+	for topic, keys := range Topics() {
+		for _, k := range keys {
+			v.Add("topic", string(topic)+":"+k)
+		}
+	}
+	v.Set("index", strconv.FormatUint(from, 10))
+	body, err := b.c.Raw().Response("/v1/event/stream?"+v.Encode(), (&api.QueryOptions{Namespace: b.cfg.Namespace}).WithContext(ctx))
+	if err != nil {
+		return nil, err
+	}
+	ch := make(chan *api.Events, 10)
+	go func() {
+		defer close(ch)
+		defer body.Close()
+		dec := json.NewDecoder(body)
+		for {
+			var evs api.Events
+			if err := dec.Decode(&evs); err != nil {
+				evs = api.Events{Err: err}
+			}
+			select {
+			case ch <- &evs:
+			case <-ctx.Done():
+				return
+			}
+			if evs.Err != nil {
+				return
+			}
+		}
+	}()
+	return ch, nil
+}
+
+// leaderProbe asks the agent for the cluster's leader every LeaderProbe and sends what it
+// said: the leader's address, "" while there is none (the agent answers with an error
+// status during an election), or an error when the agent does not answer at all.
+func (b *Backend) leaderProbe(ctx context.Context, out chan<- probeResult) {
+	t := time.NewTicker(b.cfg.LeaderProbe)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		r := b.askLeader(ctx)
+		select {
+		case out <- r:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+type probeResult struct {
+	leader string
+	err    error // the agent did not answer
+}
+
+func (b *Backend) askLeader(ctx context.Context) probeResult {
+	// A busy agent may take a while; a hung one never answers.
+	pctx, cancel := context.WithTimeout(ctx, max(b.cfg.LeaderProbe, 3*time.Second))
+	defer cancel()
+	var leader string
+	_, err := b.c.Raw().Query("/v1/status/leader", &leader, (&api.QueryOptions{}).WithContext(pctx))
+	if err == nil {
+		return probeResult{leader: leader}
+	}
+	if statusCode(err) != 0 {
+		return probeResult{} // it answers, without a leader (an election) or the endpoint
+	}
+	return probeResult{err: err}
+}
+
 func (b *Backend) stream(ctx context.Context, changed func(), resync <-chan time.Time) error {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	from := b.Index() + 1
-	ch, err := b.c.EventStream().Stream(sctx, Topics(), from, &api.QueryOptions{Namespace: b.cfg.Namespace})
-	if err != nil {
-		return fmt.Errorf("open event stream at index %d: %w", from, err)
+	var leader string
+	if b.cfg.LeaderProbe > 0 {
+		// Also a guard: opening a stream on an agent that accepts but never answers would hang.
+		p := b.askLeader(sctx)
+		if p.err != nil {
+			return &streamEnd{reasonUnreachable, fmt.Errorf("the agent does not answer: %w", p.err)}
+		}
+		leader = p.leader
 	}
-	b.log.Debug("event stream open", "from", from)
+	ch, err := b.openStream(sctx, from)
+	if err != nil {
+		return &streamEnd{reasonOpen, fmt.Errorf("open event stream at index %d: %w", from, err)}
+	}
+	b.log.Debug("event stream open", "from", from, "leader", leader)
+	var probes chan probeResult
+	if b.cfg.LeaderProbe > 0 {
+		probes = make(chan probeResult)
+		go b.leaderProbe(sctx, probes)
+	}
+	var stallC <-chan time.Time
+	var stall *time.Timer
+	if b.cfg.StreamStall > 0 {
+		stall = time.NewTimer(b.cfg.StreamStall)
+		defer stall.Stop()
+		stallC = stall.C
+	}
+	last := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-resync:
 			return errResync
+		case <-stallC:
+			return &streamEnd{reasonStalled, fmt.Errorf("no event or heartbeat for %s (Nomad sends one every 30 s)", time.Since(last).Round(time.Millisecond))}
+		case p := <-probes:
+			switch {
+			case p.err != nil:
+				return &streamEnd{reasonUnreachable, fmt.Errorf("the agent does not answer: %w", p.err)}
+			case p.leader != "" && leader != "" && p.leader != leader:
+				return &streamEnd{reasonLeader, fmt.Errorf("leader %s replaced by %s", leader, p.leader)}
+			case p.leader != "":
+				leader = p.leader
+			}
 		case evs, ok := <-ch:
 			if !ok {
-				return fmt.Errorf("event stream closed")
+				return &streamEnd{reasonClosed, fmt.Errorf("event stream closed")}
 			}
 			if evs.Err != nil {
-				return fmt.Errorf("event stream: %w", evs.Err)
+				return &streamEnd{reasonClosed, fmt.Errorf("event stream: %w", evs.Err)}
 			}
+			last = time.Now()
+			if stall != nil {
+				stall.Reset(b.cfg.StreamStall)
+			}
+			if evs.IsHeartbeat() {
+				b.log.Trace("event stream heartbeat")
+				continue
+			}
+			b.log.Trace("events", "index", evs.Index, "events", len(evs.Events))
 			for i := range evs.Events {
 				b.apply(ctx, &evs.Events[i])
 			}

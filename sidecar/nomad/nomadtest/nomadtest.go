@@ -62,6 +62,11 @@ type Server struct {
 	vars    map[string]*fakeVar
 	now     func() time.Time
 	lockSeq int
+	// leader, stalled and heartbeat: see stream.go.
+	leader    string
+	noLeader  bool
+	stalled   bool
+	heartbeat time.Duration
 }
 
 // Stopped lists the allocations stopped through the API, in order.
@@ -542,6 +547,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case p == "/v1/event/stream":
 		s.stream(w, r)
+	case p == "/v1/status/leader":
+		s.statusLeader(w)
 	case strings.HasPrefix(p, "/v1/var/"):
 		s.variable(w, r, ns, strings.TrimPrefix(p, "/v1/var/"))
 	case p == "/v1/nodes":
@@ -713,6 +720,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 	}()
 	next := from
 	enc := json.NewEncoder(w)
+	beat := s.startHeartbeat(r.Context())
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for {
@@ -724,6 +732,24 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 		if r.Context().Err() != nil {
 			delete(s.streams, done)
 			return
+		}
+		if s.stalled {
+			// A stream that sends nothing more, heartbeats included (a dead forwarder).
+			s.wake.Wait()
+			continue
+		}
+		if beat.due() {
+			s.mu.Unlock()
+			_, err := w.Write([]byte("{}\n"))
+			if fl != nil {
+				fl.Flush()
+			}
+			s.mu.Lock()
+			if err != nil {
+				delete(s.streams, done)
+				return
+			}
+			continue
 		}
 		// Events are appended in index order: find the first one due instead of scanning a
 		// long buffer on every wake-up.
