@@ -446,7 +446,7 @@ func (s *Service) predictionError(o *cluster.Observation) {
 }
 
 // learnRun records a run the backend saw end (finished, or partial: stopped before it
-// finished, never learned from). Its record claims its allocations
+// finished, learned only by a PartialLearner). Its record claims its allocations
 // ("alloc/<id>"; FinishedRun.Key as "run/<key>" for a reporter without them), so whichever
 // of the task driver and the sidecar reports an allocation first wins, across restarts.
 func (s *Service) learnRun(ctx context.Context, fr cluster.FinishedRun) {
