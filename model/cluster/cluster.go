@@ -557,7 +557,8 @@ type Observation struct {
 	CoRunnerJob       string    `json:"co_runner_job,omitempty"`
 	Time              time.Time `json:"time"`
 	// Partial marks a run stopped, killed, preempted or failed before it finished: it is
-	// stored, but never learned from and never counted as a finished run.
+	// stored and never counted as a finished run; a learner that takes partial runs (the
+	// predictor) learns its throughput at a lower weight.
 	Partial bool `json:"partial,omitempty"`
 	// Steps is how many steps (per-GPU batches, whole job) the run completed, where the
 	// reporter counted them; with Partial it says how far a stopped run got.

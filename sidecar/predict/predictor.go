@@ -179,6 +179,11 @@ func New(opts Options) (*Predictor, error) {
 	return p, nil
 }
 
+// LearnsPartial says the predictor takes partial runs (service.PartialLearner): a run
+// stopped before it finished still measured the workload's throughput; it counts as
+// PartialWeight of a run in P2 and never makes a slot trusted on its own.
+func (p *Predictor) LearnsPartial() bool { return true }
+
 // Model returns the predictor's trained model.
 func (p *Predictor) Model() *Model { return p.model }
 

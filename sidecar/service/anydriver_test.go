@@ -71,3 +71,49 @@ func TestAnyDriverRunsLearnedOnce(t *testing.T) {
 		t.Errorf("learned %+v, want the finished run only", got)
 	}
 }
+
+// TestAnyDriverStoppedRunTeachesPartialLearner: a stopped docker run whose progress file
+// measured its rate reaches a learner that takes partial runs, marked partial, with that
+// rate as its throughput; one that only counted steps (no steady rate: its runtime includes
+// the start) does not.
+func TestAnyDriverStoppedRunTeachesPartialLearner(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		progress string
+		learned  bool
+	}{
+		{"measured rate", `{"steps": 120, "samples_per_s": 64}`, true},
+		{"steps only", `{"steps": 120}`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := servicetest.NewHarness(t, nil)
+			h.Stop()
+			h.Pred.Partial = true
+			h.Start()
+			meta := map[string]string{"hetgpu.enable": "true", "hetgpu.model": "BERT", "hetgpu.runtime": "10m", "hetgpu.batch_size": "32"}
+			job := servicetest.HeldJob("stopped", 1, 1, meta)
+			job.TaskGroups[0].Tasks[0].Driver = "docker"
+			h.Nomad.Register(job)
+			h.Round()
+			a := h.Nomad.Allocs("default", "stopped")[0]
+			if a.AllocatedResources == nil {
+				t.Fatal("docker job not placed")
+			}
+			h.Nomad.SetAllocStatus(a.ID, api.AllocClientStatusRunning, time.Now().Add(-2*time.Minute), time.Time{})
+			h.Nomad.SetAllocFile(a.ID, nomad.ProgressPath, []byte(tc.progress))
+			job = h.Nomad.Job("default", "stopped")
+			job.Stop = ptr(true)
+			h.Nomad.Register(job)
+			for range 3 {
+				h.Round()
+			}
+			got := h.Pred.Learned()
+			switch {
+			case tc.learned && (len(got) != 1 || !got[0].Partial || got[0].Throughput != 2):
+				t.Errorf("learned %+v, want the stopped run marked partial at 64 samples/s / batch 32 = 2 steps/s", got)
+			case !tc.learned && len(got) != 0:
+				t.Errorf("learned %+v, want nothing (no measured rate)", got)
+			}
+		})
+	}
+}

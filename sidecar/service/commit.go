@@ -111,6 +111,9 @@ func (g *learnGroup) flush(ctx context.Context, q []*learnReq) error {
 	}
 	if s.stages.Tuner != nil {
 		for _, o := range obs {
+			if !o.Learnable() {
+				continue // a partial run teaches a partial learner only
+			}
 			if terr := s.stages.Tuner.Observe(ctx, o); terr != nil {
 				s.log.Warn("policy tuner rejected a run", "job", o.Namespace+"/"+o.JobID, "error", terr)
 			}
@@ -162,12 +165,14 @@ type learnedSeqs interface {
 }
 
 // Replay gives a StoredLearner the learnable stored runs after sequence number after (less
-// those in have), in
+// those in have), with the partial and failed runs that measured a throughput when it is a
+// PartialLearner (marked partial), in
 // chunks of 1000 (one catalog write each; its state is rebuilt between chunks so each is
 // bounded against what the previous ones taught). It returns how many it gave.
 func Replay(ctx context.Context, st *store.Store, sl StoredLearner, after uint64, have map[uint64]bool) (int, error) {
+	partialOK := learnsPartial(sl)
 	learnable := func(r *store.ObservationRecord) bool {
-		return r.Obs.Learnable() && r.Obs.Throughput > 0 && !have[r.Seq]
+		return (r.Obs.Learnable() || partialOK) && r.Obs.Throughput > 0 && !have[r.Seq]
 	}
 	// A learner that keeps only a window of runs (the catalog) gets only the runs that fit:
 	// the older ones would be dropped again at once.
@@ -211,7 +216,11 @@ func Replay(ctx context.Context, st *store.Store, sl StoredLearner, after uint64
 			return nil
 		}
 		seqs = append(seqs, r.Seq)
-		obs = append(obs, r.Obs)
+		if r.Obs.Learnable() {
+			obs = append(obs, r.Obs)
+		} else {
+			obs = append(obs, asPartial(r.Obs))
+		}
 		if len(obs) >= 1000 {
 			return flush()
 		}

@@ -213,10 +213,12 @@ type ObserveResult struct {
 	Accepted int `json:"accepted"`
 	// Duplicates were already stored under one of their keys (not an error).
 	Duplicates int `json:"duplicates"`
-	// Learned of the accepted were fed to the predictor; Partial were stored but are not
-	// learned (partial or failed runs).
-	Learned int `json:"learned"`
-	Partial int `json:"partial"`
+	// Learned of the accepted were fed to the predictor as finished runs; Partial were
+	// partial or failed runs: stored, never fed to the tuner, and fed to a learner that takes
+	// them (PartialLearner), marked partial, when they measured a throughput (LearnedPartial).
+	Learned        int `json:"learned"`
+	Partial        int `json:"partial"`
+	LearnedPartial int `json:"learned_partial,omitempty"`
 	// Records is the outcome of each record, in order.
 	Records []store.Outcome `json:"records"`
 	// LearnError is set when learning failed after storing (the records are kept and
@@ -238,7 +240,8 @@ func (s *Service) Observe(ctx context.Context, o cluster.Observation, source str
 // against the predictor's estimate) first, then stored in one transaction, each under its
 // claims (the allocation and task, the request's Idempotency-Key, else its content), so a
 // retry or a second reporter never stores one twice. Freshly stored runs that finished
-// normally feed the learner and the tuner; duplicates, partial and failed runs do not.
+// normally feed the learner and the tuner; partial and failed runs with a throughput feed
+// only a learner that takes them (PartialLearner), marked partial; duplicates feed neither.
 func (s *Service) ObserveBatch(ctx context.Context, obs []cluster.Observation, source, idemKey string) (*ObserveResult, error) {
 	if len(obs) > MaxBatch {
 		return nil, fmt.Errorf("%d observations in one request: at most %d", len(obs), MaxBatch)
@@ -330,6 +333,7 @@ func (s *Service) storeRecords(ctx context.Context, recs []store.NewObservation)
 	res := &ObserveResult{Records: out}
 	var learn []cluster.Observation
 	var seqs []uint64
+	partialOK := learnsPartial(s.stages.Learner)
 	for i, oc := range out {
 		o := &recs[i].Obs
 		switch {
@@ -338,6 +342,11 @@ func (s *Service) storeRecords(ctx context.Context, recs []store.NewObservation)
 			continue
 		case !o.Learnable():
 			res.Partial++
+			if partialOK && o.Throughput > 0 {
+				learn = append(learn, asPartial(*o))
+				seqs = append(seqs, oc.Seq)
+				res.LearnedPartial++
+			}
 		case o.Throughput > 0:
 			learn = append(learn, *o)
 			seqs = append(seqs, oc.Seq)
@@ -348,10 +357,10 @@ func (s *Service) storeRecords(ctx context.Context, recs []store.NewObservation)
 	}
 	if len(learn) > 0 {
 		if err := s.learner.learn(ctx, seqs, learn); err != nil {
-			res.LearnError = err.Error()
+			res.LearnError, res.LearnedPartial = err.Error(), 0
 			s.log.Warn("learning from stored runs failed; they are learned at the next start", "runs", len(learn), "error", err)
 		} else {
-			res.Learned = len(learn)
+			res.Learned = len(learn) - res.LearnedPartial
 		}
 	}
 	// A duplicate too (the first try may have been stored here but not shared): the runs
@@ -360,6 +369,25 @@ func (s *Service) storeRecords(ctx context.Context, recs []store.NewObservation)
 		return nil, err
 	}
 	return res, nil
+}
+
+// PartialLearner is a Learner that takes partial and failed runs as evidence of the
+// workload's throughput: the service gives it those that measured one, marked Partial (a
+// failed run too), and it weighs them less than finished runs (the predictor: half a run,
+// never enough alone to trust a slot). Other learners and the tuner see finished runs only.
+type PartialLearner interface {
+	LearnsPartial() bool
+}
+
+func learnsPartial(l any) bool {
+	pl, ok := l.(PartialLearner)
+	return ok && pl.LearnsPartial()
+}
+
+// asPartial is a run that did not finish normally as a partial learner receives it.
+func asPartial(o cluster.Observation) cluster.Observation {
+	o.Partial = true
+	return o
 }
 
 // plausibleThroughput refuses a throughput more than MaxEstimateFactor times what the
@@ -418,7 +446,7 @@ func (s *Service) predictionError(o *cluster.Observation) {
 }
 
 // learnRun records a run the backend saw end (finished, or partial: stopped before it
-// finished, never learned from). Its record claims its allocations
+// finished, learned only by a PartialLearner). Its record claims its allocations
 // ("alloc/<id>"; FinishedRun.Key as "run/<key>" for a reporter without them), so whichever
 // of the task driver and the sidecar reports an allocation first wins, across restarts.
 func (s *Service) learnRun(ctx context.Context, fr cluster.FinishedRun) {

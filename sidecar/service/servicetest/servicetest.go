@@ -32,7 +32,12 @@ type Table struct {
 	Observed []cluster.Observation
 	// NaN makes every estimate's uncertainty NaN, as a predictor may for an unknown workload.
 	NaN bool
+	// Partial makes the table take partial runs (service.PartialLearner), as the predictor does.
+	Partial bool
 }
+
+// LearnsPartial implements service.PartialLearner.
+func (t *Table) LearnsPartial() bool { return t.Partial }
 
 // Predict implements sched.Predictor.
 func (t *Table) Predict(_ *cluster.Job, gpuType string, gpus int) sched.Estimate {
