@@ -296,10 +296,25 @@ func TestNomadLeaderChangeOnRealAgent(t *testing.T) {
 			submitToy(t, c, bins, "after-election", 100000, "100ms", nil)
 			pinned := waitPinned(t, c, "after-election", bound+30*time.Second)
 			var detected time.Time
+			wait := 2 * time.Minute
+			if !tc.probe {
+				// Without the probe a stream the client agent forwards may survive the kill (seen on
+				// the real agent: the client re-forwards it to the new leader); the pin above is
+				// then what matters, and no reconnect is needed.
+				wait = 5 * time.Second
+			}
 			select {
 			case detected = <-detectedC:
-			case <-time.After(2 * time.Minute):
-				t.Fatalf("the sidecar counted no reconnect after the kill: %v", reconnects(port))
+			case <-time.After(wait):
+				if tc.probe {
+					t.Fatalf("the sidecar counted no reconnect after the kill: %v", reconnects(port))
+				}
+				t.Logf("via the %s, stall timer only: the stream survived the kill (no reconnect); job submitted after the election pinned %s after it",
+					via, pinned.Sub(elected).Round(10*time.Millisecond))
+				if d := pinned.Sub(elected); d > bound {
+					t.Errorf("job submitted after the election pinned %s after it, want < %s", d, bound)
+				}
+				return
 			}
 			t.Logf("via the %s (leader probe %v): election %s after the SIGKILL (new leader %s); stream ended+reconnected seen %s after the kill (reasons %v); job submitted after the election pinned %s after it",
 				via, tc.probe, elected.Sub(kill).Round(10*time.Millisecond), newLeader.name, detected.Sub(kill).Round(10*time.Millisecond),
