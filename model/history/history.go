@@ -376,20 +376,7 @@ func GittinsMix(a, b Component, ran float64) float64 {
 	// Quanta evenly apart in log runtime over both components' range.
 	const steps = 2 * gittinsSteps
 	dz := (hi - lo) / steps
-	best := math.Inf(1)
-	x0, sPrev, service := ran, s0, 0.0
-	for k := 1; k <= steps; k++ {
-		x := math.Exp(lo + dz*float64(k))
-		if x <= x0 {
-			continue
-		}
-		s := surv(x)
-		service += (x - x0) * (sPrev + s) / 2
-		x0, sPrev = x, s
-		if done := s0 - s; done > 0 {
-			best = math.Min(best, service/done)
-		}
-	}
+	best := gittinsScan(surv, ran, s0, func(k int) float64 { return math.Exp(lo + dz*float64(k)) }, steps)
 	if math.IsInf(best, 1) {
 		return ran * math.Expm1(math.Max(a.Sigma, b.Sigma))
 	}
@@ -428,10 +415,21 @@ func Gittins(mu, sigma, ran float64) float64 {
 	if ran > 0 {
 		z = math.Max(z, (math.Log(ran)-mu)/sigma)
 	}
+	best := gittinsScan(surv, ran, s0, func(k int) float64 { return math.Exp(mu + sigma*(z+gittinsDZ*float64(k))) }, gittinsSteps)
+	if math.IsInf(best, 1) {
+		return ran * math.Expm1(sigma)
+	}
+	return best
+}
+
+// gittinsScan is the least expected service per completion over the quanta ending at end(k),
+// k = 1..steps (increasing), for a job that has run ran (surv(ran) = s0): the service
+// integrated by the trapezoid rule over the same points. +Inf when no quantum completes any.
+func gittinsScan(surv func(float64) float64, ran, s0 float64, end func(int) float64, steps int) float64 {
 	best := math.Inf(1)
 	x0, sPrev, service := ran, s0, 0.0
-	for k := 1; k <= gittinsSteps; k++ {
-		x := math.Exp(mu + sigma*(z+gittinsDZ*float64(k)))
+	for k := 1; k <= steps; k++ {
+		x := end(k)
 		if x <= x0 {
 			continue
 		}
@@ -441,9 +439,6 @@ func Gittins(mu, sigma, ran float64) float64 {
 		if done := s0 - s; done > 0 {
 			best = math.Min(best, service/done)
 		}
-	}
-	if math.IsInf(best, 1) {
-		return ran * math.Expm1(sigma)
 	}
 	return best
 }
