@@ -149,6 +149,7 @@ func stagesWithRanker(c *Config, stateDir string, hist *history.Model, log hclog
 		return st, nil, err
 	}
 	logRanker(log, ch)
+	ch.starvation = c.Ranker.starvation()
 	rk, sw, rs, err := rankerFor(ch, log)
 	if err != nil {
 		return st, nil, err
@@ -187,7 +188,7 @@ func rankerFor(ch rankerChoice, log hclog.Logger) (*rank.Ranker, *rank.RegimeSwi
 	if ch.use {
 		p = learned
 	}
-	rk, err := rank.New(p)
+	rk, err := rank.New(p, rank.WithHeuristic(rank.Heuristic{Starvation: ch.starvation}))
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -220,6 +221,8 @@ type rankerChoice struct {
 	learned  string
 	verdicts rank.Verdicts
 	status   service.RankerStatus
+	// starvation is ranker.starvation, the guard over whichever order ranks.
+	starvation float64
 }
 
 // winsSomewhere reports whether the learned policy's verdict beats the heuristic in any regime.
@@ -617,7 +620,7 @@ func New(c *Config, logOut io.Writer) (*Sidecar, error) {
 		b, err := nomad.New(nomad.Config{Client: client, Namespace: ns, Logger: log, ExplainBaseURL: public, SignExplain: signQuery(links), ExplainRefresh: c.ExplainLinkTTLD / 2,
 			EstimateError: c.Ranker.estimateError(), EstimateModel: calibModel(calib), Shadow: c.Shadow,
 			SampleDeviceStats: boolOr(c.Nomad.SampleDeviceStats, true), SampleEvery: c.SampleEveryD, Topology: boolOr(c.Nomad.Topology, true), ResyncEvery: c.ResyncD,
-			WaitNotes: waitNotes(c.Nomad.WaitNotes),
+			WaitNotes:   waitNotes(c.Nomad.WaitNotes),
 			StreamStall: offIfZero(c.StreamStallD), LeaderProbe: offIfZero(c.LeaderProbeD), Agents: agents,
 			Fence: repl.fence()})
 		if err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/hetgpu/hetgpu/model/history"
 	"github.com/hetgpu/hetgpu/sidecar/preempt"
 	"github.com/hetgpu/hetgpu/sidecar/queue"
+	"github.com/hetgpu/hetgpu/sidecar/rank"
 	"github.com/hetgpu/hetgpu/sidecar/server"
 	"github.com/hetgpu/hetgpu/sidecar/store"
 )
@@ -98,6 +99,8 @@ import (
 //	                           # a running job is ranked by its expected time left; 0 = estimate - run
 //	  calibrate_estimates = true  # learn the error (and users' bias) from finished runs, starting
 //	                           # at estimate_error; false keeps estimate_error fixed
+//	  starvation = 0           # boost a job that waited more than this many times its expected
+//	                           # runtime (0 = off; see docs/results/estimate-free.md)
 //	  history {                # jobs without hetgpu.runtime are read by the finished runs of
 //	                           # similar jobs (model/history), kept in the state file
 //	    window       = 2000    # the newest finished runs that count
@@ -252,6 +255,10 @@ type RankerConfig struct {
 	// CalibrateEstimates learns the model from finished runs, with EstimateError as its prior
 	// (model/estimates; default true).
 	CalibrateEstimates *bool `hcl:"calibrate_estimates,optional"`
+	// Starvation is the starvation guard's threshold: a job that has waited more than this many
+	// times its expected runtime is boosted, over the heuristic's order and a learned one
+	// (rank.Heuristic.Starvation; 0, the default, off).
+	Starvation float64 `hcl:"starvation,optional"`
 
 	// History configures the runtime history jobs without hetgpu.runtime are read by.
 	History *HistoryConfig `hcl:"history,block"`
@@ -339,6 +346,14 @@ func (r *RankerConfig) calibrateEstimates() bool {
 // DefaultEstimateError is ranker.estimate_error's default: the simulator's own estimate error
 // (sim.DefaultEstimateSigma: half of the estimates off by more than 40 %).
 const DefaultEstimateError = 0.5
+
+// starvation is ranker.starvation (0, off, when there is no ranker block).
+func (r *RankerConfig) starvation() float64 {
+	if r == nil {
+		return 0
+	}
+	return r.Starvation
+}
 
 // estimateError is ranker.estimate_error or its default.
 func (r *RankerConfig) estimateError() float64 {
@@ -518,6 +533,9 @@ func (c *Config) finish() error {
 	}
 	if e := c.Ranker.estimateError(); !(e >= 0 && e <= cluster.MaxEstimateSigma) {
 		return bad("ranker.estimate_error", e, fmt.Sprintf("a number from 0 to %d (the sigma of log(true runtime / hetgpu.runtime); 0 trusts the estimates)", cluster.MaxEstimateSigma))
+	}
+	if rank.ValidStarvation(c.Ranker.Starvation) != nil {
+		return bad("ranker.starvation", c.Ranker.Starvation, "0 (off) or a finite slowdown above 1: a job that waited that many times its expected runtime is boosted")
 	}
 	if c.Ranker.History == nil {
 		c.Ranker.History = &HistoryConfig{}

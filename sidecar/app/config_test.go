@@ -115,6 +115,8 @@ func TestConfigErrors(t *testing.T) {
 		{"ranker {\n tune_runs = -1\n}", `config ranker.tune_runs = "-1"`},
 		{"ranker {\n estimate_error = -0.5\n}", `config ranker.estimate_error = "-0.5"`},
 		{"ranker {\n estimate_error = 4\n}", `config ranker.estimate_error = "4": expected a number from 0 to 3`},
+		{"ranker {\n starvation = 1\n}", `config ranker.starvation = "1": expected 0 (off) or a finite slowdown above 1`},
+		{"ranker {\n starvation = -3\n}", `config ranker.starvation = "-3": expected 0 (off)`},
 		{"ranker {\n history {\n window = -1\n }\n}", `config ranker.history.window = "-1": expected a number of finished runs from 1 to 20000 (default 2000)`},
 		{"ranker {\n history {\n window = 1000000\n }\n}", `config ranker.history.window = "1000000"`},
 		{"ranker {\n history {\n prior_median = \"soon\"\n }\n}", `config ranker.history.prior_median = "soon": expected a duration from 1s to 8760h`},

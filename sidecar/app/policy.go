@@ -38,7 +38,7 @@ func policyStages(c *Config, pred sched.Predictor, hist *history.Model, log hclo
 		return service.Stages{}, service.RankerStatus{}, err
 	}
 	st, err := policies.Live(c.Policy, policies.Options{Throughput: tab, Predictor: pred, Seed: 1, Logger: log.Named(c.Policy),
-		History: hist})
+		History: hist, Starvation: c.Ranker.starvation()})
 	if err != nil {
 		return service.Stages{}, service.RankerStatus{}, fmt.Errorf("config policy = %q: %w", c.Policy, err)
 	}

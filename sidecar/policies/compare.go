@@ -36,6 +36,8 @@ type CompareOptions struct {
 	// (one queue per namespace, guarantees splitting F of the cluster by demand), or an HCL
 	// file of queue blocks (queue.Load).
 	Queues string
+	// Starvation is the hetgpu rankers' starvation guard (Options.Starvation; 0 off).
+	Starvation float64
 }
 
 // DefaultRestartPenaltyS is what `hetgpu sim` and `hetgpu train eval` charge every preemptive
@@ -81,7 +83,7 @@ func Compare(ctx context.Context, o CompareOptions) (*Comparison, error) {
 	}
 	ps := make([]*sim.PipelinePolicy, 0, len(o.Policies))
 	for _, name := range o.Policies {
-		p, err := New(name, Options{Spec: spec, Throughput: tab, Seed: o.Seed, Logger: o.Logger.Named(name), Queues: qc})
+		p, err := New(name, Options{Spec: spec, Throughput: tab, Seed: o.Seed, Logger: o.Logger.Named(name), Queues: qc, Starvation: o.Starvation})
 		if err != nil {
 			return nil, err
 		}

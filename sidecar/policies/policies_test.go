@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/hetgpu/hetgpu/model/history"
 	"github.com/hetgpu/hetgpu/sidecar/place"
 	"github.com/hetgpu/hetgpu/sidecar/rank"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
@@ -39,7 +40,7 @@ func TestParseList(t *testing.T) {
 		t.Fatalf("ParseList: %v %v", got, err)
 	}
 	all, err := ParseList("all")
-	explicit := HetgpuHeuristic + "," + HetgpuOracle
+	explicit := HetgpuHeuristic + "," + HetgpuOracle + "," + HetgpuHindsight
 	if err != nil || strings.Join(all, ",")+","+explicit != strings.Join(Names(), ",") {
 		t.Fatalf("all: %v %v; want every name but the explicit %s", all, err, explicit)
 	}
@@ -332,6 +333,64 @@ func TestHetgpuOracleSeesExactRuntimes(t *testing.T) {
 		t.Fatalf("exact and noisy estimates started all %d jobs at the same times", ro.Jobs)
 	}
 	t.Logf("avg JCT oracle %.0f s, heuristic %.0f s; %d jobs started at other times", ro.AvgJCTS, rh.AvgJCTS, differ)
+}
+
+// hetgpu-hindsight's history holds every job's runtime before the first round, so without any
+// estimate it runs a group of short jobs ahead of a group of long ones that queued first;
+// hetgpu-heuristic, whose history starts empty, reads both groups alike at first.
+func TestHetgpuHindsightKnowsGroupsFromTheStart(t *testing.T) {
+	tb := tab(t)
+	// A blocker of a third kind holds the one GPU while both groups queue behind it.
+	jobs := []trace.Job{job("blocker", "ResNet-50 (batch size 64)", 1, 0, 3600, tb)}
+	for i := range 4 {
+		jobs = append(jobs, job(fmt.Sprintf("long-%d", i), "ResNet-50 (batch size 32)", 1, float64(1+i), 10*3600, tb))
+	}
+	for i := range 4 {
+		jobs = append(jobs, job(fmt.Sprintf("short-%d", i), "ResNet-18 (batch size 64)", 1, float64(5+i), 600, tb))
+	}
+	s := v100s(t, 1, 1)
+	run := func(name string) (*sim.Result, history.Stats) {
+		hist, err := history.New(history.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := Build(name, Options{Spec: s, Throughput: tb, Seed: 1, History: hist})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := sim.Simulate(context.Background(), sim.Setup{Spec: s, Throughput: tb, Trace: &trace.Trace{Name: "t", Jobs: jobs},
+			EstimateReplay: sim.EstimateReplay{NoEstimates: true}}, p.Sim(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r, hist.Stats()
+	}
+	hind, hs := run(HetgpuHindsight)
+	heur, _ := run(HetgpuHeuristic)
+	if hind.Jobs != len(jobs) || heur.Jobs != len(jobs) {
+		t.Fatalf("finished %d (hindsight) and %d (heuristic) of %d jobs", hind.Jobs, heur.Jobs, len(jobs))
+	}
+	// Primed with all eight, each finished run then skipped as already known (the last one
+	// finishes after the last round).
+	if hs.Runs != len(jobs) || hs.Observed <= len(jobs) || hs.Skipped != hs.Observed-len(jobs) {
+		t.Fatalf("hindsight history %+v: want %d runs, each finished one skipped", hs, len(jobs))
+	}
+	lastShort, firstLong := 0.0, math.Inf(1)
+	for _, j := range hind.JobResults {
+		switch {
+		case strings.HasPrefix(j.ID, "short"):
+			lastShort = math.Max(lastShort, j.ArrivalS+j.JCTS)
+		case strings.HasPrefix(j.ID, "long"):
+			firstLong = math.Min(firstLong, j.ArrivalS+j.JCTS)
+		}
+	}
+	if !(lastShort < firstLong) {
+		t.Fatalf("hindsight: last short job done at %.0f s, first long one at %.0f s; want every short one first", lastShort, firstLong)
+	}
+	if !(hind.AvgJCTS < heur.AvgJCTS) {
+		t.Fatalf("avg JCT hindsight %.0f s, heuristic %.0f s: want hindsight shorter", hind.AvgJCTS, heur.AvgJCTS)
+	}
+	t.Logf("avg JCT hindsight %.0f s, heuristic %.0f s", hind.AvgJCTS, heur.AvgJCTS)
 }
 
 // hetgpu preempts a long job for a short newcomer (its ranker puts the smaller remaining work

@@ -113,7 +113,7 @@ func hetgpuPipelineStages(o Options, r sched.Ranker) (sched.Stages, error) {
 const HetgpuHeuristic = "hetgpu-heuristic"
 
 func newHetgpuHeuristic(o Options) (Policy, error) {
-	r, err := rank.New(nil, rank.WithExplain(false))
+	r, err := rank.New(nil, rank.WithExplain(false), rank.WithHeuristic(rank.Heuristic{Starvation: o.Starvation}))
 	if err != nil {
 		return Policy{}, err
 	}
@@ -132,6 +132,20 @@ func newHetgpuOracle(o Options) (Policy, error) {
 	return p, err
 }
 
+// HetgpuHindsight is hetgpu-heuristic whose runtime history knows, from the start of a
+// simulated run, every job's runtime except at its own job level (sim.Estimates.Hindsight):
+// each group of similar jobs' distribution exactly, no job's own runtime. Jobs without an
+// estimate rank by that; what any order reading runtimes from similar jobs' runs can know at
+// best, the ceiling of estimate-free ranking beside hetgpu-oracle's of exact runtimes. Live it
+// is hetgpu-heuristic.
+const HetgpuHindsight = "hetgpu-hindsight"
+
+func newHetgpuHindsight(o Options) (Policy, error) {
+	p, err := newHetgpuHeuristic(o)
+	p.Estimates.Hindsight = true
+	return p, err
+}
+
 // newHetgpu is the policy the sidecar runs by default: the bundled pretrained prioritiser
 // (or its fallback heuristic when a build has none) in HetgpuPipeline, or Options.Ranker (the
 // live sidecar chooses its ranker from its configuration and evidence, app.StagesWithRanker).
@@ -139,7 +153,7 @@ func newHetgpu(o Options) (Policy, error) {
 	if o.Ranker != nil {
 		return hetgpuStages(o, o.Ranker)
 	}
-	r, err := rank.NewDefault(rank.WithExplain(false))
+	r, err := rank.NewDefault(rank.WithExplain(false), rank.WithHeuristic(rank.Heuristic{Starvation: o.Starvation}))
 	if err != nil {
 		return Policy{}, err
 	}

@@ -52,6 +52,10 @@ type Options struct {
 	// Ranker, when set, is the hetgpu policy's ranker instead of the bundled learned one (the
 	// live sidecar's choice, app.StagesWithRanker).
 	Ranker sched.Ranker
+	// Starvation is the hetgpu rankers' starvation guard (rank.Heuristic.Starvation: a job
+	// that waited more than this many times its expected runtime is boosted; 0 off), over the
+	// heuristic order and the learned one alike. Live, the sidecar's ranker.starvation.
+	Starvation float64
 	// History, when set, is the runtime history of the hetgpu policies' estimates step (the
 	// live sidecar's, durable across restarts); each run gets a fresh one otherwise.
 	History *history.Model
@@ -103,6 +107,7 @@ func registry() []Entry {
 		{Name: "hetgpu", Summary: "learned prioritiser (PPO) + GOGH predictor + preemption planner + placement MILP, hetgpu preset (this project)", New: newHetgpu},
 		{Name: HetgpuHeuristic, Summary: "hetgpu with the ranker's fallback heuristic order instead of the learned one (comparison; not in all)", New: newHetgpuHeuristic, Explicit: true},
 		{Name: HetgpuOracle, Summary: "hetgpu-heuristic shown exact runtimes in simulation, the ceiling of what better runtime knowledge gives a ranker (comparison; not in all)", New: newHetgpuOracle, Explicit: true},
+		{Name: HetgpuHindsight, Summary: "hetgpu-heuristic whose runtime history knows every group of similar jobs' runtimes in hindsight (not each job's own), the ceiling of ranking from history without estimates (comparison; not in all)", New: newHetgpuHindsight, Explicit: true},
 	}
 }
 

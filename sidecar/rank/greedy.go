@@ -22,6 +22,10 @@ type Decider interface {
 // Greedy orders jobs by the policy's scores, without exploring or recording. Its buffers are
 // sized for MaxWindow jobs, so a decision allocates nothing. Not safe for concurrent use.
 type Greedy struct {
+	// Starvation is the starvation guard's threshold (Heuristic.Starvation; 0 off), its boost
+	// added to every job's score.
+	Starvation float64
+
 	pol *Policy
 	ws  *nn.Workspace
 	x   []float64 // normalised job rows
@@ -43,6 +47,12 @@ func (g *Greedy) Act(raw []float64, n int, globals []float64, mask []bool, k int
 	}
 	logits := g.pol.Actor.Forward(g.ws, x, n)
 	g.pol.AddBase(logits, raw, n)
+	if g.Starvation > 0 {
+		h, f := Heuristic{Starvation: g.Starvation}, g.pol.NumFeatures()
+		for j := 0; j < n; j++ {
+			logits[j] += h.Boost(raw[j*f : (j+1)*f])
+		}
+	}
 	OrderJobs(logits, ChoiceMask(mask, n), k, nil, order[:n], scores[:n])
 	return nil
 }

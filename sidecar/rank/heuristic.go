@@ -1,6 +1,9 @@
 package rank
 
-import "math"
+import (
+	"fmt"
+	"math"
+)
 
 // Heuristic is the ranker's fallback when no policy is loaded: smallest estimated GPU-time
 // first, with optional aging.
@@ -36,26 +39,57 @@ type Heuristic struct {
 	Starvation float64
 }
 
+// DefaultStarvation is the starvation guard's default threshold (0: off; see Heuristic).
+const DefaultStarvation = 0
+
+// ValidStarvation checks a starvation guard threshold: 0 (off) or a slowdown above 1.
+func ValidStarvation(k float64) error {
+	if k == 0 || k > 1 && !math.IsInf(k, 0) {
+		return nil
+	}
+	return fmt.Errorf("starvation = %v, expected 0 (off) or a finite slowdown above 1 (a job that waited that many times its expected runtime is boosted)", k)
+}
+
 // Score computes the heuristic score of one raw feature row of schema version 1.
 func (h Heuristic) Score(row []float64) float64 {
-	rt := h.DefaultRuntimeS
-	if rt <= 0 {
-		rt = 3600
-	}
-	logT := math.Log10(rt)
-	if row[FEstKnown] > 0 {
-		logT = row[FRuntime]
-	}
+	logT := h.logRuntime(row)
 	gpuMinutesLog2 := row[FGPUs] + (logT-math.Log10(60))*math.Log2(10)
 	score := -gpuMinutesLog2
 	if h.AgingMinutes > 0 {
 		score += math.Expm1(row[FWait]) / h.AgingMinutes
 	}
-	if h.Starvation > 0 {
-		waitS := math.Expm1(row[FWait]) * 60
-		if x := waitS / (h.Starvation * math.Pow(10, logT)); x > 1 {
-			score += math.Log2(x)
-		}
+	return score + h.boost(row, logT)
+}
+
+// Boost is the starvation guard's part of a row's score (0 when the guard is off or the job
+// has not waited Starvation times its expected runtime): what a learned order gets on top of
+// its own score, so that the guard holds whichever order ranks.
+func (h Heuristic) Boost(row []float64) float64 {
+	if h.Starvation <= 0 {
+		return 0
 	}
-	return score
+	return h.boost(row, h.logRuntime(row))
+}
+
+func (h Heuristic) boost(row []float64, logT float64) float64 {
+	if h.Starvation <= 0 {
+		return 0
+	}
+	waitS := math.Expm1(row[FWait]) * 60
+	if x := waitS / (h.Starvation * math.Pow(10, logT)); x > 1 {
+		return math.Log2(x)
+	}
+	return 0
+}
+
+// logRuntime is log10 of the row's expected runtime in seconds: its estimate, else the default.
+func (h Heuristic) logRuntime(row []float64) float64 {
+	if row[FEstKnown] > 0 {
+		return row[FRuntime]
+	}
+	rt := h.DefaultRuntimeS
+	if rt <= 0 {
+		rt = 3600
+	}
+	return math.Log10(rt)
 }

@@ -39,7 +39,8 @@ type Option func(*Ranker)
 // WithExplain controls whether Ranked.Features is filled (default true).
 func WithExplain(on bool) Option { return func(r *Ranker) { r.explain = on } }
 
-// WithHeuristic replaces the fallback heuristic's parameters.
+// WithHeuristic replaces the fallback heuristic's parameters; its starvation guard also holds
+// over a learned policy's order.
 func WithHeuristic(h Heuristic) Option { return func(r *Ranker) { r.heuristic = h } }
 
 // WithExtractor sets the feature extractor's horizon and reference GPU type.
@@ -65,7 +66,7 @@ func New(p *Policy, opts ...Option) (*Ranker, error) {
 		o(r)
 	}
 	if r.policy != nil && r.decider == nil {
-		r.decider = NewGreedy(r.policy)
+		r.decider = r.greedy(r.policy)
 	}
 	return r, nil
 }
@@ -205,7 +206,14 @@ func (r *Ranker) SetPolicy(p *Policy) error {
 	r.policy = p
 	r.decider = nil
 	if p != nil {
-		r.decider = NewGreedy(p)
+		r.decider = r.greedy(p)
 	}
 	return nil
+}
+
+// greedy is p's greedy decider, with the heuristic's starvation guard on top of its scores.
+func (r *Ranker) greedy(p *Policy) *Greedy {
+	g := NewGreedy(p)
+	g.Starvation = r.heuristic.Starvation
+	return g
 }

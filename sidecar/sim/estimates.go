@@ -106,6 +106,12 @@ type Estimates struct {
 	Sigma float64
 	// Seed makes the per-job errors reproducible.
 	Seed uint64
+	// Hindsight teaches the policy's estimates step, before the first round, the whole runtime
+	// of every job of the run: the runtime distribution of each group of similar jobs known
+	// in hindsight, not each job's own runtime (its run is left out of the job level; at the
+	// coarser levels it is one of its group's runs). What any order that reads a job's
+	// runtime from its peers could know at best: the ceiling of history-based ranking.
+	Hindsight bool
 }
 
 func (e Estimates) sigma() float64 {
@@ -179,6 +185,25 @@ func (c *estimating) tellsRuntime(ns, jobKey string) bool {
 		}
 	}
 	return t
+}
+
+// primeHindsight teaches the estimates step every job's runtime on the reference type before
+// the first round (Estimates.Hindsight). Each run is keyed as the job's own finished run will
+// be, so that one is not counted twice, and has no family, so that no job is read by its own
+// runtime at the job level.
+func (c *estimating) primeHindsight() {
+	if c.learn == nil {
+		return
+	}
+	for _, js := range c.e.jobs {
+		if js.RefS <= 0 {
+			continue
+		}
+		cj := c.e.clusterJob(js)
+		hj := history.JobOf(&cj)
+		hj.Family = ""
+		c.learn.ObserveRuntime(history.Run{Key: js.Key, Job: hj, RuntimeS: js.RefS})
+	}
 }
 
 // observeFinished teaches the estimates step the whole runtime, on the reference type, of each

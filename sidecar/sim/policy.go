@@ -38,6 +38,8 @@ type PipelinePolicy struct {
 	// whether a namespace's users write estimates (EstimateReplay.PartialEstimates).
 	factors map[string]float64
 	tells   map[string]bool
+	// primed is set once the estimates step learned the run in hindsight (Estimates.Hindsight).
+	primed bool
 }
 
 // Meter measures a run from outside its policy: it sees the cluster as every round left it
@@ -66,6 +68,10 @@ func (p *PipelinePolicy) round(ctx context.Context, e *Engine) error {
 		p.tells = map[string]bool{}
 	}
 	c := &estimating{e: e, est: p.Estimates, factors: p.factors, learn: p.Stages.Estimator, tells: p.tells}
+	if p.Estimates.Hindsight && !p.primed {
+		c.primeHindsight()
+		p.primed = true
+	}
 	pl := p.Stages.Pipeline(c)
 	if p.OnRound == nil {
 		pl.Reuse = &p.scratch // nothing reads a round's snapshots once the next starts

@@ -20,6 +20,7 @@ import (
 	"github.com/hetgpu/hetgpu/model/cluster"
 	"github.com/hetgpu/hetgpu/sidecar/app"
 	"github.com/hetgpu/hetgpu/sidecar/policies"
+	"github.com/hetgpu/hetgpu/sidecar/rank"
 	"github.com/hetgpu/hetgpu/sidecar/sim"
 	"github.com/hetgpu/hetgpu/sidecar/sim/report"
 	"github.com/hetgpu/hetgpu/sidecar/throughput"
@@ -37,6 +38,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	parallel := fs.Int("parallel", 0, "policies simulated at once (0: one per CPU)")
 	penalty := fs.Float64("restart-penalty", policies.DefaultRestartPenaltyS, "seconds of work a preempted job loses per restart (preemptive baselines)")
 	estimates := addEstimateFlags(fs)
+	guard := addGuardFlag(fs)
 	logLevel := fs.String("log-level", "warn", "log level on stderr: trace, debug, info, warn, error")
 	queues := fs.String("queues", "", "queues for the hetgpu policies: auto (one per namespace, guarantees splitting 80 % of the cluster by demand), auto:F, or an HCL file of queue blocks; reports per queue")
 	setUsage(fs, fmt.Sprintf("Usage: hetgpu sim [flags]\n\nReplays a trace on a simulated GPU cluster under each policy and compares them.\nBundled traces: %s", strings.Join(trace.BundledNames(), ", ")))
@@ -44,6 +46,10 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	replay, err := estimates.replay("hetgpu sim")
+	if err != nil {
+		return err
+	}
+	starvation, err := guard.value("hetgpu sim")
 	if err != nil {
 		return err
 	}
@@ -82,7 +88,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 
 	opts := policies.CompareOptions{Cluster: *clusterRef, Trace: *traceRef, Policies: names, Seed: *seed,
 		Parallel: *parallel, Logger: logger, RestartPenaltyS: *penalty, Queues: *queues,
-		EstimateReplay: replay}
+		EstimateReplay: replay, Starvation: starvation}
 	if f, ok := stdout.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		var mu sync.Mutex
 		var bar *progressbar.ProgressBar
@@ -159,6 +165,7 @@ const (
 	skewUsage       = "users' habit: median of estimate / true runtime, scaling every noisy estimate (1: unbiased, 2: users ask for twice what their jobs take)"
 	spreadUsage     = "how much teams' habits differ: each namespace's estimates are further scaled by exp(S x z), z ~ N(0, 1) fixed per namespace (0: every team alike)"
 	stepsUsage      = "jobs declare hetgpu.steps, their total work, as a user who knows epochs x steps would"
+	starvationUsage = "the hetgpu rankers' starvation guard: a job that waited more than this many times its expected runtime is boosted (the sidecar's ranker.starvation; 0 off, else above 1)"
 )
 
 // estimateFlags are the --estimates and --estimate-skew flags of the commands that simulate.
@@ -171,6 +178,21 @@ type estimateFlags struct {
 func addEstimateFlags(fs *flag.FlagSet) estimateFlags {
 	return estimateFlags{mode: fs.String("estimates", estimatesScaled, estimatesUsage), skew: fs.Float64("estimate-skew", 1, skewUsage),
 		spread: fs.Float64("estimate-skew-spread", 0, spreadUsage), steps: fs.Bool("steps", false, stepsUsage)}
+}
+
+// guardFlag is the --starvation flag of the commands that compare policies.
+type guardFlag struct{ k *float64 }
+
+func addGuardFlag(fs *flag.FlagSet) guardFlag {
+	return guardFlag{fs.Float64("starvation", rank.DefaultStarvation, starvationUsage)}
+}
+
+// value reads --starvation; errors name cmd, the flag, the value and what is expected.
+func (f guardFlag) value(cmd string) (float64, error) {
+	if err := rank.ValidStarvation(*f.k); err != nil {
+		return 0, fmt.Errorf("%w: %s --starvation: %v", errUsage, cmd, err)
+	}
+	return *f.k, nil
 }
 
 // replay reads the flags; errors name cmd, the flag, the value and what is expected.

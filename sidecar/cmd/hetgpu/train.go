@@ -155,6 +155,7 @@ func runTrainEval(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	parallel := fs.Int("parallel", 0, "policies simulated at once (0: one per CPU)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	estimates := addEstimateFlags(fs)
+	guard := addGuardFlag(fs)
 	setUsage(fs, "Usage: hetgpu train eval [flags]\n\nCompares hetgpu with every baseline on held-out traces and checks the prioritiser's targets.")
 	if err := parseFlags(fs, args, "hetgpu train eval", ""); err != nil {
 		return err
@@ -163,6 +164,10 @@ func runTrainEval(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return fmt.Errorf("%w: hetgpu train eval --policies is empty", errUsage)
 	}
 	replay, err := estimates.replay("hetgpu train eval")
+	if err != nil {
+		return err
+	}
+	starvation, err := guard.value("hetgpu train eval")
 	if err != nil {
 		return err
 	}
@@ -179,7 +184,7 @@ func runTrainEval(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return fmt.Errorf("%w: hetgpu train eval: --clusters and --traces must not be empty", errUsage)
 	}
 	ev, err := rltrain.Evaluate(ctx, rltrain.EvalOptions{Clusters: cs, Traces: ts, Policies: names, Policy: pol, Seed: *seed, Parallel: *parallel,
-		EstimateReplay: replay, Progress: func(c, t int) { fmt.Fprintf(stderr, "simulating %s on %s...\n", ts[t], cs[c]) }})
+		EstimateReplay: replay, Starvation: starvation, Progress: func(c, t int) { fmt.Fprintf(stderr, "simulating %s on %s...\n", ts[t], cs[c]) }})
 	if err != nil {
 		return err
 	}
@@ -221,6 +226,7 @@ func runTrainCeiling(ctx context.Context, args []string, stdout, stderr io.Write
 	policyFile := fs.String("policy", "", "prioritiser checkpoint for hetgpu (default: the bundled policy)")
 	seedList := fs.String("seeds", "1,2,3", "comma-separated seeds (each draws new runtime-estimate errors)")
 	estimates := addEstimateFlags(fs)
+	guard := addGuardFlag(fs)
 	parallel := fs.Int("parallel", 0, "policies simulated at once (0: one per CPU)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	setUsage(fs, fmt.Sprintf("Usage: hetgpu train ceiling [flags]\n\nRuns the learned order (hetgpu), the fallback heuristic (%s) and the heuristic shown exact runtimes (%s) on held-out traces once per seed, and reports the learned and oracle orders' ratios to the heuristic, the share of the gap to the oracle the learned order closes, and the heuristic's own spread over the seeds.", rltrain.HeuristicVariant, policies.HetgpuOracle))
@@ -235,6 +241,10 @@ func runTrainCeiling(ctx context.Context, args []string, stdout, stderr io.Write
 	if err != nil {
 		return err
 	}
+	starvation, err := guard.value("hetgpu train ceiling")
+	if err != nil {
+		return err
+	}
 	cs, ts := splitList(*clusters), splitList(*traces)
 	if len(cs) == 0 || len(ts) == 0 {
 		return fmt.Errorf("%w: hetgpu train ceiling: --clusters and --traces must not be empty", errUsage)
@@ -245,7 +255,7 @@ func runTrainCeiling(ctx context.Context, args []string, stdout, stderr io.Write
 	}
 	var seed uint64
 	ce, err := rltrain.RunCeiling(ctx, rltrain.CeilingOptions{Seeds: seeds, SeedProgress: func(s uint64) { seed = s },
-		EvalOptions: rltrain.EvalOptions{Clusters: cs, Traces: ts, Policy: pol, Parallel: *parallel, EstimateReplay: replay,
+		EvalOptions: rltrain.EvalOptions{Clusters: cs, Traces: ts, Policy: pol, Parallel: *parallel, EstimateReplay: replay, Starvation: starvation,
 			Progress: func(c, t int) { fmt.Fprintf(stderr, "seed %d: simulating %s on %s...\n", seed, ts[t], cs[c]) }}})
 	if err != nil {
 		return err

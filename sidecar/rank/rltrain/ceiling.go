@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/hetgpu/hetgpu/sidecar/policies"
+	"github.com/hetgpu/hetgpu/sidecar/sim"
 )
 
 // The ceiling report answers "how much could a learned order gain here, and how much of that
@@ -17,12 +18,26 @@ import (
 // perfect runtime knowledge gives. Each seed draws new estimate errors and replays the same jobs
 // under the three orders (common random numbers), so a ratio within one seed is a paired
 // comparison and the seed-to-seed spread of the heuristic's own figures is the noise a single
-// run carries.
+// run carries. Where users write no estimates (a replay that hides some), a fourth order,
+// hetgpu-hindsight, is the heuristic whose runtime history knows every group of similar jobs'
+// runtimes from the start: what an order reading runtimes from the cluster's history could
+// know at best, so the room between it and the heuristic is the room a learned order has from
+// better history, and the room beyond it, to the oracle, needs each job's own runtime.
 
 // CeilingPolicies are the three orders a ceiling report compares: the learned one, the fallback
 // heuristic and the heuristic shown exact runtimes.
 func CeilingPolicies() []string {
 	return []string{"hetgpu", HeuristicVariant, policies.HetgpuOracle}
+}
+
+// CeilingPoliciesFor are the orders a ceiling report compares under replay r: CeilingPolicies,
+// and hetgpu-hindsight when some jobs carry no estimate.
+func CeilingPoliciesFor(r sim.EstimateReplay) []string {
+	ps := CeilingPolicies()
+	if r.NoEstimates || r.PartialEstimates > 0 {
+		ps = append(ps, policies.HetgpuHindsight)
+	}
+	return ps
 }
 
 // CeilingRow is one (seed, cluster, metric): the three pooled figures, the learned and oracle
@@ -38,6 +53,10 @@ type CeilingRow struct {
 	LearnedRatio float64  `json:"learned_ratio"`
 	OracleRatio  float64  `json:"oracle_ratio"`
 	GapCaptured  *float64 `json:"gap_captured,omitempty"`
+	// Hindsight and HindsightRatio are hetgpu-hindsight's figure and its ratio to the
+	// heuristic, when the evaluation ran it.
+	Hindsight      *float64 `json:"hindsight,omitempty"`
+	HindsightRatio *float64 `json:"hindsight_ratio,omitempty"`
 }
 
 // CeilingSummary is one (cluster, metric) over every seed.
@@ -55,6 +74,10 @@ type CeilingSummary struct {
 	HeuristicSpread float64 `json:"heuristic_spread"`
 	// GapCapturedMean is the mean of the seeds' GapCaptured (absent when no seed has one).
 	GapCapturedMean *float64 `json:"gap_captured_mean,omitempty"`
+	// HindsightMean and HindsightBest are the mean and smallest hindsight/heuristic ratio
+	// (absent when no seed ran hetgpu-hindsight).
+	HindsightMean *float64 `json:"hindsight_ratio_mean,omitempty"`
+	HindsightBest *float64 `json:"hindsight_ratio_best,omitempty"`
 }
 
 // Ceiling is a ceiling report.
@@ -86,7 +109,7 @@ func RunCeiling(ctx context.Context, o CeilingOptions) (*Ceiling, error) {
 			o.SeedProgress(s)
 		}
 		eo := o.EvalOptions
-		eo.Policies, eo.Seed = CeilingPolicies(), s
+		eo.Policies, eo.Seed = CeilingPoliciesFor(o.EstimateReplay), s
 		ev, err := Evaluate(ctx, eo)
 		if err != nil {
 			return nil, fmt.Errorf("seed %d: %w", s, err)
@@ -141,6 +164,11 @@ func CeilingOf(seeds []uint64, evals []*Eval) (*Ceiling, error) {
 					g := (h - l) / (h - o)
 					row.GapCaptured = &g
 				}
+				if hs, ok := got[policies.HetgpuHindsight]; ok {
+					v := m.of(hs)
+					r := v / h
+					row.Hindsight, row.HindsightRatio = &v, &r
+				}
 				out.Rows = append(out.Rows, row)
 			}
 		}
@@ -155,8 +183,9 @@ func CeilingOf(seeds []uint64, evals []*Eval) (*Ceiling, error) {
 
 func summarise(cluster, metric string, rows []CeilingRow) CeilingSummary {
 	s := CeilingSummary{Cluster: cluster, Metric: metric, LearnedWorst: math.Inf(-1), OracleBest: math.Inf(1)}
-	n, gaps := 0, 0
-	var gapSum, hMin, hMax, hSum float64
+	n, gaps, hinds := 0, 0, 0
+	var gapSum, hMin, hMax, hSum, hindSum float64
+	hindBest := math.Inf(1)
 	for _, r := range rows {
 		if r.Cluster != cluster || r.Metric != metric {
 			continue
@@ -177,6 +206,15 @@ func summarise(cluster, metric string, rows []CeilingRow) CeilingSummary {
 			gaps++
 			gapSum += *r.GapCaptured
 		}
+		if r.HindsightRatio != nil {
+			hinds++
+			hindSum += *r.HindsightRatio
+			hindBest = math.Min(hindBest, *r.HindsightRatio)
+		}
+	}
+	if hinds > 0 {
+		m := hindSum / float64(hinds)
+		s.HindsightMean, s.HindsightBest = &m, &hindBest
 	}
 	if n > 0 {
 		s.LearnedMean /= float64(n)
@@ -195,20 +233,20 @@ func (c *Ceiling) WriteTable(w io.Writer) error {
 	fmt.Fprintf(w, "learned (hetgpu) and oracle (%s) orders against the heuristic (%s), pooled over %s\n\n",
 		policies.HetgpuOracle, HeuristicVariant, strings.Join(c.Traces, ", "))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "cluster\tmetric\tseed\theuristic\tlearned/heur\toracle/heur\tgap captured\t")
+	fmt.Fprintln(tw, "cluster\tmetric\tseed\theuristic\tlearned/heur\toracle/heur\tgap captured\thindsight/heur\t")
 	for _, r := range c.Rows {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%.4f\t%.4f\t%s\t\n", r.Cluster, r.Metric, r.Seed, figure(r.Metric, r.Heuristic),
-			r.LearnedRatio, r.OracleRatio, share(r.GapCaptured))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%.4f\t%.4f\t%s\t%s\t\n", r.Cluster, r.Metric, r.Seed, figure(r.Metric, r.Heuristic),
+			r.LearnedRatio, r.OracleRatio, share(r.GapCaptured), ratio(r.HindsightRatio))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "cluster\tmetric\tlearned/heur mean\tworst\toracle/heur mean\tbest\theuristic spread over %d seeds\tgap captured mean\t\n", len(c.Seeds))
+	fmt.Fprintf(tw, "cluster\tmetric\tlearned/heur mean\tworst\toracle/heur mean\tbest\theuristic spread over %d seeds\tgap captured mean\thindsight/heur mean\tbest\t\n", len(c.Seeds))
 	for _, s := range c.Summary {
-		fmt.Fprintf(tw, "%s\t%s\t%.4f\t%.4f\t%.4f\t%.4f\t%.1f %%\t%s\t\n", s.Cluster, s.Metric, s.LearnedMean, s.LearnedWorst,
-			s.OracleMean, s.OracleBest, 100*s.HeuristicSpread, share(s.GapCapturedMean))
+		fmt.Fprintf(tw, "%s\t%s\t%.4f\t%.4f\t%.4f\t%.4f\t%.1f %%\t%s\t%s\t%s\t\n", s.Cluster, s.Metric, s.LearnedMean, s.LearnedWorst,
+			s.OracleMean, s.OracleBest, 100*s.HeuristicSpread, share(s.GapCapturedMean), ratio(s.HindsightMean), ratio(s.HindsightBest))
 	}
 	return tw.Flush()
 }
@@ -218,6 +256,13 @@ func figure(metric string, v float64) string {
 		return fmt.Sprintf("%.2f h", v/3600)
 	}
 	return fmt.Sprintf("%.3f", v)
+}
+
+func ratio(r *float64) string {
+	if r == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.4f", *r)
 }
 
 func share(g *float64) string {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/hetgpu/hetgpu/sidecar/policies"
+	"github.com/hetgpu/hetgpu/sidecar/sim"
 )
 
 // ceilEval is an evaluation of the ceiling's three policies on one cluster with the given pooled
@@ -74,6 +75,54 @@ func TestCeilingOf(t *testing.T) {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, b.String())
 		}
+	}
+}
+
+// Where the evaluation ran hetgpu-hindsight, each row and summary carries its ratio; where it
+// did not, none does and the table prints a dash.
+func TestCeilingOfHindsight(t *testing.T) {
+	with := func(e *Eval, jct, bsld float64) *Eval {
+		c := &e.Clusters[0]
+		c.Pooled = append(c.Pooled, Pooled{Policy: policies.HetgpuHindsight, Jobs: 10, AvgJCTS: jct, BSLD: bsld})
+		return e
+	}
+	evals := []*Eval{
+		with(ceilEval("c", [2]float64{95, 2.0}, [2]float64{100, 2.0}, [2]float64{80, 1.6}), 96, 1.8),
+		with(ceilEval("c", [2]float64{95, 2.0}, [2]float64{100, 2.0}, [2]float64{80, 1.6}), 92, 2.1),
+	}
+	ce, err := CeilingOf([]uint64{1, 2}, evals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	near := func(p *float64, want float64) bool { return p != nil && math.Abs(*p-want) < 1e-9 }
+	if r := ce.Rows[0]; !near(r.Hindsight, 96) || !near(r.HindsightRatio, 0.96) {
+		t.Errorf("row 0 %+v: want hindsight 96, ratio 0.96", r)
+	}
+	if s := ce.Summary[0]; !near(s.HindsightMean, 0.94) || !near(s.HindsightBest, 0.92) {
+		t.Errorf("jct summary %+v: want hindsight mean 0.94, best 0.92", s)
+	}
+	if s := ce.Summary[1]; !near(s.HindsightMean, 0.975) || !near(s.HindsightBest, 0.9) {
+		t.Errorf("bsld summary %+v: want hindsight mean 0.975, best 0.9", s)
+	}
+	var b strings.Builder
+	if err := ce.WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "hindsight/heur") || !strings.Contains(b.String(), "0.9400") {
+		t.Errorf("table lacks the hindsight column:\n%s", b.String())
+	}
+	without, err := CeilingOf([]uint64{1}, []*Eval{ceilEval("c", [2]float64{95, 2}, [2]float64{100, 2}, [2]float64{80, 1.6})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := without.Rows[0]; r.HindsightRatio != nil || without.Summary[0].HindsightMean != nil {
+		t.Errorf("no hindsight run, yet row %+v summary %+v carry one", r, without.Summary[0])
+	}
+	if got := CeilingPoliciesFor(sim.EstimateReplay{NoEstimates: true}); len(got) != 4 || got[3] != policies.HetgpuHindsight {
+		t.Errorf("policies under none %v: want the three and %s", got, policies.HetgpuHindsight)
+	}
+	if got := CeilingPoliciesFor(sim.EstimateReplay{}); len(got) != 3 {
+		t.Errorf("policies with estimates %v: want the three", got)
 	}
 }
 

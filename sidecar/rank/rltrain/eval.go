@@ -48,6 +48,8 @@ type EvalOptions struct {
 	sim.EstimateReplay
 	// Progress gets (cluster index, trace index) before each comparison.
 	Progress func(c, t int)
+	// Starvation is the hetgpu rankers' starvation guard (policies.Options.Starvation; 0 off).
+	Starvation float64
 }
 
 // Pooled are one policy's figures over every job of every held-out trace on one cluster.
@@ -163,11 +165,11 @@ func (o EvalOptions) compare(ctx context.Context, cluster, traceRef string) (*co
 	}
 	ps := make([]*sim.PipelinePolicy, 0, len(o.Policies))
 	for _, name := range o.Policies {
-		po := policies.Options{Spec: spec, Throughput: tab, Seed: o.Seed, Logger: o.Logger.Named(name)}
+		po := policies.Options{Spec: spec, Throughput: tab, Seed: o.Seed, Logger: o.Logger.Named(name), Starvation: o.Starvation}
 		var p *sim.PipelinePolicy
 		switch {
 		case name == "hetgpu" && o.Policy != nil:
-			r, err := rank.New(o.Policy, rank.WithExplain(false))
+			r, err := rank.New(o.Policy, rank.WithExplain(false), rank.WithHeuristic(rank.Heuristic{Starvation: o.Starvation}))
 			if err != nil {
 				return nil, err
 			}
