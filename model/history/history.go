@@ -325,7 +325,7 @@ func (m *Model) Estimate(j Job, ran time.Duration) Estimate {
 	}
 	e.Left = cluster.EstimateModel{Sigma: sigma}.Remaining(e.Median, ran)
 	g := Gittins(mu, sigma, ran.Seconds())
-	if w := m.explore(lvl, e.Confidence); w > 0 {
+	if w := m.explore(j, lvl, e.Confidence); w > 0 {
 		cmu, csig := m.clusterFit()
 		g = GittinsMix(Component{1 - w, mu, sigma}, Component{w, cmu, csig}, ran.Seconds())
 	}
@@ -335,10 +335,17 @@ func (m *Model) Estimate(j Job, ran time.Duration) Estimate {
 
 // explore is the weight a job's rank gives the cluster-wide distribution: the chance that the
 // job is not like the peers its level holds, as large as the level's runs leave it unsure
-// (1 - Confidence), at most Explore.
-func (m *Model) explore(lvl Level, conf float64) float64 {
+// (1 - Confidence), at most Explore. A job of a known model whose own kind (model, batch, GPU
+// count) has no finished run yet is a stranger to the peers it is read by, however many of
+// them there are: it gets the whole Explore. On a burst of 2-GPU jobs of 26 kinds (modern-mix
+// heldout-2) the short kinds otherwise read as the burst's long 2-GPU runs and waited 38 h
+// behind them (docs/results/estimate-free.md).
+func (m *Model) explore(j Job, lvl Level, conf float64) float64 {
 	if m.cfg.Explore <= 0 || lvl <= LevelCluster {
 		return 0
+	}
+	if j.Model != "" && lvl < LevelModel {
+		conf = 0
 	}
 	return m.cfg.Explore * (1 - conf)
 }

@@ -323,3 +323,36 @@ func TestExploreRanksFreshJobsOfALongGroupShort(t *testing.T) {
 		t.Fatalf("explore 1: %v, want an error naming it", err)
 	}
 }
+
+// A job of a model whose own kind has no finished run is a stranger to its GPU-count group,
+// however many runs that group holds: it gets the whole exploration weight and ranks short,
+// while a fresh job of a kind the history knows ranks as that kind.
+func TestExploreStrangerOfAFullGroup(t *testing.T) {
+	m, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 50 { // the cluster: short 1-GPU runs
+		m.Observe(Run{Key: fmt.Sprint("s", i), Job: Job{Namespace: "ml", Family: fmt.Sprint("s", i), Model: "tiny", GPUs: 1}, RuntimeS: 600 + float64(i)})
+	}
+	for i := range 60 { // sixty 2-GPU runs of one long kind: the 2-GPU group is sure of itself
+		m.Observe(Run{Key: fmt.Sprint("l", i), Job: Job{Namespace: "ml", Family: fmt.Sprint("l", i), Model: "lm", Batch: 5, GPUs: 2}, RuntimeS: 30 * 3600})
+	}
+	known := m.Estimate(Job{Namespace: "ml", Family: "k", Model: "lm", Batch: 5, GPUs: 2}, 0)
+	stranger := m.Estimate(Job{Namespace: "ml", Family: "n", Model: "recommendation", Batch: 512, GPUs: 2}, 0)
+	unnamed := m.Estimate(Job{Namespace: "ml", Family: "u", GPUs: 2}, 0)
+	if known.Level != LevelModel || stranger.Level != LevelGPUs || unnamed.Level != LevelGPUs {
+		t.Fatalf("levels known %v stranger %v unnamed %v, want model, gpus, gpus", known.Level, stranger.Level, unnamed.Level)
+	}
+	if !(stranger.Rank < 4*time.Hour) || !(known.Rank > 15*time.Hour) {
+		t.Errorf("fresh stranger ranks %v (want < 4h), fresh job of the known long kind %v (want > 15h)", stranger.Rank, known.Rank)
+	}
+	// Without a model there is no kind to be a stranger to: the 2-GPU group's confidence holds.
+	if !(unnamed.Rank > 2*stranger.Rank) {
+		t.Errorf("job without a model ranks %v, want well above the stranger's %v", unnamed.Rank, stranger.Rank)
+	}
+	// Both read the same time left: exploration moves the rank only.
+	if stranger.Left != unnamed.Left {
+		t.Errorf("time left stranger %v, unnamed %v: want the 2-GPU group's for both", stranger.Left, unnamed.Left)
+	}
+}
