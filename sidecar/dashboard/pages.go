@@ -161,24 +161,33 @@ func (d *Dashboard) fleetPage(w http.ResponseWriter, r *http.Request) {
 // queueRow is a /v1/queue entry as the page shows it. It is decoded from the API's JSON so
 // fields the queue gains (such as infeasible and reason) show without changing this page.
 type queueRow struct {
-	Rank       int     `json:"rank"`
-	JobKey     string  `json:"job_key"`
-	Namespace  string  `json:"namespace"`
-	JobID      string  `json:"job_id"`
-	Group      string  `json:"group"`
-	Score      float64 `json:"score"`
-	GPUs       int     `json:"gpus"`
-	Device     string  `json:"device"`
-	Priority   int     `json:"priority"`
-	WaitS      float64 `json:"wait_s"`
-	Model      string  `json:"model"`
-	Class      string  `json:"priority_class"`
-	Status     string  `json:"status"`
-	Wait       string  `json:"wait"`
-	Reason     string  `json:"reason"`
-	Infeasible any     `json:"infeasible"`
+	Rank       int      `json:"rank"`
+	JobKey     string   `json:"job_key"`
+	Namespace  string   `json:"namespace"`
+	JobID      string   `json:"job_id"`
+	Group      string   `json:"group"`
+	Score      float64  `json:"score"`
+	GPUs       int      `json:"gpus"`
+	Device     string   `json:"device"`
+	Priority   int      `json:"priority"`
+	WaitS      float64  `json:"wait_s"`
+	Model      string   `json:"model"`
+	Class      string   `json:"priority_class"`
+	Status     string   `json:"status"`
+	Wait       string   `json:"wait"`
+	Reason     string   `json:"reason"`
+	Infeasible any      `json:"infeasible"`
+	FreeInS    float64  `json:"free_in_s"`
+	Preferred  []string `json:"preferred_types"`
 	Why        []string
 	NomadURL   string
+}
+
+// heldText is the row's line in the words its job's own ui description carries (written by
+// the Nomad backend): rank, what it waits for, the preferred types and the free estimate.
+func (j *queueRow) heldText(ranked int) string {
+	return cluster.HeldText(&cluster.Wait{Kind: j.Wait, Rank: j.Rank, Of: ranked, GPUs: j.GPUs, Device: j.Device,
+		FreeIn: time.Duration(j.FreeInS * float64(time.Second)), Preferred: j.Preferred})
 }
 
 type queueBody struct {
@@ -224,8 +233,7 @@ func (d *Dashboard) queuePage(w http.ResponseWriter, r *http.Request) {
 	for i := range q.Jobs {
 		j := &q.Jobs[i]
 		j.Why = whyWaiting(j, q.Jobs[:i], q.Free)
-		// The words the job's own ui description carries (written by the Nomad backend).
-		if held := cluster.HeldText(&cluster.Wait{Kind: j.Wait, Rank: j.Rank, Of: ranked, GPUs: j.GPUs, Device: j.Device}); held != "" {
+		if held := j.heldText(ranked); held != "" {
 			j.Why = append([]string{held}, j.Why...)
 		}
 		j.NomadURL = d.nomadJobURL(j.Namespace, j.JobID)

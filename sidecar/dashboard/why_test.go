@@ -45,3 +45,27 @@ func TestWhyWaiting(t *testing.T) {
 		})
 	}
 }
+
+// The Queue page's held line says what the job's ui description says, with the queue's
+// free estimate and preferred types.
+func TestQueueRowHeldText(t *testing.T) {
+	for _, tc := range []struct {
+		name, entry, want string
+	}{
+		{"estimate and types", `{"rank":3,"gpus":2,"device":"nvidia/gpu","status":"waiting","wait":"capacity","free_in_s":1230,"preferred_types":["a100","h100"]}`,
+			"held by hetgpu: rank 3 of 12, waiting for 2 GPUs of one type (nvidia/gpu, A100 or H100 preferred), next free in about 20 min (estimate); the cluster has such GPUs, none free now"},
+		{"no estimate", `{"rank":1,"gpus":1,"status":"waiting","wait":"behind"}`,
+			"held by hetgpu: rank 1 of 12, waiting for 1 GPU; GPUs free up for jobs ranked ahead first"},
+		{"infeasible", `{"rank":0,"gpus":16,"status":"infeasible","wait":"infeasible"}`, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var row queueRow
+			if err := json.Unmarshal([]byte(tc.entry), &row); err != nil {
+				t.Fatal(err)
+			}
+			if got := row.heldText(12); got != tc.want {
+				t.Errorf("held text = %q\nwant          %q", got, tc.want)
+			}
+		})
+	}
+}

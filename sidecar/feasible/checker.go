@@ -51,27 +51,55 @@ func (c *Checker) Triage(snap *cluster.Snapshot, pred sched.Predictor) []Verdict
 	out := make([]Verdict, len(snap.Pending))
 	for i := range snap.Pending {
 		j := &snap.Pending[i]
-		sig := signature(j)
-		c.mu.Lock()
-		e, ok := c.cache[sig]
-		c.mu.Unlock()
-		if !ok {
-			e.req, e.err = compile(j)
-			if e.err == nil {
-				e.cap = capacityOf(snap, e.req, Ever)
-			}
-			c.mu.Lock()
-			if c.shape == shape {
-				c.cache[sig] = e
-			}
-			c.misses++
-			c.mu.Unlock()
-		}
+		e := c.ever(snap, shape, j)
 		if e.err != nil {
 			out[i] = Verdict{Invalid: true, Reason: e.err.Error()}
 			continue
 		}
 		out[i] = e.req.judge(e.cap, j, Ever, pred, c.opts)
+	}
+	return out
+}
+
+// ever is job's request and its Ever-view capacity on snap (of the given Shape), from the
+// cache or computed and cached.
+func (c *Checker) ever(snap *cluster.Snapshot, shape uint64, j *cluster.Job) cached {
+	sig := signature(j)
+	c.mu.Lock()
+	e, ok := c.cache[sig]
+	c.mu.Unlock()
+	if ok {
+		return e
+	}
+	e.req, e.err = compile(j)
+	if e.err == nil {
+		e.cap = capacityOf(snap, e.req, Ever)
+	}
+	c.mu.Lock()
+	if c.shape == shape {
+		c.cache[sig] = e
+	}
+	c.misses++
+	c.mu.Unlock()
+	return e
+}
+
+// Types are, for each job, the GPU types it can ever run on in snap (the Ever view: the
+// type alone holds its request with every healthy GPU free, and meets its T_min where the
+// options ask), sorted; nil for a job that fits none or cannot be evaluated. It shares
+// Triage's cache, so after a round's Triage it costs a lookup and the T_min predictions.
+func (c *Checker) Types(snap *cluster.Snapshot, jobs []*cluster.Job, pred sched.Predictor) [][]string {
+	shape := Shape(snap)
+	c.mu.Lock()
+	if shape != c.shape || len(c.cache) > maxCached {
+		c.shape, c.cache = shape, map[string]cached{}
+	}
+	c.mu.Unlock()
+	out := make([][]string, len(jobs))
+	for i, j := range jobs {
+		if e := c.ever(snap, shape, j); e.err == nil {
+			out[i] = e.req.types(e.cap, j, pred, c.opts)
+		}
 	}
 	return out
 }

@@ -345,6 +345,29 @@ func (r *request) judge(c *capacity, job *cluster.Job, view View, pred sched.Pre
 		tmin, strings.ToUpper(bestType), bestT)}
 }
 
+// types are the GPU types of c that hold the request alone and, where opts ask, meet its
+// T_min, sorted.
+func (r *request) types(c *capacity, job *cluster.Job, pred sched.Predictor, opts Options) []string {
+	if c.reason != "" {
+		return nil
+	}
+	var out []string
+	tmin := job.Hetgpu.MinThroughput
+	for t, us := range c.byType {
+		if !r.fits(us) {
+			continue
+		}
+		if opts.MinThroughput && tmin > 0 && pred != nil {
+			if thr := pred.Predict(job, t, r.g).Throughput; !(thr >= tmin) || math.IsInf(thr, 0) {
+				continue
+			}
+		}
+		out = append(out, t)
+	}
+	sort.Strings(out)
+	return out
+}
+
 // shortfall says how the GPU counts fall short, with the best the cluster offers.
 func (r *request) shortfall(c *capacity, types []string, view View) string {
 	free := ""

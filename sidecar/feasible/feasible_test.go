@@ -247,3 +247,38 @@ func BenchmarkTriage(b *testing.B) {
 		}
 	})
 }
+
+// Types names the GPU types a request could ever be placed on (constraints, the per-type
+// counts and T_min), from Triage's cache.
+func TestTypes(t *testing.T) {
+	snap := &cluster.Snapshot{Nodes: issueCluster()}
+	fast := speeds{"t4": 100, "v100": 300, "a100": 700, "h100": 1400}
+	tests := []struct {
+		name string
+		job  *cluster.Job
+		opts Options
+		want []string
+	}{
+		{"any type", job(2, 0, 0, nil), Options{}, []string{"a100", "h100", "t4", "v100"}},
+		{"8 on one node", job(8, 0, 1, nil), Options{}, []string{"v100"}},
+		{"4 per node on 2 nodes", job(8, 4, 2, nil), Options{}, nil},
+		{"a typed device", job(2, 0, 0, func(j *cluster.Job) { j.DeviceName = "nvidia/gpu/NVIDIA H100 80GB HBM3" }), Options{}, []string{"h100"}},
+		{"T_min", job(2, 0, 0, func(j *cluster.Job) { j.Hetgpu.MinThroughput = 1000 }), Options{MinThroughput: true}, []string{"a100", "h100"}},
+		{"T_min not honoured", job(2, 0, 0, func(j *cluster.Job) { j.Hetgpu.MinThroughput = 1000 }), Options{}, []string{"a100", "h100", "t4", "v100"}},
+		{"invalid", job(0, 0, 0, nil), Options{}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := NewChecker(tt.opts)
+			snap.Pending = []cluster.Job{*tt.job}
+			c.Triage(snap, fast)
+			got := c.Types(snap, []*cluster.Job{tt.job}, fast)
+			if fmt.Sprint(got[0]) != fmt.Sprint(tt.want) {
+				t.Errorf("Types = %v, want %v", got[0], tt.want)
+			}
+			if c.misses != 1 {
+				t.Errorf("%d capacity computations; Types should read Triage's", c.misses)
+			}
+		})
+	}
+}

@@ -27,7 +27,10 @@ func TestWaitLines(t *testing.T) {
 		{"capacity", cluster.Wait{JobID: "j", Group: "a", Kind: cluster.WaitCapacity, Reason: "needs 8 free GPUs"}, ""},
 		{"behind", cluster.Wait{JobID: "j", Group: "a", Kind: cluster.WaitBehind}, ""},
 		{"capacity, ranked", cluster.Wait{JobID: "j", Group: "a", Kind: cluster.WaitCapacity, Rank: 3, Of: 12, GPUs: 2, Device: "nvidia/gpu"},
-			"- group `a`: held by hetgpu: rank 3 of 12, waiting for 2 GPUs (nvidia/gpu); the cluster has such GPUs, none free now"},
+			"- group `a`: held by hetgpu: rank 3 of 12, waiting for 2 GPUs of one type (nvidia/gpu); the cluster has such GPUs, none free now"},
+		{"capacity, ranked, with an estimate", cluster.Wait{JobID: "j", Group: "a", Kind: cluster.WaitCapacity, Rank: 3, Of: 12, GPUs: 2,
+			Device: "nvidia/gpu", FreeIn: 20 * time.Minute, Preferred: []string{"a100", "h100"}},
+			"- group `a`: held by hetgpu: rank 3 of 12, waiting for 2 GPUs of one type (nvidia/gpu, A100 or H100 preferred), next free in about 20 min (estimate); the cluster has such GPUs, none free now"},
 		{"behind, ranked", cluster.Wait{JobID: "j", Group: "a", Kind: cluster.WaitBehind, Rank: 1, Of: 1, GPUs: 1},
 			"- group `a`: held by hetgpu: rank 1 of 1, waiting for 1 GPU; GPUs free up for jobs ranked ahead first"},
 	}
@@ -39,6 +42,9 @@ func TestWaitLines(t *testing.T) {
 			}
 			if l != "" && !waitLineOf(l, "a") {
 				t.Fatalf("%q is not recognised as a wait line", l)
+			}
+			if k := heldKindOf(l, "a"); cluster.HeldText(&tt.w) != "" && k != tt.w.Kind {
+				t.Fatalf("heldKindOf(%q) = %q, want %q", l, k, tt.w.Kind)
 			}
 		})
 	}
@@ -75,10 +81,10 @@ func TestWaitLines(t *testing.T) {
 }
 
 // TestShowWaitsHeld: a held group that only waits says so in its job's ui description: its
-// rank and what it waits for, written when it is first ranked and again only when the kind of
-// wait changes (a new rank alone writes nothing: each write is a job version), at most
-// WaitNotes times, each version tagged hetgpu-wait-N; a job with a finished group is never
-// written (a new version runs it again).
+// rank, what it waits for and when GPUs are expected free, written when it is first ranked
+// and again only when the kind of wait changes (a new rank or estimate alone writes nothing:
+// each write is a job version), at most WaitNotes times, each version tagged hetgpu-wait-N; a
+// job with a finished group is never written (a new version runs it again).
 func TestShowWaitsHeld(t *testing.T) {
 	f := newFixture(t, func(c *Config) { c.WaitNotes = 2 })
 	job := heldJob("wait", 2, 1, map[string]string{"hetgpu.enable": "true"})
@@ -89,24 +95,32 @@ func TestShowWaitsHeld(t *testing.T) {
 	steps := []struct {
 		kind      string
 		rank      int
+		freeIn    time.Duration
+		preferred []string
 		wantWrite bool
+		// want is the written line's text before the kind's words.
+		want string
 	}{
-		{cluster.WaitCapacity, 3, true},  // first ranked
-		{cluster.WaitCapacity, 2, false}, // the rank alone moved
-		{cluster.WaitBehind, 1, true},    // the kind changed
-		{cluster.WaitCapacity, 1, false}, // changed again, but the cap of 2 is reached
+		// first ranked
+		{cluster.WaitCapacity, 3, 20 * time.Minute, []string{"a100"}, true,
+			"rank 3 of 12, waiting for 2 GPUs of one type (nvidia/gpu, A100 preferred), next free in about 20 min (estimate)"},
+		{cluster.WaitCapacity, 3, 50 * time.Minute, []string{"a100"}, false, ""},                           // the estimate alone moved
+		{cluster.WaitCapacity, 2, 0, []string{"a100", "h100"}, false, ""},                                  // rank, estimate and types moved
+		{cluster.WaitBehind, 1, 0, nil, true, "rank 1 of 12, waiting for 2 GPUs of one type (nvidia/gpu)"}, // the kind changed
+		{cluster.WaitCapacity, 1, time.Minute, nil, false, ""},                                             // changed again, but the cap of 2 is reached
 	}
 	version := uint64(0)
 	for i, s := range steps {
-		f.b.ShowWaits(ctx, []cluster.Wait{{Namespace: "default", JobID: "wait", Group: "train", Kind: s.kind, Rank: s.rank, Of: 12, GPUs: 2, Device: "nvidia/gpu"}})
+		f.b.ShowWaits(ctx, []cluster.Wait{{Namespace: "default", JobID: "wait", Group: "train", Kind: s.kind, Rank: s.rank, Of: 12, GPUs: 2,
+			Device: "nvidia/gpu", FreeIn: s.freeIn, Preferred: s.preferred}})
 		f.resync(t)
 		got := f.srv.Job("default", "wait")
 		if wrote := *got.Version != version; wrote != s.wantWrite {
-			t.Fatalf("step %d (%s, rank %d): wrote = %v, want %v", i, s.kind, s.rank, wrote, s.wantWrite)
+			t.Fatalf("step %d (%s, rank %d, free in %v): wrote = %v, want %v", i, s.kind, s.rank, s.freeIn, wrote, s.wantWrite)
 		}
 		version = *got.Version
 		if s.wantWrite {
-			want := fmt.Sprintf("held by hetgpu: rank %d of 12, waiting for 2 GPUs (nvidia/gpu); %s", s.rank, cluster.HeldKindWords(s.kind))
+			want := fmt.Sprintf("held by hetgpu: %s; %s", s.want, cluster.HeldKindWords(s.kind))
 			want += " · [why](http://sidecar:4656/v1/jobs/default/wait/explain?format=html)"
 			if !strings.Contains(got.UI.Description, want) || !strings.Contains(got.UI.Description, "the user's words") {
 				t.Errorf("step %d: description %q, want %q and the user's words", i, got.UI.Description, want)

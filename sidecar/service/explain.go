@@ -262,6 +262,11 @@ type QueueEntry struct {
 	// Gang is "namespace/id" when the group is one of several waiting groups of its job that
 	// are placed all or nothing.
 	Gang string `json:"gang,omitempty"`
+	// FreeInS, for a group that waits for GPUs (capacity, behind), is the estimate in seconds
+	// of when enough GPUs of a type it can use are free (cluster.NextFree; 0 unknown);
+	// PreferredTypes are the GPU types it runs best on (cluster.PreferredTypes).
+	FreeInS        float64  `json:"free_in_s,omitempty"`
+	PreferredTypes []string `json:"preferred_types,omitempty"`
 }
 
 func queueEntry(rank int, r sched.Ranked, now time.Time) QueueEntry {

@@ -3,10 +3,12 @@ package service
 import (
 	"context"
 	"fmt"
+	"math"
 	"sort"
 	"time"
 
 	"github.com/hetgpu/hetgpu/model/cluster"
+	"github.com/hetgpu/hetgpu/model/gpuspec"
 	"github.com/hetgpu/hetgpu/sidecar/feasible"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
 )
@@ -131,6 +133,7 @@ func (s *Service) classify(queue []QueueEntry, r *sched.Round, decided map[strin
 		return
 	}
 	vs := s.feas.Now(r.Snapshot, jobs, pred)
+	types := s.feas.Types(r.Snapshot, jobs, pred)
 	deferred := map[string]bool{}
 	for _, g := range r.DeferredGangs {
 		deferred[g] = true
@@ -143,6 +146,7 @@ func (s *Service) classify(queue []QueueEntry, r *sched.Round, decided map[strin
 		}
 	}
 	placedAhead, next := 0, 0
+	var soon *cluster.FreeSoon // built at the first group that waits for GPUs
 	for _, rk := range r.Ranked {
 		if rk.Job == nil {
 			continue
@@ -192,6 +196,57 @@ func (s *Service) classify(queue []QueueEntry, r *sched.Round, decided map[strin
 			q.Wait = cluster.WaitBehind
 			q.Reason = "it fits the GPUs free at the start of the round, but the placement found no option it accepts or preferred the jobs ranked ahead"
 		}
+		if q.Wait == cluster.WaitCapacity || q.Wait == cluster.WaitBehind {
+			if soon == nil {
+				soon = cluster.NewFreeSoon(r.Snapshot, r.Decisions, speedup(pred))
+			}
+			freeEstimate(q, r, rk.Job, types[next-1], gangs, soon, pred)
+		}
+	}
+}
+
+// freeEstimate fills the entry's FreeInS and PreferredTypes from the types the group can use.
+// A member of the gang the round reserves GPUs for is free when the reservation expects its
+// whole gang's GPUs; a member of another gang gets no estimate (a gang starts whole, and the
+// count is per group).
+func freeEstimate(q *QueueEntry, r *sched.Round, job *cluster.Job, types []string, gangs sched.Gangs, soon *cluster.FreeSoon, pred sched.Predictor) {
+	if len(types) > 1 && pred != nil {
+		thr := make(map[string]float64, len(types))
+		for _, t := range types {
+			thr[t] = pred.Predict(job, t, max(1, job.GPUs)).Throughput
+		}
+		q.PreferredTypes = cluster.PreferredTypes(thr)
+	}
+	var in time.Duration
+	g := sched.GangKey(job)
+	switch {
+	case r.Reservation != nil && g == r.Reservation.Gang && gangs[g][job.Key()]:
+		if !r.Reservation.Until.IsZero() {
+			in = r.Reservation.Until.Sub(r.Snapshot.Now)
+		}
+	case gangs[g][job.Key()]:
+		// No estimate: the count is per group, and a gang starts whole.
+	default:
+		in = soon.NextFree(types, job.GPUs)
+	}
+	if in > 0 {
+		q.FreeInS = math.Round(in.Seconds())
+	}
+}
+
+// speedup is how many times faster than on the reference GPU type (what runtime estimates
+// are on) pred says a running job is on a type; 0 unknown.
+func speedup(pred sched.Predictor) func(j *cluster.Job, gpuType string) float64 {
+	if pred == nil {
+		return nil
+	}
+	return func(j *cluster.Job, gpuType string) float64 {
+		ref := pred.Predict(j, gpuspec.ReferenceGPU, max(1, j.GPUs)).Throughput
+		on := pred.Predict(j, gpuType, max(1, j.GPUs)).Throughput
+		if !(ref > 0) || !(on > 0) {
+			return 0
+		}
+		return on / ref
 	}
 }
 
@@ -234,7 +289,8 @@ func (s *Service) noteWaits(ctx context.Context, queue []QueueEntry) {
 		}
 		counts[q.Wait]++
 		ws = append(ws, cluster.Wait{Namespace: q.Namespace, JobID: q.JobID, Group: q.Group, Kind: q.Wait, Reason: q.Reason,
-			Rank: q.Rank, Of: ranked, GPUs: q.GPUs, Device: q.Device})
+			Rank: q.Rank, Of: ranked, GPUs: q.GPUs, Device: q.Device, FreeIn: time.Duration(q.FreeInS * float64(time.Second)),
+			Preferred: q.PreferredTypes})
 		if q.Infeasible {
 			now[q.JobKey] = q.Reason
 		}

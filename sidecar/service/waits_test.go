@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/nomad/api"
 
@@ -166,5 +167,46 @@ func TestInvalidAnnotationsAreAWait(t *testing.T) {
 	}
 	if m := scrape(t, h); !strings.Contains(m, `hetgpu_waiting_groups{wait="invalid"} 1`+"\n") {
 		t.Error("the invalid group is not counted as an invalid wait")
+	}
+}
+
+// A group that waits for GPUs says when enough of a type it can use are expected free, from
+// the runtime estimates of the jobs that hold them, and which types it runs best on; the
+// job's note is written once for the kind of wait, not again as the estimate moves.
+func TestWaitingGroupSaysWhenGPUsFree(t *testing.T) {
+	h := servicetest.NewHarness(t, nil)
+	// FIFO and first fit on the fastest type: a takes the A100s, b the V100s; c (8 GPUs: the
+	// T4 node has 4) waits for one of them to end. Runtimes are on the reference V100: a's 70
+	// minutes are 30 on the A100s, 7/3 as fast in the test table.
+	for _, j := range [][2]string{{"a", "70m"}, {"b", "3h"}} {
+		h.Nomad.Register(servicetest.HeldJob(j[0], 8, 1, map[string]string{"hetgpu.enable": "true", "hetgpu.model": "resnet/ResNet-50",
+			"hetgpu.preemptible": "true", "hetgpu.runtime": j[1]}))
+		h.Round()
+	}
+	if nodes, _ := pinOf(t, h.Nomad.Job("default", "a")); len(nodes) != 1 || nodes[0] != "node-a100-00" {
+		t.Fatalf("a pinned to %v, want the A100 node", nodes)
+	}
+	h.Nomad.Register(servicetest.HeldJob("c", 8, 1, nil))
+	h.Round()
+	e := queueByKey(h)["default/c/train"]
+	if e.Wait != "capacity" || e.FreeInS <= 25*60 || e.FreeInS > 30*60 || strings.Join(e.PreferredTypes, ",") != "a100" {
+		t.Fatalf("queue entry = %+v; want capacity, free in 30 min (a's estimate), A100 preferred", e)
+	}
+	const want = "held by hetgpu: rank 1 of 1, waiting for 8 GPUs of one type (nvidia/gpu, A100 preferred), next free in about 30 min (estimate); the cluster has such GPUs, none free now"
+	if l := uiLine(h, "c"); !strings.HasPrefix(l, "- group `train`: "+want) {
+		t.Fatalf("ui line = %q, want %q", l, want)
+	}
+	// a has run 20 minutes (50 of its 70 on the V100 left: 21 on the A100s), and one more
+	// group is ranked: the estimate and the rank move, the note stays as written (each write
+	// is a job version).
+	before := *h.Nomad.Job("default", "c").Version
+	h.Nomad.SetAllocStatus(h.Nomad.Allocs("default", "a")[0].ID, api.AllocClientStatusRunning, time.Now().Add(-20*time.Minute), time.Time{})
+	h.Nomad.Register(servicetest.HeldJob("d", 8, 1, nil))
+	h.Round()
+	if e := queueByKey(h)["default/c/train"]; e.Rank != 1 || e.FreeInS < 21*60 || e.FreeInS > 22*60 {
+		t.Errorf("queue entry = %+v; want free in 21 min", e)
+	}
+	if after := *h.Nomad.Job("default", "c").Version; after != before {
+		t.Errorf("the note was written again (version %d -> %d): %q", before, after, uiLine(h, "c"))
 	}
 }
