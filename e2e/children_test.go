@@ -177,3 +177,63 @@ func TestWaitingJobSaysWhy(t *testing.T) {
 		}
 	}
 }
+
+// TestWaitingJobSaysWhenGPUsFree: a job waiting behind a preemptible job with a runtime
+// estimate says when its GPUs are expected free, and the estimate going down as the holder runs
+// writes no new version.
+func TestWaitingJobSaysWhenGPUsFree(t *testing.T) {
+	e := newFaultEnv(t, "the waiting job's next-free estimate end to end", []clusterClient{{Name: "v100", Fake: []string{"2x V100"}}}, "")
+	c, bins := e.cluster, e.bins
+	startSidecarNomad(t, c, bins, e.port, "  wait_notes = 2", `reconcile = "1s"`)
+	submitToy(t, c.API, bins, "holder", 900, "100ms", map[string]string{"hetgpu.runtime": "40m", "hetgpu.preemptible": "true"})
+	scCheckPinned(t, c.API, e.sidecarURL, "holder")
+	start := time.Now()
+	// Longer than what the holder has left, so it ranks behind and preempts nothing.
+	submitToy(t, c.API, bins, "next", 20, "100ms", map[string]string{"hetgpu.runtime": "3h"})
+	var desc string
+	waitFor(t, 30*time.Second, "next says when GPUs free up", func() bool {
+		j, _, err := c.API.Jobs().Info("next", nil)
+		if err != nil || j.UI == nil {
+			return false
+		}
+		desc = j.UI.Description
+		return strings.Contains(desc, "held by hetgpu: rank 1 of 1, waiting for 2 GPUs of one type") &&
+			strings.Contains(desc, ", next free in about ")
+	}, func() string { return desc })
+	t.Logf("submit -> ui note %s:\n%s", time.Since(start).Round(10*time.Millisecond), desc)
+	// The holder declared 40 min: the estimate is its expected time left as the sidecar reads a
+	// hetgpu.runtime (ranker.estimate_error 0.5: the log-normal's mean, 40 x e^(0.5^2/2) = 45 min).
+	if !strings.Contains(desc, "next free in about 40 min (estimate)") && !strings.Contains(desc, "next free in about 45 min (estimate)") {
+		t.Errorf("note %q: want the holder's 40 min estimate read as 40 to 45 min", desc)
+	}
+	time.Sleep(10 * time.Second)
+	j, _, err := c.API.Jobs().Info("next", nil)
+	must(t, err)
+	if scHeld(j) {
+		versions, _, _, err := c.API.Jobs().Versions("next", false, nil)
+		must(t, err)
+		if len(versions) != 2 {
+			t.Errorf("after 10 s of waiting: %d versions, want 2 (the job and one note)", len(versions))
+		}
+	}
+	var q struct {
+		Jobs []struct {
+			JobID   string  `json:"job_id"`
+			FreeInS float64 `json:"free_in_s"`
+		} `json:"jobs"`
+	}
+	must(t, scGet(e.sidecarURL+"/v1/queue", &q))
+	seen := false
+	for _, qj := range q.Jobs {
+		if qj.JobID == "next" {
+			seen = true
+			t.Logf("/v1/queue free_in_s = %.0f", qj.FreeInS)
+			if !(qj.FreeInS > 35*60 && qj.FreeInS <= 46*60) {
+				t.Errorf("/v1/queue free_in_s = %.0f, want 35 to 46 min", qj.FreeInS)
+			}
+		}
+	}
+	if !seen && scHeld(j) {
+		t.Errorf("/v1/queue lists no entry for the waiting job next")
+	}
+}
