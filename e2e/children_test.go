@@ -178,14 +178,20 @@ func TestWaitingJobSaysWhy(t *testing.T) {
 	}
 }
 
-// TestWaitingJobSaysWhenGPUsFree: a job waiting behind a preemptible job with a runtime
-// estimate says when its GPUs are expected free, and the estimate going down as the holder runs
-// writes no new version.
+// TestWaitingJobSaysWhenGPUsFree: a job waiting behind a job with a runtime estimate,
+// preemptible or not, says when its GPUs are expected free, and the estimate going down as the
+// holder runs writes no new version.
 func TestWaitingJobSaysWhenGPUsFree(t *testing.T) {
+	for _, preemptible := range []bool{true, false} {
+		t.Run(fmt.Sprintf("preemptible=%v", preemptible), func(t *testing.T) { waitingSaysWhenFree(t, preemptible) })
+	}
+}
+
+func waitingSaysWhenFree(t *testing.T, preemptible bool) {
 	e := newFaultEnv(t, "the waiting job's next-free estimate end to end", []clusterClient{{Name: "v100", Fake: []string{"2x V100"}}}, "")
 	c, bins := e.cluster, e.bins
 	startSidecarNomad(t, c, bins, e.port, "  wait_notes = 2", `reconcile = "1s"`)
-	submitToy(t, c.API, bins, "holder", 900, "100ms", map[string]string{"hetgpu.runtime": "40m", "hetgpu.preemptible": "true"})
+	submitToy(t, c.API, bins, "holder", 900, "100ms", map[string]string{"hetgpu.runtime": "40m", "hetgpu.preemptible": fmt.Sprint(preemptible)})
 	scCheckPinned(t, c.API, e.sidecarURL, "holder")
 	start := time.Now()
 	// Longer than what the holder has left, so it ranks behind and preempts nothing.

@@ -160,7 +160,12 @@ func NewFreeSoon(snap *Snapshot, decided []Decision, speedup func(j *Job, gpuTyp
 	left := func(a *Alloc) time.Duration {
 		j := est[a.Key()]
 		if j == nil {
-			return -1
+			// Not preemptible: the time left of its hetgpu.runtime, as the backend read it for
+			// the allocation (Nomad; none without an estimate).
+			if a.Hetgpu.EstRuntime <= 0 {
+				return -1
+			}
+			j = &Job{Namespace: a.Namespace, ID: a.JobID, Group: a.Group, GPUs: len(a.DeviceIDs), Hetgpu: a.Hetgpu}
 		}
 		l := j.Hetgpu.EstRuntime
 		if j.Hetgpu.Est.Left > 0 {

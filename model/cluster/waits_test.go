@@ -47,6 +47,10 @@ func TestNextFree(t *testing.T) {
 			[]Alloc{running("j50", "a", "a-0", "a-1", "a-2", "a-3")},
 			[]Job{preemptible("j50", 50*m)},
 			nil, []string{"a100"}, 3, 50 * m, 0},
+		{"a holder that is not preemptible ends by its own estimate", nodes,
+			[]Alloc{running("j10", "a", "a-0"), withLeft(running("fixed", "a", "a-1", "a-2", "a-3"), 25*m)},
+			[]Job{preemptible("j10", 10*m)},
+			nil, []string{"a100"}, 2, 25 * m, 0},
 		{"no estimate never ends", nodes,
 			[]Alloc{running("j10", "a", "a-0"), running("unknown", "a", "a-1", "a-2", "a-3")},
 			[]Job{preemptible("j10", 10*m)},
@@ -190,4 +194,10 @@ func TestHeldText(t *testing.T) {
 			t.Errorf("FreeIn %v: %q does not end in %q", d, got, suffix)
 		}
 	}
+}
+
+// withLeft gives a running allocation the time left the backend read from its hetgpu.runtime.
+func withLeft(a Alloc, left time.Duration) Alloc {
+	a.Hetgpu.EstRuntime = left
+	return a
 }

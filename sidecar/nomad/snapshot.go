@@ -137,6 +137,13 @@ func (b *Backend) snapshotRunning(snap *cluster.Snapshot, shadowOnly map[string]
 		if jr, ok := b.jobs[jobKey(a.Namespace, a.JobID)]; ok {
 			if tg := findGroup(jr.job, a.Group); tg != nil {
 				if an, err := annot.Parse(jr.job.Meta, tg.Meta, a.Group); err == nil {
+					// As for a preemptible group: EstRuntime is what is left of hetgpu.runtime,
+					// read the same way, so a waiting job can say when these GPUs free up.
+					if !a.Start.IsZero() {
+						b.readRuntime(a.Namespace, &an, max(0, snap.Now.Sub(a.Start)))
+					} else {
+						an.DeclaredRuntime, an.EstRuntime = an.EstRuntime, 0
+					}
 					ca.Shared, ca.Hetgpu = an.AllowSharing, an
 				}
 			}
