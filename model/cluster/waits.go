@@ -199,16 +199,6 @@ func NewFreeSoon(snap *Snapshot, decided []Decision, speedup func(j *Job, gpuTyp
 		}
 	}
 	f := &FreeSoon{free: map[string]int{}, freeing: map[string][]time.Duration{}}
-	// Free now: the snapshot's free index (what every stage reads), less what the round hands out.
-	idx := snap.Free()
-	for _, g := range idx.Groups() {
-		for _, id := range g.IDs {
-			if _, taken := ends[instKey{g.Node.ID, id}]; !taken {
-				f.free[g.Type]++
-			}
-		}
-	}
-	// Freeing: the held healthy GPUs of nodes open to new work whose holders all have an end.
 	for i := range snap.Nodes {
 		n := &snap.Nodes[i]
 		if !n.Ready() {
@@ -216,9 +206,16 @@ func NewFreeSoon(snap *Snapshot, decided []Decision, speedup func(j *Job, gpuTyp
 		}
 		for gi := range n.Devices {
 			g := &n.Devices[gi]
+			t := g.TypeKey()
 			for _, in := range g.Instances {
-				if e := ends[instKey{n.ID, in.ID}]; in.Healthy && e > 0 {
-					f.freeing[g.TypeKey()] = append(f.freeing[g.TypeKey()], e)
+				if !in.Healthy {
+					continue
+				}
+				switch e, held := ends[instKey{n.ID, in.ID}]; {
+				case !held:
+					f.free[t]++
+				case e > 0:
+					f.freeing[t] = append(f.freeing[t], e)
 				}
 			}
 		}

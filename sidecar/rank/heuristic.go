@@ -64,7 +64,12 @@ func (h Heuristic) Score(row []float64) float64 {
 // Boost is the starvation guard's part of a row's score (0 when the guard is off or the job
 // has not waited Starvation times its expected runtime): what a learned order gets on top of
 // its own score, so that the guard holds whichever order ranks.
-func (h Heuristic) Boost(row []float64) float64 { return h.boost(row, h.logRuntime(row)) }
+func (h Heuristic) Boost(row []float64) float64 {
+	if h.Starvation <= 0 {
+		return 0
+	}
+	return h.boost(row, h.logRuntime(row))
+}
 
 func (h Heuristic) boost(row []float64, logT float64) float64 {
 	if h.Starvation <= 0 {
