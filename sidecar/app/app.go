@@ -27,7 +27,6 @@ import (
 	"github.com/hetgpu/hetgpu/sidecar/rank"
 	"github.com/hetgpu/hetgpu/sidecar/rank/ppo"
 	"github.com/hetgpu/hetgpu/sidecar/rank/rlsim"
-	"github.com/hetgpu/hetgpu/sidecar/rank/rltrain"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
 	"github.com/hetgpu/hetgpu/sidecar/server"
 	"github.com/hetgpu/hetgpu/sidecar/service"
@@ -402,7 +401,7 @@ func liveTuner(c *Config, ck *rank.Checkpoint, rk *rank.Ranker, sw *rank.RegimeS
 				log.Info("ranking with the policy online tuning adopted", "policy", st.Policy, "reason", st.Reason)
 				rs.set(st)
 			}},
-		Env: rlsim.EnvConfig{Throughput: tab, EpisodeJobs: rltrain.DefaultEpisodeJobs, Score: rank.ScoreBSLD,
+		Env: rlsim.EnvConfig{Throughput: tab, EpisodeJobs: rlsim.DefaultEpisodeJobs, Score: rank.ScoreBSLD,
 			Policy: pipeline,
 			Baseline: func() (*sim.PipelinePolicy, error) {
 				h, err := rank.New(nil, rank.WithExplain(false))

@@ -14,6 +14,9 @@ import (
 	"github.com/hetgpu/hetgpu/sidecar/trace"
 )
 
+// DefaultEpisodeJobs is an episode's length in jobs, for `hetgpu train` and the live tuner alike.
+const DefaultEpisodeJobs = 100
+
 // PolicyFunc builds the simulator policy under training around a ranker (for hetgpu: the
 // production pipeline with the predictor and the placement MILP).
 type PolicyFunc func(r sched.Ranker) (*sim.PipelinePolicy, error)

@@ -24,7 +24,7 @@ import (
 
 // Defaults of `hetgpu train` (and so of `make train`).
 const (
-	DefaultEpisodeJobs = 100
+	DefaultEpisodeJobs = rlsim.DefaultEpisodeJobs
 	DefaultStride      = 50
 	DefaultBaseline    = "heuristic"
 	DefaultEvalEvery   = 5
