@@ -13,7 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/hetgpu/hetgpu/sidecar/livebench"
+	"github.com/hetgpu/hetgpu/sidecar/research/livebench"
 )
 
 // TestLiveRoundsRealAgent is `hetgpu bench live` against a real agent: one server and

@@ -8,7 +8,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/hetgpu/hetgpu/sidecar/nomad/nomadtest"
+	"github.com/hetgpu/hetgpu/sidecar/backends/nomad/nomadtest"
 )
 
 // TestJobUpdateSemantics applies each change of nomadtest.UpdateCases to a running GPU job on

@@ -25,13 +25,14 @@ type rule struct {
 }
 
 var (
-	model     = []string{"model/...", "sidecar/trace", "sidecar/throughput"}
+	model     = []string{"model/..."}
 	framework = []string{"sidecar/sched"}
-	stages    = []string{"sidecar/estimate", "sidecar/rank", "sidecar/predict", "sidecar/place", "sidecar/preempt", "sidecar/constraint", "sidecar/feasible"}
-	backends  = []string{"sidecar/nomad/...", "sidecar/sim"}
+	stages    = []string{"sidecar/stages/..."}
+	backends  = []string{"sidecar/backends/..."}
 	// runtime is what the live sidecar runs; offline is simulation, training and evaluation.
-	runtime = append(append([]string{"sidecar/sched", "sidecar/service/...", "sidecar/server", "sidecar/store", "sidecar/dashboard", "sidecar/nomad/..."}, model...), stages...)
-	offline = []string{"sidecar/sim/...", "sidecar/policies", "sidecar/rank/ppo", "sidecar/rank/rlsim", "sidecar/rank/rltrain", "sidecar/predict/predicteval", "sidecar/livebench"}
+	runtime = join([]string{"sidecar/sched", "sidecar/runtime/service/...", "sidecar/runtime/server", "sidecar/runtime/store",
+		"sidecar/runtime/dashboard", "sidecar/runtime/ha", "sidecar/runtime/explainlink", "sidecar/backends/nomad/..."}, model, stages)
+	offline = []string{"sidecar/backends/sim/...", "sidecar/policies", "sidecar/learning/...", "sidecar/research/..."}
 )
 
 func join(groups ...[]string) []string {
@@ -52,17 +53,17 @@ var rules = []rule{
 		why: "the plugin protocol sits below every component"},
 	{from: []string{"internal/..."}, forbid: []string{"device/...", "driver/...", "sidecar/...", "plugin/..."},
 		why: "internal helpers know no component"},
-	{from: model, forbid: []string{"sidecar/...", "device/...", "driver/..."}, allow: []string{"sidecar/throughput"},
+	{from: model, forbid: []string{"sidecar/...", "device/...", "driver/..."},
 		why: "model packages describe jobs, GPUs and traces and import no component"},
 	{from: framework, forbid: []string{"sidecar/..."}, allow: model,
 		why: "the pipeline knows its stages and backends only through its interfaces"},
-	{from: stages, forbid: []string{"sidecar/..."}, allow: join(model, framework, []string{"sidecar/constraint"}),
-		why: "a stage works on a snapshot from any backend and knows no other stage (constraint is the shared feasibility layer)"},
-	{from: backends, forbid: []string{"sidecar/..."}, allow: join(model, framework, []string{"sidecar/nomad/..."}),
-		why: "a backend implements cluster.Cluster and knows no stage, service or policy"},
+	{from: stages, forbid: []string{"sidecar/..."}, allow: join(model, framework),
+		why: "a stage works on a snapshot from any backend and knows no other stage (model/constraint is the shared feasibility layer)"},
+	{from: backends, forbid: []string{"sidecar/..."}, allow: join(model, framework, backends),
+		why: "a backend implements cluster.Cluster and knows no stage, service or policy (its own subpackages and nomadtest, the fake agent, it may)"},
 	{from: runtime, forbid: offline,
 		why: "the live sidecar does not link simulation, training or evaluation"},
-	{from: without(runtime, "sidecar/dashboard"), forbid: []string{"gonum.org/v1/plot/..."},
+	{from: without(runtime, "sidecar/runtime/dashboard"), forbid: []string{"gonum.org/v1/plot/..."},
 		why: "plots are offline (reports, training curves); only the dashboard draws at run time"},
 	{from: []string{"..."}, forbid: []string{"github.com/hashicorp/nomad/..."}, allow: []string{"github.com/hashicorp/nomad/api/..."},
 		why: "of Nomad's code only the api module is a dependency"},
@@ -189,15 +190,17 @@ func TestImportRules(t *testing.T) {
 // The checker finds a forbidden edge, honours allow, and lets through what no rule covers.
 func TestViolations(t *testing.T) {
 	got := violations(map[string][]string{
-		"device/fake":   {"sidecar/gpuspec", "device/arch"},
-		"sidecar/place": {"sidecar/sched", "sidecar/nomad", "sidecar/constraint"},
-		"sidecar/sim":   {"sidecar/sched", "github.com/hashicorp/nomad/nomad/structs", "github.com/hashicorp/nomad/api"},
-		"sidecar/app":   {"sidecar/sim", "sidecar/nomad"},
+		"sidecar/stages/rank":  {"sidecar/stages/place", "sidecar/sched"},
+		"device/fake":          {"sidecar/gpuspec", "device/arch"},
+		"sidecar/stages/place": {"sidecar/sched", "sidecar/backends/nomad", "model/constraint"},
+		"sidecar/backends/sim": {"sidecar/sched", "github.com/hashicorp/nomad/nomad/structs", "github.com/hashicorp/nomad/api"},
+		"sidecar/runtime/app":  {"sidecar/backends/sim", "sidecar/backends/nomad"},
 	})
 	want := []string{
 		"device/fake -> sidecar/gpuspec",
-		"sidecar/place -> sidecar/nomad",
-		"sidecar/sim -> github.com/hashicorp/nomad/nomad/structs",
+		"sidecar/backends/sim -> github.com/hashicorp/nomad/nomad/structs",
+		"sidecar/stages/place -> sidecar/backends/nomad",
+		"sidecar/stages/rank -> sidecar/stages/place",
 	}
 	var keys []string
 	for k := range got {

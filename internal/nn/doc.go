@@ -1,5 +1,5 @@
-// Package nn is the small neural-network kit shared by the learned ranker (sidecar/rank) and
-// the throughput predictor (sidecar/predict): parameters in one flat slice, dense tanh layers
+// Package nn is the small neural-network kit shared by the learned ranker (sidecar/stages/rank) and
+// the throughput predictor (sidecar/stages/predict): parameters in one flat slice, dense tanh layers
 // with forward and backward passes that write only into caller-owned buffers, and Adam over
 // the flat vector.
 //

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Backend is a cluster the service (sidecar/service) drives: Nomad (sidecar/nomad) or the
+// Backend is a cluster the service (sidecar/runtime/service) drives: Nomad (sidecar/backends/nomad) or the
 // embedded simulated cluster. Beyond Cluster it watches for changes and does the
 // housekeeping between decision rounds.
 type Backend interface {

@@ -1,6 +1,6 @@
 // Package cluster holds the snapshot every scheduling round works on and the Cluster interface
-// that both backends implement: Nomad (sidecar/nomad) and the trace-driven simulator
-// (sidecar/sim). Keeping one model means the simulator drives exactly the code that runs in
+// that both backends implement: Nomad (sidecar/backends/nomad) and the trace-driven simulator
+// (sidecar/backends/sim). Keeping one model means the simulator drives exactly the code that runs in
 // production.
 package cluster
 
@@ -58,7 +58,7 @@ type Snapshot struct {
 	// EstRuntime, the estimated time they still need. Their GPUs are in Running.
 	Preemptible []Job
 	// Caps are this round's limits on the GPUs groups of namespaces hold (queue maxima and
-	// the reserves of queue guarantees, see sidecar/queue); every placement path honours
+	// the reserves of queue guarantees, see sidecar/stages/queue); every placement path honours
 	// them. Nil without queues.
 	Caps []GPUCap
 	// Tenancy, set by the queue stage, says which preemptible running groups hold GPUs within

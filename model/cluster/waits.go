@@ -11,7 +11,7 @@ import (
 )
 
 // Wait kinds of a pending group (the service's QueueEntry.Wait and GroupExplanation.Wait, the
-// hetgpu_waiting_groups metric, the feasibility verdicts of sidecar/feasible).
+// hetgpu_waiting_groups metric, the feasibility verdicts of sidecar/stages/feasible).
 const (
 	// WaitInfeasible: the group can never run on the cluster as it stands (every ready node,
 	// draining ones too, with all its healthy GPUs free); it is re-checked every round.
@@ -78,7 +78,7 @@ func HeldKindWords(kind string) string {
 // preferred), next free in about 20 min (estimate); the cluster has such GPUs, none free
 // now". The estimate and the preferred types are left out when unknown. "" for other kinds
 // and unranked groups. The kind's words come last, after "; ": a note is rewritten only when
-// they change (sidecar/nomad), so a new estimate or rank alone writes nothing.
+// they change (sidecar/backends/nomad), so a new estimate or rank alone writes nothing.
 func HeldText(w *Wait) string {
 	kind := HeldKindWords(w.Kind)
 	if kind == "" || w.Rank <= 0 {

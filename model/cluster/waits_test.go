@@ -187,7 +187,7 @@ func TestHeldText(t *testing.T) {
 		})
 	}
 	// The kind's words end the text whatever the estimate: a note is rewritten only when they
-	// change (sidecar/nomad reads them back).
+	// change (sidecar/backends/nomad reads them back).
 	for _, d := range []time.Duration{0, time.Minute, 90 * time.Minute, 30 * time.Hour} {
 		w := with(func(w *Wait) { w.FreeIn = d })
 		if got, suffix := HeldText(&w), "; "+HeldKindWords(WaitCapacity); !strings.HasSuffix(got, suffix) {

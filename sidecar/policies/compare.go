@@ -6,10 +6,10 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/hetgpu/hetgpu/sidecar/queue"
-	"github.com/hetgpu/hetgpu/sidecar/sim"
-	"github.com/hetgpu/hetgpu/sidecar/throughput"
-	"github.com/hetgpu/hetgpu/sidecar/trace"
+	"github.com/hetgpu/hetgpu/model/throughput"
+	"github.com/hetgpu/hetgpu/model/trace"
+	"github.com/hetgpu/hetgpu/sidecar/backends/sim"
+	"github.com/hetgpu/hetgpu/sidecar/stages/queue"
 )
 
 // CompareOptions describe one `hetgpu sim` comparison.

@@ -2,10 +2,10 @@ package policies
 
 import (
 	"github.com/hetgpu/hetgpu/model/gpuspec"
-	"github.com/hetgpu/hetgpu/sidecar/place"
-	"github.com/hetgpu/hetgpu/sidecar/rank"
+	"github.com/hetgpu/hetgpu/sidecar/backends/sim"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
-	"github.com/hetgpu/hetgpu/sidecar/sim"
+	"github.com/hetgpu/hetgpu/sidecar/stages/place"
+	"github.com/hetgpu/hetgpu/sidecar/stages/rank"
 )
 
 // The queue-order baselines: a ranker and Nomad's bin-packing (place.FirstFit), the predictor

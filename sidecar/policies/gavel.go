@@ -1,9 +1,9 @@
 package policies
 
 import (
-	"github.com/hetgpu/hetgpu/sidecar/place"
+	"github.com/hetgpu/hetgpu/sidecar/backends/sim"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
-	"github.com/hetgpu/hetgpu/sidecar/sim"
+	"github.com/hetgpu/hetgpu/sidecar/stages/place"
 )
 
 // newGavel is Gavel's heterogeneity-aware max-min fairness with its 6-minute rounds (Narayanan

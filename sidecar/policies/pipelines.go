@@ -3,11 +3,11 @@ package policies
 import (
 	"fmt"
 
-	"github.com/hetgpu/hetgpu/sidecar/place"
-	"github.com/hetgpu/hetgpu/sidecar/predict"
-	"github.com/hetgpu/hetgpu/sidecar/rank"
+	"github.com/hetgpu/hetgpu/sidecar/backends/sim"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
-	"github.com/hetgpu/hetgpu/sidecar/sim"
+	"github.com/hetgpu/hetgpu/sidecar/stages/place"
+	"github.com/hetgpu/hetgpu/sidecar/stages/predict"
+	"github.com/hetgpu/hetgpu/sidecar/stages/rank"
 )
 
 // The production-pipeline baselines run sched.Pipeline unchanged against the simulator's

@@ -11,12 +11,12 @@ import (
 	"testing"
 
 	"github.com/hetgpu/hetgpu/model/history"
-	"github.com/hetgpu/hetgpu/sidecar/place"
-	"github.com/hetgpu/hetgpu/sidecar/rank"
+	"github.com/hetgpu/hetgpu/model/throughput"
+	"github.com/hetgpu/hetgpu/model/trace"
+	"github.com/hetgpu/hetgpu/sidecar/backends/sim"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
-	"github.com/hetgpu/hetgpu/sidecar/sim"
-	"github.com/hetgpu/hetgpu/sidecar/throughput"
-	"github.com/hetgpu/hetgpu/sidecar/trace"
+	"github.com/hetgpu/hetgpu/sidecar/stages/place"
+	"github.com/hetgpu/hetgpu/sidecar/stages/rank"
 )
 
 var (

@@ -6,16 +6,16 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/hetgpu/hetgpu/model/history"
-	"github.com/hetgpu/hetgpu/sidecar/estimate"
-	"github.com/hetgpu/hetgpu/sidecar/place"
-	"github.com/hetgpu/hetgpu/sidecar/preempt"
-	"github.com/hetgpu/hetgpu/sidecar/queue"
-	"github.com/hetgpu/hetgpu/sidecar/rank"
+	"github.com/hetgpu/hetgpu/sidecar/backends/sim"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
-	"github.com/hetgpu/hetgpu/sidecar/sim"
+	"github.com/hetgpu/hetgpu/sidecar/stages/estimate"
+	"github.com/hetgpu/hetgpu/sidecar/stages/place"
+	"github.com/hetgpu/hetgpu/sidecar/stages/preempt"
+	"github.com/hetgpu/hetgpu/sidecar/stages/queue"
+	"github.com/hetgpu/hetgpu/sidecar/stages/rank"
 )
 
-// Queue-priority baselines of the prioritiser issue (sidecar/rank documents each formula and
+// Queue-priority baselines of the prioritiser issue (sidecar/stages/rank documents each formula and
 // its source). Both start jobs in priority order wherever Nomad's bin-packing would put them,
 // every job that fits (place.FirstFit with backfilling), like sjf.
 

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/hetgpu/hetgpu/model/cluster"
-	"github.com/hetgpu/hetgpu/sidecar/queue"
-	"github.com/hetgpu/hetgpu/sidecar/sim"
+	"github.com/hetgpu/hetgpu/sidecar/backends/sim"
+	"github.com/hetgpu/hetgpu/sidecar/stages/queue"
 )
 
 // QueueMeter measures a simulated run's queues after every round (sim.Meter): GPUs held and

@@ -19,11 +19,11 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/hetgpu/hetgpu/model/history"
-	"github.com/hetgpu/hetgpu/sidecar/preempt"
-	"github.com/hetgpu/hetgpu/sidecar/queue"
+	"github.com/hetgpu/hetgpu/model/throughput"
+	"github.com/hetgpu/hetgpu/sidecar/backends/sim"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
-	"github.com/hetgpu/hetgpu/sidecar/sim"
-	"github.com/hetgpu/hetgpu/sidecar/throughput"
+	"github.com/hetgpu/hetgpu/sidecar/stages/preempt"
+	"github.com/hetgpu/hetgpu/sidecar/stages/queue"
 )
 
 // Options is what a constructor may use. Each run gets a fresh policy value.

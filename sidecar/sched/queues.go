@@ -28,7 +28,7 @@ func withRelocated(snap *cluster.Snapshot, plan []cluster.Preemption, res []clus
 	return &out
 }
 
-// Queues is the optional queue stage (sidecar/queue): queues of namespaces with guarantees,
+// Queues is the optional queue stage (sidecar/stages/queue): queues of namespaces with guarantees,
 // maxima and usage-based fair share.
 type Queues interface {
 	// Prepare accounts the snapshot's usage and returns the snapshot the round works on: with

@@ -1,6 +1,6 @@
 // Package sched is the scheduling framework: the narrow interfaces of each stage and the
 // Pipeline that runs one round, snapshot -> rank -> predict -> place -> pin. Stages live in
-// their own packages (sidecar/rank, sidecar/predict, sidecar/place) and know nothing of each
+// their own packages (sidecar/stages/rank, sidecar/stages/predict, sidecar/stages/place) and know nothing of each
 // other beyond these interfaces; backends (Nomad, simulator) implement cluster.Cluster.
 package sched
 

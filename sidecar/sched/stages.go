@@ -9,7 +9,7 @@ import (
 
 // Stages is a scheduling policy: the stages a Pipeline runs. Every policy, the baselines
 // included, is one of these (sidecar/policies registers them), so any of them can decide for
-// either backend: the live sidecar (sidecar/service) and the simulator (sim.PipelinePolicy).
+// either backend: the live sidecar (sidecar/runtime/service) and the simulator (sim.PipelinePolicy).
 // Ranker, Predictor and Placer are required; the rest may be nil.
 type Stages struct {
 	Ranker    Ranker

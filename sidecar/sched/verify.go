@@ -10,7 +10,7 @@ import (
 // found (place.Placer implements it with place.Verify and its own configuration). RunRound
 // verifies before pinning when the Placer is a Verifier, and pins nothing of a round whose
 // decisions fail: a wrong placement is a bug, and pinning it would start jobs on GPUs they must
-// not have. The check costs a few per cent of a placement (BenchmarkVerify* in sidecar/place).
+// not have. The check costs a few per cent of a placement (BenchmarkVerify* in sidecar/stages/place).
 type Verifier interface {
 	Verify(snap *cluster.Snapshot, decisions []cluster.Decision) error
 }

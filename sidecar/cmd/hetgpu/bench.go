@@ -14,7 +14,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/hetgpu/hetgpu/sidecar/livebench"
+	"github.com/hetgpu/hetgpu/sidecar/research/livebench"
 )
 
 const benchLiveUsage = "Usage: hetgpu bench live [--nodes N] [--gpus-per-node G] [--gpu-types T] [--pending P] [--running R] [--latency D] [--rounds K] [--json]"

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/hetgpu/hetgpu/sidecar/place"
+	"github.com/hetgpu/hetgpu/sidecar/stages/place"
 )
 
 // runPlace dispatches `hetgpu place <subcommand>`.

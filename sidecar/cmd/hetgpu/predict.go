@@ -14,9 +14,9 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/hetgpu/hetgpu/sidecar/predict"
-	"github.com/hetgpu/hetgpu/sidecar/predict/predicteval"
-	"github.com/hetgpu/hetgpu/sidecar/throughput"
+	"github.com/hetgpu/hetgpu/model/throughput"
+	"github.com/hetgpu/hetgpu/sidecar/research/predicteval"
+	"github.com/hetgpu/hetgpu/sidecar/stages/predict"
 )
 
 const predictUsage = `usage: hetgpu predict <eval|train> [flags]

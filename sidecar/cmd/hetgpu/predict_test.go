@@ -10,7 +10,7 @@ import (
 	"testing"
 )
 
-const smallThroughputs = "../../predict/testdata/small_throughputs.json"
+const smallThroughputs = "../../stages/predict/testdata/small_throughputs.json"
 
 func TestPredictEvalJSON(t *testing.T) {
 	var out, errb bytes.Buffer

@@ -6,8 +6,8 @@ import (
 	"io"
 	"os"
 
-	"github.com/hetgpu/hetgpu/sidecar/app"
-	"github.com/hetgpu/hetgpu/sidecar/nomad"
+	"github.com/hetgpu/hetgpu/sidecar/backends/nomad"
+	"github.com/hetgpu/hetgpu/sidecar/runtime/app"
 )
 
 func runRelease(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/hetgpu/hetgpu/sidecar/app"
+	"github.com/hetgpu/hetgpu/sidecar/runtime/app"
 )
 
 func runSidecar(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/hetgpu/hetgpu/internal/testcerts"
-	"github.com/hetgpu/hetgpu/sidecar/app"
+	"github.com/hetgpu/hetgpu/sidecar/runtime/app"
 )
 
 // The TLS flags apply before the configuration is checked: they can be what makes a

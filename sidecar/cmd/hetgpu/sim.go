@@ -18,13 +18,13 @@ import (
 	"golang.org/x/term"
 
 	"github.com/hetgpu/hetgpu/model/cluster"
-	"github.com/hetgpu/hetgpu/sidecar/app"
+	"github.com/hetgpu/hetgpu/model/throughput"
+	"github.com/hetgpu/hetgpu/model/trace"
+	"github.com/hetgpu/hetgpu/sidecar/backends/sim"
+	"github.com/hetgpu/hetgpu/sidecar/backends/sim/report"
 	"github.com/hetgpu/hetgpu/sidecar/policies"
-	"github.com/hetgpu/hetgpu/sidecar/rank"
-	"github.com/hetgpu/hetgpu/sidecar/sim"
-	"github.com/hetgpu/hetgpu/sidecar/sim/report"
-	"github.com/hetgpu/hetgpu/sidecar/throughput"
-	"github.com/hetgpu/hetgpu/sidecar/trace"
+	"github.com/hetgpu/hetgpu/sidecar/runtime/app"
+	"github.com/hetgpu/hetgpu/sidecar/stages/rank"
 )
 
 func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hetgpu/hetgpu/sidecar/sim"
+	"github.com/hetgpu/hetgpu/sidecar/backends/sim"
 )
 
 func TestSimJSONAndReport(t *testing.T) {

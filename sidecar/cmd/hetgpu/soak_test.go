@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hetgpu/hetgpu/sidecar/store"
+	"github.com/hetgpu/hetgpu/sidecar/runtime/store"
 )
 
 // TestSoakChild is the sidecar process the soak test starts and kills (it only runs when

@@ -9,7 +9,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/hetgpu/hetgpu/sidecar/app"
+	"github.com/hetgpu/hetgpu/sidecar/runtime/app"
 )
 
 // errStateDamaged makes `hetgpu state check` exit 1 on a damaged state directory.

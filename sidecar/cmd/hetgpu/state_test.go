@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/hetgpu/hetgpu/model/cluster"
-	"github.com/hetgpu/hetgpu/sidecar/store"
+	"github.com/hetgpu/hetgpu/sidecar/runtime/store"
 )
 
 // hetgpu state check says what is damaged and exits 1; repair fixes it; check passes after.

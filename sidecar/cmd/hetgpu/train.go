@@ -16,10 +16,10 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
+	"github.com/hetgpu/hetgpu/sidecar/learning/ppo"
 	"github.com/hetgpu/hetgpu/sidecar/policies"
-	"github.com/hetgpu/hetgpu/sidecar/rank"
-	"github.com/hetgpu/hetgpu/sidecar/rank/ppo"
-	"github.com/hetgpu/hetgpu/sidecar/rank/rltrain"
+	"github.com/hetgpu/hetgpu/sidecar/research/rltrain"
+	"github.com/hetgpu/hetgpu/sidecar/stages/rank"
 )
 
 // runTrain trains the prioritiser in the simulator (`hetgpu train`) or evaluates the hetgpu

@@ -10,9 +10,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hetgpu/hetgpu/sidecar/rank"
-	"github.com/hetgpu/hetgpu/sidecar/rank/rltrain"
-	"github.com/hetgpu/hetgpu/sidecar/sim"
+	"github.com/hetgpu/hetgpu/sidecar/backends/sim"
+	"github.com/hetgpu/hetgpu/sidecar/research/rltrain"
+	"github.com/hetgpu/hetgpu/sidecar/stages/rank"
 )
 
 // `hetgpu train verdict --estimates R` writes regime R's verdict and keeps the others'.

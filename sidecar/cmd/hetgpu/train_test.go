@@ -11,11 +11,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hetgpu/hetgpu/sidecar/rank"
-	"github.com/hetgpu/hetgpu/sidecar/rank/rltrain"
-	"github.com/hetgpu/hetgpu/sidecar/sim"
-	"github.com/hetgpu/hetgpu/sidecar/throughput"
-	"github.com/hetgpu/hetgpu/sidecar/trace"
+	"github.com/hetgpu/hetgpu/model/throughput"
+	"github.com/hetgpu/hetgpu/model/trace"
+	"github.com/hetgpu/hetgpu/sidecar/backends/sim"
+	"github.com/hetgpu/hetgpu/sidecar/research/rltrain"
+	"github.com/hetgpu/hetgpu/sidecar/stages/rank"
 )
 
 func TestTrainUsageErrors(t *testing.T) {

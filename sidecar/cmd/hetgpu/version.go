@@ -6,7 +6,7 @@ import (
 	"io"
 
 	"github.com/hetgpu/hetgpu/internal/version"
-	"github.com/hetgpu/hetgpu/sidecar/place"
+	"github.com/hetgpu/hetgpu/sidecar/stages/place"
 )
 
 // versionInfo is `hetgpu version --json`: the release, the commit, and the Go and HiGHS

@@ -1,0 +1,82 @@
+package sim_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/hetgpu/hetgpu/model/trace"
+	"github.com/hetgpu/hetgpu/sidecar/backends/sim"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+// deterministic strips what depends on the machine (wall time, decision latency).
+func deterministic(rs []*sim.Result) []*sim.Result {
+	out := make([]*sim.Result, len(rs))
+	for i, r := range rs {
+		c := *r
+		c.WallS, c.DecisionP50Ms, c.DecisionP95Ms, c.DecisionP99Ms = 0, 0, 0, 0
+		out[i] = &c
+	}
+	return out
+}
+
+// Same seed, same results: a fixed synthetic trace on gavel-108 scaled to a third gives the
+// results in testdata/golden.json for the baselines, run concurrently.
+func TestGolden(t *testing.T) {
+	s, err := sim.LoadSpec("gavel-108:scale=0.34")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := trace.Load("synthetic:jobs=150,rate=3", sim.TraceOptions(table(t), 42))
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := []string{"fifo", "sjf", "tiresias", "gavel"}
+	run := func() []byte {
+		var ps []*sim.PipelinePolicy
+		for _, n := range names {
+			ps = append(ps, newPolicy(t, n, s))
+		}
+		rs, err := sim.SimulateAll(context.Background(), sim.Setup{Spec: s, Throughput: table(t), Trace: tr, RestartPenaltyS: 30}, ps, 0, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := json.MarshalIndent(deterministic(rs), "", "  ")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return append(b, '\n')
+	}
+	got := run()
+	if again := run(); !bytes.Equal(got, again) {
+		t.Fatal("two runs with the same seed differ")
+	}
+	path := filepath.Join("testdata", "golden.json")
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("results differ from %s (go test -run TestGolden -update to accept):\n%s", path, got)
+	}
+	var rs []*sim.Result
+	if err := json.Unmarshal(got, &rs); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		if r.Jobs+r.Unschedulable != 150 || r.AvgJCTS <= 0 || r.EnergyKWh <= 0 {
+			t.Fatalf("%s: implausible result %+v", r.Policy, r)
+		}
+	}
+}
