@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -10,21 +11,20 @@ import (
 	"github.com/hashicorp/nomad/api"
 )
 
-// TestNomadChildrenOnRealAgent: what a real agent lets hetgpu do with the children of
-// parameterized and periodic jobs, and what hetgpu does with them.
-//   - Nomad refuses any update of a dispatched child (the HTTP API ignores Dispatched on a
-//     register): hetgpu never pins it, reports it in /v1/queue's invalid list with the reason,
-//     and writes nothing to it or to its parameterized parent.
-//   - A periodic child can be re-registered, but the register drops its ParentID. hetgpu pins
-//     it (tagging the pinned version in the register: Nomad's tag endpoint refuses IDs with a
-//     "/"), it runs once and is learned once; the parent is never written.
-func TestNomadChildrenOnRealAgent(t *testing.T) {
-	e := newFaultEnv(t, "dispatched and periodic children end to end", []clusterClient{{Name: "v100", Fake: []string{"4x V100"}}}, "")
+// TestDispatchedChildrenPinned: three children dispatched from a held parameterized job
+// are each pinned, run once and are learned once; the parent is never written. The pin goes
+// through the servers' RPC (Nomad's HTTP API refuses any update of a dispatched job), so every
+// link Nomad keeps between a child and its parent survives it: ParentID, Dispatched, the
+// dispatch meta, the idempotency token (a dispatch repeated with it answers the same child)
+// and the parent's children summary. A child with a payload cannot be registered again by
+// anyone (Nomad refuses any register carrying one): it is reported undecidable, with why.
+func TestDispatchedChildrenPinned(t *testing.T) {
+	e := newFaultEnv(t, "dispatched children end to end", []clusterClient{{Name: "v100", Fake: []string{"4x V100"}}}, "")
 	c, bins := e.cluster, e.bins
 	e.startSidecar(t)
 
 	param := toyJob(t, c.API, bins, "param", 30, "100ms")
-	param.ParameterizedJob = &api.ParameterizedJobConfig{MetaOptional: []string{"run"}}
+	param.ParameterizedJob = &api.ParameterizedJobConfig{MetaOptional: []string{"run"}, Payload: "optional"}
 	_, _, err := c.API.Jobs().Register(param, nil)
 	must(t, err)
 	var children []string
@@ -34,92 +34,182 @@ func TestNomadChildrenOnRealAgent(t *testing.T) {
 		must(t, err)
 		children = append(children, resp.DispatchedJobID)
 	}
-	// Nomad's own answer to a re-registration of a dispatched child, as hetgpu would send it.
-	cj, _, err := c.API.Jobs().Info(children[0], nil)
+	withPayload, _, err := c.API.Jobs().Dispatch("param", map[string]string{"run": "p"}, []byte("inputs"), "", nil)
 	must(t, err)
-	cj.Constraints = nil
-	_, _, err = c.API.Jobs().RegisterOpts(cj, &api.RegisterOptions{EnforceIndex: true, ModifyIndex: *cj.JobModifyIndex}, nil)
-	t.Logf("Nomad on re-registering dispatched child %s: %v", children[0], err)
-	if err == nil || !(strings.Contains(err.Error(), "read-only") || strings.Contains(err.Error(), "parameterized")) {
-		t.Fatalf("Nomad accepted an update of a dispatched child (err %v): hetgpu could pin it", err)
-	}
 	for _, id := range children {
-		waitFor(t, 30*time.Second, id+" in the queue's invalid list", func() bool {
-			var q struct {
-				Invalid []struct {
-					JobKey string `json:"job_key"`
-					Error  string `json:"error"`
-				} `json:"invalid"`
-			}
-			if scGet(e.sidecarURL+"/v1/queue", &q) != nil {
-				return false
-			}
-			for _, inv := range q.Invalid {
-				if strings.HasPrefix(inv.JobKey, "default/"+id+"/") && strings.Contains(inv.Error, "dispatched") {
-					return true
-				}
-			}
-			return false
-		})
+		scCheckPinned(t, c.API, e.sidecarURL, id)
 	}
-	t.Logf("dispatch -> reported undecidable in /v1/queue: %s for the three children", time.Since(start).Round(10*time.Millisecond))
-	time.Sleep(3 * time.Second) // a few more rounds
-	for _, id := range append([]string{"param"}, children...) {
+	t.Logf("dispatch -> three children pinned and placed in %s", time.Since(start).Round(10*time.Millisecond))
+	for i, id := range children {
+		waitDead(t, c.API, id, 2*time.Minute)
 		j, _, err := c.API.Jobs().Info(id, nil)
 		must(t, err)
-		if *j.Version != 0 {
-			t.Errorf("%s: version %d; hetgpu wrote to it", id, *j.Version)
+		if deref(j.ParentID) != "param" || !j.Dispatched || j.Meta["run"] != fmt.Sprint(i) || deref(j.DispatchIdempotencyToken) != fmt.Sprintf("tok-%d", i) {
+			t.Errorf("%s after the pin: ParentID %q dispatched %v meta run %q token %q; want its link to param kept",
+				id, deref(j.ParentID), j.Dispatched, j.Meta["run"], deref(j.DispatchIdempotencyToken))
 		}
-		if id != "param" && (deref(j.ParentID) != "param" || !j.Dispatched) {
-			t.Errorf("%s: ParentID %q dispatched %v; want its link to param", id, deref(j.ParentID), j.Dispatched)
+		if *j.Version == 0 {
+			t.Errorf("%s: still at version 0; hetgpu never pinned it", id)
+		}
+		versions, _, _, err := c.API.Jobs().Versions(id, false, nil)
+		must(t, err)
+		tags := 0
+		for _, v := range versions {
+			if v.VersionTag != nil && strings.HasPrefix(v.VersionTag.Name, "hetgpu-pin-") {
+				tags++
+			}
+		}
+		if tags != 1 {
+			t.Errorf("%s carries %d hetgpu-pin tags, want 1", id, tags)
+		}
+		checkLinkedPin(t, versions, id, ".Payload")
+		stubs, _, err := c.API.Jobs().Allocations(id, true, nil)
+		must(t, err)
+		if len(stubs) != 1 {
+			t.Errorf("%s ran %d allocations, want 1", id, len(stubs))
+		}
+		waitFor(t, 60*time.Second, id+"'s run learned", func() bool { return finishedRuns(t, e.sidecarURL, url.QueryEscape(id)) >= 1 })
+		if n := finishedRuns(t, e.sidecarURL, url.QueryEscape(id)); n != 1 {
+			t.Errorf("%s's run was learned %d times, want once", id, n)
 		}
 	}
-
-	// A periodic job with prohibit_overlap and the hold: every launch is a held child.
-	per := toyJob(t, c.API, bins, "nightly", 60, "100ms")
-	per.Periodic = &api.PeriodicConfig{Spec: ptrTo("0 0 1 1 *"), SpecType: ptrTo("cron"), ProhibitOverlap: ptrTo(true)}
-	_, _, err = c.API.Jobs().Register(per, nil)
-	must(t, err)
-	launched := time.Now()
-	_, _, err = c.API.Jobs().PeriodicForce("nightly", nil)
-	must(t, err)
-	var child string
-	waitFor(t, 10*time.Second, "the periodic child", func() bool {
-		js, _, err := c.API.Jobs().PrefixList("nightly/periodic-")
-		if err != nil || len(js) == 0 {
+	pid := withPayload.DispatchedJobID
+	waitFor(t, 30*time.Second, pid+" (with a payload) in the queue's invalid list", func() bool {
+		var q struct {
+			Invalid []struct {
+				JobKey string `json:"job_key"`
+				Error  string `json:"error"`
+			} `json:"invalid"`
+		}
+		if scGet(e.sidecarURL+"/v1/queue", &q) != nil {
 			return false
 		}
-		child = js[0].ID
-		return true
-	})
-	scCheckPinned(t, c.API, e.sidecarURL, child)
-	t.Logf("periodic force -> child %s pinned in %s", child, time.Since(launched).Round(10*time.Millisecond))
-	versions, _, _, err := c.API.Jobs().Versions(child, false, nil)
-	must(t, err)
-	pinTags := 0
-	for _, v := range versions {
-		if v.VersionTag != nil && strings.HasPrefix(v.VersionTag.Name, "hetgpu-pin-") {
-			pinTags++
+		for _, inv := range q.Invalid {
+			if strings.HasPrefix(inv.JobKey, "default/"+pid+"/") && strings.Contains(inv.Error, "payload") {
+				return true
+			}
 		}
-		t.Logf("child version %d: ParentID %q tag %v", *v.Version, deref(v.ParentID), v.VersionTag)
+		return false
+	})
+	if j, _, err := c.API.Jobs().Info(pid, nil); err != nil || *j.Version != 0 {
+		t.Errorf("the child with a payload: %v; want it untouched at version 0", err)
 	}
-	if pinTags != 1 {
-		t.Errorf("the pinned child carries %d hetgpu-pin tags, want 1", pinTags)
-	}
-	waitDead(t, c.API, child, 2*time.Minute)
-	waitFor(t, 60*time.Second, "the child's run learned", func() bool { return finishedRuns(t, e.sidecarURL, url.QueryEscape(child)) >= 1 })
-	if n := finishedRuns(t, e.sidecarURL, url.QueryEscape(child)); n != 1 {
-		t.Errorf("the child's run was learned %d times, want once", n)
-	}
-	stubs, _, err := c.API.Jobs().Allocations(child, true, nil)
+	// Nomad's idempotency check finds the pinned child by its token.
+	again, _, err := c.API.Jobs().Dispatch("param", map[string]string{"run": "0"}, nil, "", &api.WriteOptions{IdempotencyToken: "tok-0"})
 	must(t, err)
-	if len(stubs) != 1 {
-		t.Errorf("the child ran %d allocations, want 1", len(stubs))
+	if again.DispatchedJobID != children[0] {
+		t.Errorf("dispatch again with tok-0 gave %s, want the pinned child %s", again.DispatchedJobID, children[0])
 	}
-	pj, _, err := c.API.Jobs().Info("nightly", nil)
+	pj, _, err := c.API.Jobs().Info("param", nil)
 	must(t, err)
 	if *pj.Version != 0 {
-		t.Errorf("the periodic parent is at version %d; hetgpu must never write it", *pj.Version)
+		t.Errorf("the parameterized parent is at version %d; hetgpu must never write it", *pj.Version)
+	}
+	sum, _, err := c.API.Jobs().Summary("param", nil)
+	must(t, err)
+	if sum.Children == nil || sum.Children.Dead != 3 || sum.Children.Pending != 1 {
+		t.Errorf("the parent's children summary %+v, want 3 dead and the held one with a payload pending", sum.Children)
+	}
+	kids, _, err := c.API.Jobs().PrefixList("param/dispatch-")
+	must(t, err)
+	for _, k := range kids {
+		if k.ParentID != "param" {
+			t.Errorf("nomad job status param lists %s with ParentID %q", k.ID, k.ParentID)
+		}
+	}
+}
+
+// TestPeriodicOverlapKept: a periodic job with prohibit_overlap launches no child while its
+// pinned child runs, as the same job without the hold does: the pin (through the servers'
+// RPC) keeps the child's ParentID, by which Nomad's launcher finds it running.
+func TestPeriodicOverlapKept(t *testing.T) {
+	e := newFaultEnv(t, "periodic children end to end", []clusterClient{{Name: "v100", Fake: []string{"4x V100"}}}, "")
+	c, bins := e.cluster, e.bins
+	e.startSidecar(t)
+
+	// Every 2 s (Nomad's cron takes a seconds field); each child runs about 15 s.
+	mk := func(id string, held bool) {
+		j := toyJob(t, c.API, bins, id, 150, "100ms")
+		if !held {
+			var keep []*api.Constraint
+			for _, cs := range j.Constraints {
+				if !scIsHold(cs) {
+					keep = append(keep, cs)
+				}
+			}
+			j.Constraints = keep
+			for _, tg := range j.TaskGroups {
+				keep = nil
+				for _, cs := range tg.Constraints {
+					if !scIsHold(cs) {
+						keep = append(keep, cs)
+					}
+				}
+				tg.Constraints = keep
+			}
+		}
+		j.Periodic = &api.PeriodicConfig{Spec: ptrTo("*/2 * * * * * *"), SpecType: ptrTo("cron"), ProhibitOverlap: ptrTo(true)}
+		_, _, err := c.API.Jobs().Register(j, nil)
+		must(t, err)
+	}
+	mk("cron-held", true)
+	mk("cron-plain", false)
+	first := func(parent string) string {
+		var id string
+		waitFor(t, 30*time.Second, "the first child of "+parent, func() bool {
+			js, _, err := c.API.Jobs().PrefixList(parent + "/periodic-")
+			if err != nil || len(js) == 0 {
+				return false
+			}
+			id = js[0].ID
+			return true
+		})
+		return id
+	}
+	held, plain := first("cron-held"), first("cron-plain")
+	scCheckPinned(t, c.API, e.sidecarURL, held)
+	// Count each parent's children while the held child runs (the launcher fires every 2 s).
+	count := func(parent string) int {
+		js, _, err := c.API.Jobs().PrefixList(parent + "/periodic-")
+		must(t, err)
+		return len(js)
+	}
+	maxHeld, maxPlain, polls := 0, 0, 0
+	for {
+		j, _, err := c.API.Jobs().Info(held, nil)
+		must(t, err)
+		if deref(j.Status) == "dead" {
+			break
+		}
+		maxHeld, maxPlain, polls = max(maxHeld, count("cron-held")), max(maxPlain, count("cron-plain")), polls+1
+		if polls > 240 {
+			t.Fatalf("the pinned child %s did not finish in 2 min: %s", held, jobState(c.API, held))
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Logf("children launched while the first (%s, %s) ran: with hetgpu %d, without %d (%d polls)", held, plain, maxHeld, maxPlain, polls)
+	if polls < 10 {
+		t.Fatalf("the pinned child %s finished after %d polls; the window proves nothing", held, polls)
+	}
+	if maxHeld != 1 || maxPlain != 1 {
+		t.Errorf("children while the first ran: with hetgpu %d, without %d; want 1 and 1 (prohibit_overlap)", maxHeld, maxPlain)
+	}
+	j, _, err := c.API.Jobs().Info(held, nil)
+	must(t, err)
+	if deref(j.ParentID) != "cron-held" {
+		t.Errorf("the pinned child %s has ParentID %q, want cron-held", held, deref(j.ParentID))
+	}
+	versions, _, _, err := c.API.Jobs().Versions(held, false, nil)
+	must(t, err)
+	checkLinkedPin(t, versions, held)
+	for _, p := range []string{"cron-held", "cron-plain"} {
+		pj, _, err := c.API.Jobs().Info(p, nil)
+		must(t, err)
+		if p == "cron-held" && *pj.Version != 0 {
+			t.Errorf("the periodic parent is at version %d; hetgpu must never write it", *pj.Version)
+		}
+		_, _, err = c.API.Jobs().Deregister(p, true, nil)
+		must(t, err)
 	}
 }
 
@@ -241,5 +331,32 @@ func waitingSaysWhenFree(t *testing.T, preemptible bool) {
 	}
 	if !seen && scHeld(j) {
 		t.Errorf("/v1/queue lists no entry for the waiting job next")
+	}
+}
+
+// checkLinkedPin compares a child's version as dispatched or launched with its latest
+// (pinned, after any waiting note) field by field, as TestReregisterRoundTrip does for a plain
+// job: only what hetgpu's writes mean to change (a ui block where the job had none included)
+// and what Nomad changes on any register may differ, and the fields named in also.
+func checkLinkedPin(t *testing.T, versions []*api.Job, id string, also ...string) {
+	t.Helper()
+	var before, after *api.Job
+	for _, v := range versions {
+		if *v.Version == 0 {
+			before = v
+		}
+		if after == nil || *v.Version > *after.Version {
+			after = v
+		}
+	}
+	if before == nil || after == before {
+		t.Errorf("%s: want version 0 and a later (pinned) one, have %d versions", id, len(versions))
+		return
+	}
+	for _, d := range jobDiff(t, before, after) {
+		path, _, _ := strings.Cut(d, ":")
+		if !expectedPinChange(d) && path != ".UI" && !slices.Contains(also, path) {
+			t.Errorf("%s: changed by the pin: %s", id, d)
+		}
 	}
 }

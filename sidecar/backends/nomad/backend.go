@@ -86,12 +86,17 @@ type Config struct {
 	// preemptions, re-holds): a replica that lost the leader lock writes nothing more. Nil:
 	// one replica, always allowed.
 	Fence cluster.Fence
+	// RPC, when set, is how writes to children linked to their parent (periodic and
+	// dispatched) reach the servers, keeping the link (rpc.go). Nil: the HTTP API, which cuts
+	// a periodic child's link and cannot write a dispatched child at all.
+	RPC *RPCConfig
 }
 
 // Backend implements cluster.Cluster and cluster.Backend on Nomad.
 type Backend struct {
 	cfg Config
 	c   *api.Client
+	rpc *rpcClient // nil without Config.RPC
 	log hclog.Logger
 
 	mu        sync.Mutex
@@ -160,7 +165,7 @@ func New(cfg Config) (*Backend, error) {
 		cfg.StatsParallel = 16
 	}
 	return &Backend{
-		cfg: cfg, c: cfg.Client, log: cfg.Logger.Named("nomad"),
+		cfg: cfg, c: cfg.Client, rpc: newRPCClient(cfg.RPC, cfg.Client), log: cfg.Logger.Named("nomad"),
 		nodes: map[string]*nodeRec{}, jobs: map[string]*jobRec{}, allocs: map[string]*allocRec{},
 		blocked: map[string]*api.Evaluation{},
 		energy:  map[string]*energyAcc{}, learned: map[string]bool{}, placed: map[string]bool{},

@@ -1,6 +1,7 @@
 package nomad
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"maps"
@@ -253,14 +254,42 @@ func convertAffinity(a *api.Affinity) cluster.Affinity {
 	return cluster.Affinity{LTarget: a.LTarget, RTarget: a.RTarget, Operand: a.Operand, Weight: w}
 }
 
+// errDispatched is why a held dispatched child cannot be decided for without Nomad's RPC
+// (Config.RPC): the HTTP API refuses every update of a dispatched job ("field 'Dispatched' is
+// read-only", seen on a real agent), so no pin through it can lift its hold.
+var errDispatched = errors.New("Nomad's HTTP API refuses any update of a dispatched job and this sidecar has no RPC access to the servers (nomad.rpc_address), so hetgpu cannot lift the hold the child inherited from its parameterized job; " +
+	"give the sidecar the servers' RPC address, or remove the hold from the parameterized job (its children then run under plain Nomad, annotated and learned by hetgpu) and dispatch again")
+
+// errDispatchedPayload is why a held dispatched child with a payload cannot be decided for:
+// Nomad's servers refuse to register any job that carries a payload ("job can't be submitted
+// with a payload, only dispatched", seen on a real agent over RPC), and a pin is a register.
+var errDispatchedPayload = errors.New("Nomad refuses to register any job that carries a dispatch payload (nomad job dispatch's input), so no pin can lift the hold the child inherited from its parameterized job; " +
+	"pass the child's inputs as meta (nomad job dispatch -meta key=value) instead of a payload, or remove the hold from the parameterized job")
+
+// emptyPayload reports a dispatch payload that holds nothing. Nomad stores a child's payload
+// snappy-compressed, so even a dispatch without one carries a block: its header, the
+// uvarint length of the decoded data, is then 0.
+func emptyPayload(p []byte) bool {
+	n, k := binary.Uvarint(p)
+	return len(p) == 0 || (k > 0 && n == 0)
+}
+
+// pendingJob converts one held group to the snapshot's job, as the backend can write it:
+// a dispatched child is undecidable without the servers' RPC, or with a payload.
+func (b *Backend) pendingJob(job *api.Job, tg *api.TaskGroup, submit time.Time) (cluster.Job, error) {
+	out, err := pendingJob(job, tg, submit)
+	switch {
+	case err != nil || !job.Dispatched:
+	case b.rpc == nil:
+		return out, errDispatched
+	case !emptyPayload(job.Payload):
+		return out, errDispatchedPayload
+	}
+	return out, err
+}
+
 // pendingJob converts one held group to the snapshot's job. Errors are annotation or request
 // problems that keep the job held.
-// errDispatched is why a held dispatched child cannot be decided for: Nomad refuses every
-// update of a dispatched job ("field 'Dispatched' is read-only", seen on a real agent), so no
-// pin can lift its hold.
-var errDispatched = errors.New("Nomad refuses any update of a dispatched job, so hetgpu cannot lift the hold the child inherited from its parameterized job; " +
-	"remove the hold from the parameterized job (its children then run under plain Nomad, annotated and learned by hetgpu) and dispatch again")
-
 func pendingJob(job *api.Job, tg *api.TaskGroup, submit time.Time) (cluster.Job, error) {
 	ns := deref(job.Namespace, "default")
 	out := cluster.Job{
@@ -276,9 +305,6 @@ func pendingJob(job *api.Job, tg *api.TaskGroup, submit time.Time) (cluster.Job,
 	}
 	if job.JobModifyIndex != nil {
 		out.JobModifyIndex = *job.JobModifyIndex
-	}
-	if job.Dispatched {
-		return out, errDispatched
 	}
 	a, err := annot.Parse(job.Meta, tg.Meta, out.Group)
 	if err != nil {

@@ -106,7 +106,7 @@ func (b *Backend) scan() ([]fault, []invalidJob, []cluster.Placement) {
 				if gangCompanion(job, tg) {
 					continue // released with the job's GPU groups, in the same register
 				}
-				if _, err := pendingJob(job, tg, time.Time{}); err != nil {
+				if _, err := b.pendingJob(job, tg, time.Time{}); err != nil {
 					msg := err.Error()
 					line := GroupLine(*tg.Name, "**held: hetgpu cannot decide** — "+msg+". Fix the job and run it again, or `hetgpu release "+id+"`.")
 					invalid = append(invalid, invalidJob{ns: ns, id: id, group: *tg.Name, key: gk, err: msg, line: line, have: lines[*tg.Name]})
@@ -278,12 +278,11 @@ func (b *Backend) showInvalid(ctx context.Context, inv invalidJob) {
 	if err != nil {
 		return
 	}
-	if GroupLines(job)[inv.group] == inv.line || linkedChild(job) {
-		// A child keeps Nomad's link to its parent only while it is never re-registered.
+	if GroupLines(job)[inv.group] == inv.line || b.cutsLink(job) {
 		return
 	}
 	SetGroupLine(job, inv.group, inv.line, UI{ExplainURL: b.explainURL(inv.ns, inv.id)})
-	resp, err := reregister(ctx, b.c, inv.ns, job, deref(job.JobModifyIndex, 0), nil)
+	resp, err := reregister(ctx, b.c, b.rpc, inv.ns, job, deref(job.JobModifyIndex, 0), nil)
 	if err != nil {
 		b.log.Debug("showing the annotation error in the ui block failed", "job", inv.key, "error", err)
 		return

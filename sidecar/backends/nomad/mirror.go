@@ -181,9 +181,14 @@ func isTemplate(job *api.Job) bool {
 }
 
 // linkedChild reports a job whose version still carries Nomad's link to its parent
-// (ParentID): any re-registration would cut it (a dispatched child's is refused outright),
-// so hetgpu writes nothing to it but what a pin must.
+// (ParentID): a re-registration through the HTTP API would cut it (a dispatched child's is
+// refused outright), so such writes go through the servers' RPC (rpc.go).
 func linkedChild(job *api.Job) bool { return deref(job.ParentID, "") != "" }
+
+// cutsLink reports a write to job that would cut its link to its parent: a linked child and
+// no RPC to write it through (rpc.go). Writes only a pin needs go ahead anyway (a periodic
+// child runs, unlinked; a dispatched child is undecidable, errDispatched).
+func (b *Backend) cutsLink(job *api.Job) bool { return linkedChild(job) && b.rpc == nil }
 
 // copyJob deep-copies a job so rewrites never touch the tracked state.
 func copyJob(job *api.Job) (*api.Job, error) {

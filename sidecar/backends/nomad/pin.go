@@ -154,7 +154,7 @@ func (b *Backend) registerPinned(ctx context.Context, ns, id string, job, newJob
 	if len(desc) > 200 {
 		desc = desc[:200]
 	}
-	resp, err := reregister(ctx, b.c, ns, newJob, cur, registerTag(id, "hetgpu-pin", version+1, desc))
+	resp, err := reregister(ctx, b.c, b.rpc, ns, newJob, cur, registerTag(id, "hetgpu-pin", version+1, desc))
 	if err != nil {
 		if isConflict(err) {
 			return true, fmt.Errorf("pin %s/%s: %w", ns, id, err)

@@ -79,7 +79,7 @@ func (b *Backend) checkPreemptible(ps []cluster.Preemption, idx []int) error {
 func (b *Backend) registerHeld(ctx context.Context, job *api.Job, desc string) error {
 	ns, id := deref(job.Namespace, "default"), deref(job.ID, "")
 	wq := (&api.WriteOptions{Namespace: ns}).WithContext(ctx)
-	resp, err := reregister(ctx, b.c, ns, job, deref(job.JobModifyIndex, 0), registerTag(id, "hetgpu-rehold", deref(job.Version, 0)+1, desc))
+	resp, err := reregister(ctx, b.c, b.rpc, ns, job, deref(job.JobModifyIndex, 0), registerTag(id, "hetgpu-rehold", deref(job.Version, 0)+1, desc))
 	if err != nil {
 		return fmt.Errorf("register: %w", err)
 	}

@@ -26,7 +26,7 @@ func Release(ctx context.Context, c *api.Client, namespace, id string) (*api.Job
 		if !ReleaseJob(job, "**released** to plain Nomad scheduling by `hetgpu release`") {
 			return nil, fmt.Errorf("release %s/%s: %w", namespace, id, ErrNotHeld)
 		}
-		resp, err := reregister(ctx, c, namespace, job, deref(job.JobModifyIndex, 0), registerTag(id, "hetgpu-release", deref(job.Version, 0)+1, "released to plain Nomad scheduling"))
+		resp, err := reregister(ctx, c, nil, namespace, job, deref(job.JobModifyIndex, 0), registerTag(id, "hetgpu-release", deref(job.Version, 0)+1, "released to plain Nomad scheduling"))
 		if err != nil {
 			if isConflict(err) && attempt == 0 {
 				continue

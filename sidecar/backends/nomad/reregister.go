@@ -69,10 +69,14 @@ func hasIdentities(tg *api.TaskGroup) bool {
 
 // reregister registers a job hetgpu rewrote back to Nomad, enforcing the JobModifyIndex it was
 // read at (a job changed meanwhile is refused) and keeping scaled counts; tag, when set, tags
-// the new version in the same write.
-func reregister(ctx context.Context, c *api.Client, ns string, job *api.Job, modifyIndex uint64, tag *api.JobVersionTag) (*api.JobRegisterResponse, error) {
+// the new version in the same write. A child linked to its parent goes through the servers'
+// RPC when rpc is set (linked.go), so the link survives; otherwise through the HTTP API.
+func reregister(ctx context.Context, c *api.Client, rpc *rpcClient, ns string, job *api.Job, modifyIndex uint64, tag *api.JobVersionTag) (*api.JobRegisterResponse, error) {
 	prepareRegister(job)
 	job.VersionTag = tag
+	if rpc != nil && linkedChild(job) {
+		return rpc.registerLinked(ctx, ns, job, modifyIndex)
+	}
 	wq := (&api.WriteOptions{Namespace: ns}).WithContext(ctx)
 	resp, _, err := c.Jobs().RegisterOpts(job, &api.RegisterOptions{EnforceIndex: true, ModifyIndex: modifyIndex, PreserveCounts: true}, wq)
 	return resp, err

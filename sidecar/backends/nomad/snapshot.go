@@ -103,7 +103,7 @@ func (b *Backend) snapshotPending(snap *cluster.Snapshot, jobKeys []string) map[
 			}
 			shadowOnly = true
 		}
-		pj, err := pendingJob(job, tg, jr.firstSubmit)
+		pj, err := b.pendingJob(job, tg, jr.firstSubmit)
 		if err != nil {
 			return // reported by Maintain as invalid
 		}
@@ -238,7 +238,7 @@ func (b *Backend) preemptible(jobKeys []string, running []cluster.Alloc, now tim
 		if err := ReholdJob(cp, *tg.Name, "", UI{}); err != nil {
 			return
 		}
-		pj, err := pendingJob(cp, findGroup(cp, *tg.Name), jr.firstSubmit)
+		pj, err := b.pendingJob(cp, findGroup(cp, *tg.Name), jr.firstSubmit)
 		if err != nil {
 			return
 		}

@@ -81,8 +81,8 @@ func (b *Backend) ShowWaits(ctx context.Context, ws []cluster.Wait) {
 		k := jobKey(w.Namespace, w.JobID)
 		jr, ok := b.jobs[k]
 		// A write is a new job version: Nomad runs a batch job's finished groups again on one
-		// (e2e TestJobUpdateSemantics), and it would cut a child's link to its parent.
-		if !ok || jobStopped(jr.job) || linkedChild(jr.job) || anyGroupDone(jr.job, counts) {
+		// (e2e TestJobUpdateSemantics), and without RPC it would cut a child's link to its parent.
+		if !ok || jobStopped(jr.job) || b.cutsLink(jr.job) || anyGroupDone(jr.job, counts) {
 			continue
 		}
 		have, want := GroupLines(jr.job)[w.Group], WaitLine(w)
@@ -199,7 +199,7 @@ func anyGroupDone(job *api.Job, counts map[string]groupCount) bool {
 // registerUI registers a job whose ui block alone was changed, if nobody changed the job since
 // it was read (EnforceIndex), and keeps the registered version as the tracked one.
 func (b *Backend) registerUI(ctx context.Context, ns string, job *api.Job) (*api.JobRegisterResponse, error) {
-	resp, err := reregister(ctx, b.c, ns, job, deref(job.JobModifyIndex, 0), nil)
+	resp, err := reregister(ctx, b.c, b.rpc, ns, job, deref(job.JobModifyIndex, 0), nil)
 	if err != nil {
 		return nil, err
 	}

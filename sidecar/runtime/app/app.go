@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -429,34 +430,7 @@ func NomadClient(n *NomadConfig) (*api.Client, string, error) {
 // nomadClient is NomadClient with a bound on each request (0: none).
 // The Agents returned is nil with one address (see nomad.HTTPClientFailover).
 func nomadClient(n *NomadConfig, timeout time.Duration) (*api.Client, string, *nomad.Agents, error) {
-	cfg := api.DefaultConfig()
-	if n.Address != "" {
-		cfg.Address = n.Address
-	}
-	if n.Token != "" {
-		cfg.SecretID = n.Token
-	}
-	if n.Region != "" {
-		cfg.Region = n.Region
-	}
-	if cfg.TLSConfig == nil {
-		cfg.TLSConfig = &api.TLSConfig{}
-	}
-	if n.CAFile != "" {
-		cfg.TLSConfig.CACert = n.CAFile
-	}
-	if n.CertFile != "" {
-		cfg.TLSConfig.ClientCert = n.CertFile
-	}
-	if n.KeyFile != "" {
-		cfg.TLSConfig.ClientKey = n.KeyFile
-	}
-	if n.TLSServerName != "" {
-		cfg.TLSConfig.TLSServerName = n.TLSServerName
-	}
-	if n.TLSSkipVerify {
-		cfg.TLSConfig.Insecure = true
-	}
+	cfg := nomadAPIConfig(n)
 	ns := n.Namespace
 	if ns == "" {
 		ns = os.Getenv("NOMAD_NAMESPACE")
@@ -486,6 +460,64 @@ func nomadClient(n *NomadConfig, timeout time.Duration) (*api.Client, string, *n
 		return nil, "", nil, fmt.Errorf("nomad client for %s: %w", cfg.Address, err)
 	}
 	return c, ns, agents, nil
+}
+
+// nomadRPC is how the backend reaches the servers' RPC for writes to linked children
+// (nomad.RPCConfig): the API client's token, TLS when the API is https (Nomad's tls block
+// covers both), the address nomad.rpc_address names or, empty, the leader's; nil when
+// rpc_address is "off" or the API is a Task API socket (a workload identity has no RPC).
+func nomadRPC(n *NomadConfig) (*nomad.RPCConfig, error) {
+	cfg := nomadAPIConfig(n)
+	addr := strings.TrimSpace(n.RPCAddress)
+	if addr == "off" || strings.HasPrefix(cfg.Address, "unix:") {
+		return nil, nil
+	}
+	rc := &nomad.RPCConfig{Address: addr, Token: cfg.SecretID}
+	if strings.HasPrefix(cfg.Address, "https:") {
+		// The api package's own reading of the CA, client certificate and skip-verify.
+		tc := &tls.Config{MinVersion: tls.VersionTLS12}
+		if err := api.ConfigureTLS(&http.Client{Transport: &http.Transport{TLSClientConfig: tc}}, cfg.TLSConfig); err != nil {
+			return nil, fmt.Errorf("nomad RPC TLS: %w", err)
+		}
+		// The API's server name is the host of its URL; the RPC's is Nomad's server name.
+		tc.ServerName = cfg.TLSConfig.TLSServerName
+		rc.TLS = tc
+	}
+	return rc, nil
+}
+
+// nomadAPIConfig is the API client's configuration: Nomad's environment variables overridden
+// by the nomad block.
+func nomadAPIConfig(n *NomadConfig) *api.Config {
+	cfg := api.DefaultConfig()
+	if n.Address != "" {
+		cfg.Address = n.Address
+	}
+	if n.Token != "" {
+		cfg.SecretID = n.Token
+	}
+	if n.Region != "" {
+		cfg.Region = n.Region
+	}
+	if cfg.TLSConfig == nil {
+		cfg.TLSConfig = &api.TLSConfig{}
+	}
+	if n.CAFile != "" {
+		cfg.TLSConfig.CACert = n.CAFile
+	}
+	if n.CertFile != "" {
+		cfg.TLSConfig.ClientCert = n.CertFile
+	}
+	if n.KeyFile != "" {
+		cfg.TLSConfig.ClientKey = n.KeyFile
+	}
+	if n.TLSServerName != "" {
+		cfg.TLSConfig.TLSServerName = n.TLSServerName
+	}
+	if n.TLSSkipVerify {
+		cfg.TLSConfig.Insecure = true
+	}
+	return cfg
 }
 
 // offIfZero maps a configured 0 (off) to the backend's negative (off; its 0 is the default).
@@ -616,12 +648,16 @@ func New(c *Config, logOut io.Writer) (*Sidecar, error) {
 		if err != nil {
 			return fail(err)
 		}
+		rpc, err := nomadRPC(c.Nomad)
+		if err != nil {
+			return fail(err)
+		}
 		b, err := nomad.New(nomad.Config{Client: client, Namespace: ns, Logger: log, ExplainBaseURL: public, SignExplain: signQuery(links), ExplainRefresh: c.ExplainLinkTTLD / 2,
 			EstimateError: c.Ranker.estimateError(), EstimateModel: calibModel(calib), Shadow: c.Shadow,
 			SampleDeviceStats: boolOr(c.Nomad.SampleDeviceStats, true), SampleEvery: c.SampleEveryD, Topology: boolOr(c.Nomad.Topology, true), ResyncEvery: c.ResyncD,
 			WaitNotes:   waitNotes(c.Nomad.WaitNotes),
 			StreamStall: offIfZero(c.StreamStallD), LeaderProbe: offIfZero(c.LeaderProbeD), Agents: agents,
-			Fence: repl.fence()})
+			Fence: repl.fence(), RPC: rpc})
 		if err != nil {
 			return fail(err)
 		}

@@ -71,6 +71,9 @@ import (
 //	  stream_stall = "45s"         # reconnect an event stream silent this long ("0": never)
 //	  leader_probe = "2s"          # ask the agent for the leader this often; a new leader or
 //	                               # no answer reconnects at once ("0": never)
+//	  rpc_address = ""             # a server's RPC host:port for writes to periodic and
+//	                               # dispatched children (keeps their link to the parent);
+//	                               # empty: the leader's; "off": none
 //	}
 //
 //	simulator {                     # the embedded cluster used without Nomad
@@ -195,6 +198,10 @@ type NomadConfig struct {
 	LeaderProbe       string   `hcl:"leader_probe,optional"`
 	SampleEvery       string   `hcl:"sample_every,optional"`
 	WaitNotes         *int     `hcl:"wait_notes,optional"`
+	// RPCAddress is a server's RPC address (host:port) for writes to periodic and dispatched
+	// children, which Nomad's HTTP API cannot make without cutting their link to their
+	// parent; empty asks the agent for the leader's; "off" writes through the HTTP API only.
+	RPCAddress string `hcl:"rpc_address,optional"`
 }
 
 // SimConfig is the simulator block.
@@ -469,6 +476,11 @@ func (c *Config) finish() error {
 	}
 	if c.LeaderProbeD, err = duration(c.Nomad.LeaderProbe, 2*time.Second); err != nil || (c.LeaderProbeD != 0 && c.LeaderProbeD < 100*time.Millisecond) {
 		return bad("nomad.leader_probe", c.Nomad.LeaderProbe, "\"0\" (off) or a duration of at least 100ms, e.g. \"2s\"")
+	}
+	if a := strings.TrimSpace(c.Nomad.RPCAddress); a != "" && a != "off" {
+		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
+			return bad("nomad.rpc_address", c.Nomad.RPCAddress, "host:port of a Nomad server's RPC listener (port 4647 by default), or \"off\"")
+		}
 	}
 	if c.SampleEveryD, err = duration(c.Nomad.SampleEvery, 5*time.Second); err != nil || c.SampleEveryD < 500*time.Millisecond {
 		return bad("nomad.sample_every", c.Nomad.SampleEvery, "a duration of at least 500ms, e.g. \"5s\"")

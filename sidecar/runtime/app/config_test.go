@@ -111,6 +111,7 @@ func TestConfigErrors(t *testing.T) {
 		{"nomad {\n sample_every = \"10ms\"\n}", `config nomad.sample_every = "10ms": expected a duration of at least 500ms`},
 		{"nomad {\n stream_stall = \"20s\"\n}", `config nomad.stream_stall = "20s": expected "0" (off) or a duration of at least 35s`},
 		{"nomad {\n leader_probe = \"1ms\"\n}", `config nomad.leader_probe = "1ms": expected "0" (off) or a duration of at least 100ms`},
+		{"nomad {\n rpc_address = \"nomad-1\"\n}", `config nomad.rpc_address = "nomad-1": expected host:port of a Nomad server's RPC listener (port 4647 by default), or "off"`},
 		{"ranker {\n tune_every = \"1ms\"\n}", `config ranker.tune_every = "1ms"`},
 		{"ranker {\n tune_runs = -1\n}", `config ranker.tune_runs = "-1"`},
 		{"ranker {\n estimate_error = -0.5\n}", `config ranker.estimate_error = "-0.5"`},
@@ -197,5 +198,56 @@ func TestNomadWatchdogConfig(t *testing.T) {
 	}
 	if _, _, _, err := nomadClient(c.Nomad, 0); err == nil || !strings.Contains(err.Error(), `nomad address "https://c:4646": scheme https, want http`) {
 		t.Errorf("mixed schemes: %v", err)
+	}
+}
+
+// TestNomadRPCConfig: the RPC for linked children takes the API's token, TLS when the API is
+// https (with Nomad's server name unless tls_server_name says otherwise), the configured
+// address or none (the leader's), and is off with rpc_address = "off".
+func TestNomadRPCConfig(t *testing.T) {
+	tests := []struct {
+		name, src   string
+		off         bool
+		addr, token string
+		tls         bool
+		serverName  string
+	}{
+		{"defaults", "nomad {\n address = \"http://a:4646\"\n token = \"s3cret\"\n}", false, "", "s3cret", false, ""},
+		{"address", "nomad {\n address = \"http://a:4646\"\n rpc_address = \"10.0.0.1:4647\"\n}", false, "10.0.0.1:4647", "", false, ""},
+		{"off", "nomad {\n address = \"http://a:4646\"\n rpc_address = \"off\"\n}", true, "", "", false, ""},
+		{"tls", "nomad {\n address = \"https://a:4646\"\n tls_skip_verify = true\n}", false, "", "", true, ""},
+		{"tls server name", "nomad {\n address = \"https://a:4646\"\n tls_server_name = \"server.eu.nomad\"\n}", false, "", "", true, "server.eu.nomad"},
+		{"task api socket", "nomad {\n address = \"unix:///secrets/api.sock\"\n}", true, "", "", false, ""},
+	}
+	t.Setenv("NOMAD_TOKEN", "")
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := ParseConfig("t.hcl", []byte(tt.src))
+			if err == nil {
+				err = c.Finish()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			rc, err := nomadRPC(c.Nomad)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.off {
+				if rc != nil {
+					t.Fatalf("RPC %+v, want off", rc)
+				}
+				return
+			}
+			if rc == nil {
+				t.Fatal("RPC off, want on")
+			}
+			if rc.Address != tt.addr || rc.Token != tt.token || (rc.TLS != nil) != tt.tls {
+				t.Errorf("RPC address %q token %q TLS %v, want %q %q %v", rc.Address, rc.Token, rc.TLS != nil, tt.addr, tt.token, tt.tls)
+			}
+			if rc.TLS != nil && rc.TLS.ServerName != tt.serverName {
+				t.Errorf("RPC TLS server name %q, want %q", rc.TLS.ServerName, tt.serverName)
+			}
+		})
 	}
 }
