@@ -167,7 +167,9 @@ func TestPeriodicOverlapKept(t *testing.T) {
 		return id
 	}
 	held, plain := first("cron-held"), first("cron-plain")
+	seen := time.Now()
 	scCheckPinned(t, c.API, e.sidecarURL, held)
+	t.Logf("periodic child %s seen -> pinned and placed in %s", held, time.Since(seen).Round(10*time.Millisecond))
 	// Count each parent's children while the held child runs (the launcher fires every 2 s).
 	count := func(parent string) int {
 		js, _, err := c.API.Jobs().PrefixList(parent + "/periodic-")

@@ -715,14 +715,14 @@ func TestShadowPlacement(t *testing.T) {
 func TestRelease(t *testing.T) {
 	f := newFixture(t, nil)
 	f.srv.Register(heldJob("rel", 1, 1, nil))
-	if _, err := Release(context.Background(), f.srv.Client(), "default", "rel"); err != nil {
+	if _, err := Release(context.Background(), f.srv.Client(), nil, "default", "rel"); err != nil {
 		t.Fatal(err)
 	}
 	job := f.srv.Job("default", "rel")
 	if groupHeld(job, job.TaskGroups[0]) || len(f.srv.Allocs("default", "rel")) != 1 {
 		t.Errorf("released job not placed by Nomad")
 	}
-	if _, err := Release(context.Background(), f.srv.Client(), "default", "rel"); !errors.Is(err, ErrNotHeld) {
+	if _, err := Release(context.Background(), f.srv.Client(), nil, "default", "rel"); !errors.Is(err, ErrNotHeld) {
 		t.Errorf("second release err = %v, want ErrNotHeld", err)
 	}
 }

@@ -13,8 +13,10 @@ var ErrNotHeld = errors.New("the job carries no hetgpu hold constraint")
 
 // Release hands a job back to plain Nomad scheduling: it removes the hold constraint (job,
 // groups and tasks) and keeps everything else, including pins hetgpu already made. Meta is
-// untouched, so nothing restarts. It retries once on a JobModifyIndex conflict.
-func Release(ctx context.Context, c *api.Client, namespace, id string) (*api.JobRegisterResponse, error) {
+// untouched, so nothing restarts. It retries once on a JobModifyIndex conflict. rpc, when
+// set, writes a child linked to its parent through the servers' RPC (keeping the link).
+func Release(ctx context.Context, c *api.Client, rpc *RPCConfig, namespace, id string) (*api.JobRegisterResponse, error) {
+	rc := newRPCClient(rpc, c)
 	if namespace == "" {
 		namespace = "default"
 	}
@@ -26,7 +28,7 @@ func Release(ctx context.Context, c *api.Client, namespace, id string) (*api.Job
 		if !ReleaseJob(job, "**released** to plain Nomad scheduling by `hetgpu release`") {
 			return nil, fmt.Errorf("release %s/%s: %w", namespace, id, ErrNotHeld)
 		}
-		resp, err := reregister(ctx, c, nil, namespace, job, deref(job.JobModifyIndex, 0), registerTag(id, "hetgpu-release", deref(job.Version, 0)+1, "released to plain Nomad scheduling"))
+		resp, err := reregister(ctx, c, rc, namespace, job, deref(job.JobModifyIndex, 0), registerTag(id, "hetgpu-release", deref(job.Version, 0)+1, "released to plain Nomad scheduling"))
 		if err != nil {
 			if isConflict(err) && attempt == 0 {
 				continue

@@ -45,7 +45,11 @@ NOMAD_* TLS variables.`)
 		ns = "default"
 	}
 	job := fs.Arg(0)
-	resp, err := nomad.Release(ctx, client, ns, job)
+	rpc, err := app.NomadRPC(cfg.Nomad)
+	if err != nil {
+		return err
+	}
+	resp, err := nomad.Release(ctx, client, rpc, ns, job)
 	if err != nil {
 		return err
 	}

@@ -462,11 +462,11 @@ func nomadClient(n *NomadConfig, timeout time.Duration) (*api.Client, string, *n
 	return c, ns, agents, nil
 }
 
-// nomadRPC is how the backend reaches the servers' RPC for writes to linked children
+// NomadRPC is how the backend and `hetgpu release` reach the servers' RPC for writes to linked children
 // (nomad.RPCConfig): the API client's token, TLS when the API is https (Nomad's tls block
 // covers both), the address nomad.rpc_address names or, empty, the leader's; nil when
 // rpc_address is "off" or the API is a Task API socket (a workload identity has no RPC).
-func nomadRPC(n *NomadConfig) (*nomad.RPCConfig, error) {
+func NomadRPC(n *NomadConfig) (*nomad.RPCConfig, error) {
 	cfg := nomadAPIConfig(n)
 	addr := strings.TrimSpace(n.RPCAddress)
 	if addr == "off" || strings.HasPrefix(cfg.Address, "unix:") {
@@ -648,7 +648,7 @@ func New(c *Config, logOut io.Writer) (*Sidecar, error) {
 		if err != nil {
 			return fail(err)
 		}
-		rpc, err := nomadRPC(c.Nomad)
+		rpc, err := NomadRPC(c.Nomad)
 		if err != nil {
 			return fail(err)
 		}

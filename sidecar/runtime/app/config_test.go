@@ -229,7 +229,7 @@ func TestNomadRPCConfig(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rc, err := nomadRPC(c.Nomad)
+			rc, err := NomadRPC(c.Nomad)
 			if err != nil {
 				t.Fatal(err)
 			}
