@@ -46,7 +46,12 @@ func MustWrite(t testing.TB, dir string) Files {
 
 // WriteFor creates the files in dir with a server certificate that also names ips (a
 // listener on a node's address, as a Nomad job gets it).
-func WriteFor(dir string, ips ...net.IP) (Files, error) {
+func WriteFor(dir string, ips ...net.IP) (Files, error) { return WriteNamed(dir, nil, nil, ips...) }
+
+// WriteNamed is WriteFor with more DNS names on the server and the client certificate (Nomad's
+// servers present server.<region>.nomad on their RPC port and, with verify_server_hostname,
+// accept only peers named client.<region>.nomad or server.<region>.nomad).
+func WriteNamed(dir string, serverNames, clientNames []string, ips ...net.IP) (Files, error) {
 	f := Files{
 		CA: filepath.Join(dir, "ca.pem"), ServerCert: filepath.Join(dir, "server.pem"), ServerKey: filepath.Join(dir, "server-key.pem"),
 		ClientCert: filepath.Join(dir, "client.pem"), ClientKey: filepath.Join(dir, "client-key.pem"),
@@ -62,7 +67,7 @@ func WriteFor(dir string, ips ...net.IP) (Files, error) {
 	}
 	server := &x509.Certificate{
 		Subject:     pkix.Name{CommonName: "hetgpu sidecar"},
-		DNSNames:    []string{"localhost"},
+		DNSNames:    append([]string{"localhost"}, serverNames...),
 		IPAddresses: append([]net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, ips...),
 		// clientAuth too: a replica presents its own certificate to another (the HA probe, mTLS).
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
@@ -70,7 +75,7 @@ func WriteFor(dir string, ips ...net.IP) (Files, error) {
 	if err := ca.issue(server, f.ServerCert, f.ServerKey); err != nil {
 		return f, err
 	}
-	client := &x509.Certificate{Subject: pkix.Name{CommonName: "hetgpu driver"}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	client := &x509.Certificate{Subject: pkix.Name{CommonName: "hetgpu driver"}, DNSNames: clientNames, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
 	if err := ca.issue(client, f.ClientCert, f.ClientKey); err != nil {
 		return f, err
 	}

@@ -146,6 +146,12 @@ func (r *rpcClient) call(ctx context.Context, region, method string, args, reply
 	dec := msgpack.NewDecoder(bufio.NewReader(rw))
 	var h rpcHeader
 	if err := dec.Decode(&h); err != nil {
+		if r.cfg.TLS != nil && strings.Contains(err.Error(), "bad certificate") {
+			// Seen on a real agent: with verify_server_hostname a server refuses any peer
+			// certificate that does not name a Nomad client or server of its region.
+			return fmt.Errorf("nomad RPC %s at %s: the server refused the client certificate (with verify_server_hostname Nomad's servers accept only certificates for client.%s.nomad or server.%s.nomad): %w",
+				method, addr, region, region, err)
+		}
 		return fmt.Errorf("nomad RPC %s at %s: read answer: %w", method, addr, err)
 	}
 	if h.Error != "" {
