@@ -26,6 +26,16 @@ type Jobspec struct {
 	Groups      []SpecGroup
 	// MetaDups are meta keys written twice in one meta (the last value wins in Nomad).
 	MetaDups []MetaDup
+	// Parameterized is the job's parameterized block (nil without one): its children are
+	// what hetgpu schedules, and Nomad refuses to register one that carries a payload.
+	Parameterized *SpecParameterized
+}
+
+// SpecParameterized is a parameterized block; Payload is its payload setting as written
+// (Nomad's default, "optional", when absent).
+type SpecParameterized struct {
+	Payload Value
+	Range   hcl.Range
 }
 
 // MetaDup is a meta key given a second time in the same job or group meta.
@@ -140,6 +150,11 @@ func ParseJobspec(filename string, src []byte) (*Jobspec, error) {
 	js.Type = r.str(jb.Body, "type").Text
 	js.Meta = r.meta(jb.Body, "")
 	js.Constraints = r.constraints(jb.Body, "constraint")
+	for _, pb := range jb.Body.Blocks {
+		if pb.Type == "parameterized" {
+			js.Parameterized = &SpecParameterized{Payload: r.str(pb.Body, "payload"), Range: pb.DefRange()}
+		}
+	}
 	for _, gb := range jb.Body.Blocks {
 		if gb.Type != "group" || len(gb.Labels) != 1 {
 			continue
@@ -392,6 +407,17 @@ func Check(js *Jobspec) []Finding {
 	caseVariants(js.Meta, "")
 	for _, g := range js.Groups {
 		caseVariants(g.Meta, g.Name)
+	}
+	if p := js.Parameterized; p != nil && jobHold {
+		// A pin is a register, and Nomad's servers refuse any register of a job that carries
+		// a dispatch payload (seen on a real agent).
+		switch strings.TrimSpace(p.Payload.Text) {
+		case "forbidden":
+		case "required":
+			add("error", p.Range, "", "parameterized job with the hold and payload = \"required\": Nomad refuses to register any job that carries a payload, so hetgpu can never pin a child; set payload = \"forbidden\" and pass the inputs with nomad job dispatch -meta, or remove the hold")
+		default:
+			add("warning", p.Range, "", "parameterized job with the hold: a child dispatched with a payload can never be pinned (Nomad refuses to register any job that carries one); set payload = \"forbidden\" and pass the inputs with nomad job dispatch -meta")
+		}
 	}
 	jobMeta := plain(js.Meta)
 	jobHasGPUs := false

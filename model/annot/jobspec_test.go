@@ -228,6 +228,33 @@ func TestCheck(t *testing.T) {
 ` + gpuGroup("g", 2, true) + "}",
 			want: []string{"not a literal"},
 		},
+		{
+			// A pin is a register, and Nomad refuses any register that carries a payload.
+			name: "held parameterized job, payload required",
+			spec: `job "j" {
+  parameterized { payload = "required" }
+` + jobHold + gpuGroup("g", 2, false) + "}",
+			want: []string{"error", `payload = "required"`, "can never pin a child"},
+		},
+		{
+			name: "held parameterized job, payload optional by default",
+			spec: `job "j" {
+  parameterized { meta_optional = ["run"] }
+` + jobHold + gpuGroup("g", 2, false) + "}",
+			want: []string{"warning", "a child dispatched with a payload can never be pinned"},
+		},
+		{
+			name: "held parameterized job, payload forbidden",
+			spec: `job "j" {
+  parameterized { payload = "forbidden" }
+` + jobHold + gpuGroup("g", 2, false) + "}",
+		},
+		{
+			name: "parameterized job without the hold",
+			spec: `job "j" {
+  parameterized { payload = "required" }
+` + gpuGroup("g", 2, false) + "}",
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
