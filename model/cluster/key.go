@@ -53,6 +53,15 @@ func (j *Job) WholeKey() string {
 	return JobKey(j.Namespace, j.ID)
 }
 
+// WholeKey is the key of the allocation's whole job, JobKey(Namespace, JobID) (see
+// Job.WholeKey).
+func (a *Alloc) WholeKey() string {
+	if keyOf(a.key, a.Namespace, a.JobID, a.Group) {
+		return a.key[:len(a.Namespace)+1+len(a.JobID)]
+	}
+	return JobKey(a.Namespace, a.JobID)
+}
+
 // keyOf reports whether key is GroupKey(ns, id, group), comparing in place (no new string).
 func keyOf(key, ns, id, group string) bool {
 	n, i := len(ns), len(id)

@@ -109,7 +109,7 @@ func shadowTime(snap *cluster.Snapshot, need int) (at time.Time, extra int, ok b
 	}
 	var ends []end
 	for _, a := range snap.Running {
-		left, ok := remaining[a.Namespace+"/"+a.JobID+"/"+a.Group]
+		left, ok := remaining[a.Key()]
 		if !ok {
 			left = max(snap.Now.Sub(a.StartTime), time.Minute)
 		}

@@ -141,7 +141,7 @@ func signature(j *cluster.Job) string {
 	}
 	if distinct {
 		// distinct_hosts depends on the job's own allocations (Now view).
-		b.WriteString("|" + j.Namespace + "/" + j.ID)
+		b.WriteString("|" + j.WholeKey())
 	}
 	return b.String()
 }

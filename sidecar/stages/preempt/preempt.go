@@ -166,7 +166,7 @@ func (p *Planner) Plan(ctx context.Context, snap *cluster.Snapshot, ranked []sch
 			}
 		}
 		for _, a := range snap.Running {
-			k := a.Namespace + "/" + a.JobID + "/" + a.Group
+			k := a.Key()
 			minRun := p.cfg.MinRun
 			if t, ok := fromHistory[k]; ok {
 				minRun = t
