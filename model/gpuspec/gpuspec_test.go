@@ -84,3 +84,20 @@ func TestPowerCurve(t *testing.T) {
 		t.Errorf("LoadFraction below idle = %v, want -0.05", got)
 	}
 }
+
+// RuntimeOn scales a runtime by the throughputs of two types, and leaves it where either is
+// unknown.
+func TestRuntimeOn(t *testing.T) {
+	for _, tc := range []struct{ runtime, from, to, want float64 }{
+		{3600, 10, 40, 900},
+		{3600, 40, 10, 14400},
+		{3600, 0, 40, 3600},
+		{3600, 10, 0, 3600},
+		{3600, math.NaN(), 40, 3600},
+		{3600, -1, 40, 3600},
+	} {
+		if got := RuntimeOn(tc.runtime, tc.from, tc.to); got != tc.want {
+			t.Errorf("RuntimeOn(%v, %v, %v) = %v, want %v", tc.runtime, tc.from, tc.to, got, tc.want)
+		}
+	}
+}

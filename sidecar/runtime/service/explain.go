@@ -160,7 +160,7 @@ func typeEstimates(c capacity, job *cluster.Job, pred sched.Predictor, chosen *c
 			est.EnergyPerStepJ = finite(pw / thr)
 		}
 		if r := finite(ref.Throughput); r > 0 && thr > 0 {
-			est.RuntimeS = finite(job.Hetgpu.EstRuntime.Seconds() * r / thr)
+			est.RuntimeS = finite(gpuspec.RuntimeOn(job.Hetgpu.EstRuntime.Seconds(), r, thr))
 			est.EnergyJ = finite(est.RuntimeS * pw)
 		}
 		if chosen != nil && chosen.GPUType == t {

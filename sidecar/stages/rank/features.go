@@ -205,10 +205,7 @@ func (x *Extractor) Extract(snap *cluster.Snapshot, pred sched.Predictor, n int,
 		if est := job.Hetgpu.EstRuntime; est > 0 {
 			r[FEstKnown] = 1
 			refThr := x.predict(pred, job, x.refGPU(), gpus).Throughput
-			rt := est.Seconds()
-			if refThr > 0 && bestThr > 0 {
-				rt *= refThr / bestThr
-			}
+			rt := gpuspec.RuntimeOn(est.Seconds(), refThr, bestThr)
 			r[FRuntime] = math.Log10(math.Max(1, rt))
 			if bestPow > 0 {
 				r[FEnergy] = math.Log10(math.Max(1, bestPow*rt/3600))
@@ -403,16 +400,11 @@ func (x *Extractor) prepare(snap *cluster.Snapshot, pred sched.Predictor, n int)
 		if !ok {
 			continue
 		}
-		elapsed := snap.Now.Sub(a.StartTime).Seconds()
-		// Without an estimate, assume the job runs as long again as it has (the Lindy rule,
-		// apt for heavy-tailed training times).
-		remaining := math.Max(elapsed, 60)
+		ran := snap.Now.Sub(a.StartTime)
+		elapsed := ran.Seconds()
+		remaining := cluster.Unestimated(ran).Seconds()
 		if m, ok := x.known[memoKey{a.Namespace, a.JobID, a.Group}]; ok && m.refS > 0 {
-			if thr := m.thr[a.GPUType]; thr > 0 && m.refThr > 0 {
-				remaining = m.refS*m.refThr/thr - elapsed
-			} else {
-				remaining = m.refS - elapsed
-			}
+			remaining = gpuspec.RuntimeOn(m.refS, m.refThr, m.thr[a.GPUType]) - elapsed
 		}
 		if remaining <= h.Seconds() {
 			x.soon[t] += g
