@@ -17,6 +17,7 @@ import (
 
 	"github.com/hetgpu/hetgpu/internal/httpjson"
 	"github.com/hetgpu/hetgpu/model/cluster"
+	"github.com/hetgpu/hetgpu/model/constraint"
 	"github.com/hetgpu/hetgpu/model/gpuspec"
 	"github.com/hetgpu/hetgpu/sidecar/runtime/service"
 	"github.com/hetgpu/hetgpu/sidecar/runtime/store"
@@ -282,11 +283,10 @@ func whyWaiting(j *queueRow, ahead []queueRow, totals []TypeTotals) []string {
 
 // deviceType is the GPU type a device request names ("nvidia/gpu/Tesla T4" → t4), "" for any.
 func deviceType(dev string) string {
-	parts := strings.Split(dev, "/")
-	if len(parts) < 3 {
-		return ""
+	if m := constraint.RequestedModel(dev); m != "" {
+		return gpuspec.Canonical(m)
 	}
-	return gpuspec.Canonical(parts[len(parts)-1])
+	return ""
 }
 
 func typeSuffix(t string) string {

@@ -123,24 +123,7 @@ func (c capacity) fits(job *cluster.Job, typ string) bool {
 		frees = append(frees, f)
 	}
 	sort.Sort(sort.Reverse(sort.IntSlice(frees)))
-	if job.GPUsPerNode > 0 {
-		need := (job.GPUs + job.GPUsPerNode - 1) / job.GPUsPerNode
-		ok := 0
-		for _, f := range frees {
-			if f >= job.GPUsPerNode {
-				ok++
-			}
-		}
-		return ok >= need
-	}
-	sum := 0
-	for i, f := range frees {
-		if i >= job.MaxNodes() {
-			break
-		}
-		sum += f
-	}
-	return sum >= job.GPUs
+	return job.FitsFree(frees)
 }
 
 // typeEstimates predicts the job on every GPU type of the cluster.

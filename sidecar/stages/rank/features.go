@@ -44,6 +44,8 @@ type Extractor struct {
 	demand  []float64
 	// per ready node and GPU type: free GPUs
 	slots []slot
+	// typeFree is, per pool, the free GPUs of its slots, most first.
+	typeFree [][]int
 	ns    map[string]float64
 	// per window job: candidate mask, throughput and power per type, flat [job*maxTypes+type]
 	cand []uint64
@@ -183,14 +185,7 @@ func (x *Extractor) Extract(snap *cluster.Snapshot, pred sched.Predictor, n int,
 				}
 			}
 			ways += float64(nodes)
-			switch {
-			case job.GPUsPerNode > 0:
-				canStart = canStart || nodes*need >= gpus && nodes >= (gpus+need-1)/need
-			case job.MaxNodes() > 1:
-				canStart = canStart || x.sumTopFree(t, job.MaxNodes()) >= gpus
-			default:
-				canStart = canStart || nodes > 0
-			}
+			canStart = canStart || job.FitsFree(x.typeFree[t])
 		}
 		r[FWays] = math.Log1p(ways)
 		if fr > 0 {
@@ -271,38 +266,6 @@ func (x *Extractor) refGPU() string {
 	return gpuspec.ReferenceGPU
 }
 
-// sumTopFree sums the free GPUs of the up to d nodes of type t with the most free GPUs.
-func (x *Extractor) sumTopFree(t, d int) int {
-	// d is small (a distribution degree); repeated max selection avoids sorting and allocation.
-	var taken [16]int
-	got, k := 0, 0
-	for range min(d, len(taken)) {
-		best := -1
-		for i, s := range x.slots {
-			if s.typ != t || s.free == 0 {
-				continue
-			}
-			dup := false
-			for _, p := range taken[:k] {
-				if p == i {
-					dup = true
-					break
-				}
-			}
-			if !dup && (best < 0 || s.free > x.slots[best].free) {
-				best = i
-			}
-		}
-		if best < 0 {
-			break
-		}
-		taken[k] = best
-		k++
-		got += x.slots[best].free
-	}
-	return got
-}
-
 // predict caches estimates per (model, batch, GPUs, type) within one round.
 func (x *Extractor) predict(pred sched.Predictor, job *cluster.Job, gpuType string, gpus int) sched.Estimate {
 	if pred == nil {
@@ -374,6 +337,22 @@ func (x *Extractor) prepare(snap *cluster.Snapshot, pred sched.Predictor, n int)
 		x.slots = append(x.slots, s)
 	}
 	T := len(x.types)
+	// Per pool, its slots' free GPUs, most first: what Job.FitsFree reads.
+	for len(x.typeFree) < T {
+		x.typeFree = append(x.typeFree, nil)
+	}
+	x.typeFree = x.typeFree[:T]
+	for t := range x.typeFree {
+		x.typeFree[t] = x.typeFree[t][:0]
+	}
+	for _, s := range x.slots {
+		if s.free > 0 {
+			x.typeFree[s.typ] = append(x.typeFree[s.typ], s.free)
+		}
+	}
+	for _, f := range x.typeFree {
+		slices.SortFunc(f, func(a, b int) int { return b - a })
+	}
 	x.supply = resize(x.supply, T)
 	x.free = resize(x.free, T)
 	x.soon = resize(x.soon, T)
