@@ -46,7 +46,7 @@ type Extractor struct {
 	slots []slot
 	// typeFree is, per pool, the free GPUs of its slots, most first.
 	typeFree [][]int
-	ns    map[string]float64
+	ns       map[string]float64
 	// per window job: candidate mask, throughput and power per type, flat [job*maxTypes+type]
 	cand []uint64
 	thr  []float64
