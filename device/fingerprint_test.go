@@ -120,10 +120,14 @@ func TestHeterogeneousFingerprint(t *testing.T) {
 func TestMIGFingerprint(t *testing.T) {
 	s := serve(t, `
 fake {
-  gpus = ["2x A100-SXM4-40GB"]
+  gpus = ["3x A100-SXM4-40GB"]
   mig {
     gpu = 1
-    profiles = ["3g.20gb", "3g.20gb", "1g.5gb"]
+    profiles = ["3g.20gb", "3g.20gb"]
+  }
+  mig {
+    gpu = 2
+    profiles = ["1g.5gb"]
   }
 }`)
 	resp := s.fingerprints(t).next()

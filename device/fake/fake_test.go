@@ -246,6 +246,8 @@ func TestSpecErrors(t *testing.T) {
 		{Spec{GPUs: []string{"1x T4"}, MIG: []MIG{{GPU: 0, Profiles: []string{"1g.5gb"}}}}, "does not support MIG"},
 		{Spec{GPUs: []string{"1x A100"}, MIG: []MIG{{GPU: 0, Profiles: []string{"9g.99gb"}}}}, `profile "9g.99gb"`},
 		{Spec{GPUs: []string{"1x A100"}, MIG: []MIG{{GPU: 0, Profiles: []string{"7g.40gb", "1g.5gb"}}}}, "8 slices"},
+		// Two 3g.20gb take all 8 memory slices: a third slice does not fit (gpuspec.MIGLayout).
+		{Spec{GPUs: []string{"1x A100"}, MIG: []MIG{{GPU: 0, Profiles: []string{"3g.20gb", "3g.20gb", "1g.5gb"}}}}, "9 memory slices"},
 		{Spec{GPUs: []string{"1x A100"}, MIG: []MIG{{GPU: 3, Profiles: []string{"1g.5gb"}}}}, "mig[0]: gpu 3"},
 		{Spec{GPUs: []string{"1x T4"}, Faults: []Fault{{GPU: 0}}}, "neither xid nor error"},
 		{Spec{GPUs: []string{"1x T4"}, Faults: []Fault{{GPU: 0, Error: "BROKEN"}}}, `error "BROKEN"`},
@@ -349,5 +351,25 @@ func TestProcessUtilization(t *testing.T) {
 	f.SetError(0, "utilization", nvml.ERROR_NOT_SUPPORTED)
 	if _, r := d.GetProcessUtilization(0); r != nvml.ERROR_NOT_SUPPORTED {
 		t.Errorf("injected error: %v, want NOT_SUPPORTED", r)
+	}
+}
+
+// A MIG block is accepted exactly when gpuspec.MIGLayout says its slices fit one GPU (the
+// simulator's ":mig=" option follows the same rule).
+func TestMIGFollowsGPUSpecLayout(t *testing.T) {
+	for _, profiles := range [][]string{
+		{"3g.20gb", "3g.20gb"}, {"4g.20gb", "3g.20gb"}, {"7g.40gb"}, {"2g.10gb", "2g.10gb", "2g.10gb", "1g.5gb"},
+		{"4g.20gb", "4g.20gb"}, {"7g.40gb", "1g.5gb"}, {"3g.20gb", "3g.20gb", "1g.5gb"},
+	} {
+		var types []string
+		for _, p := range profiles {
+			typ, _ := gpuspec.MIGTypeFor("a100", p)
+			types = append(types, typ)
+		}
+		use, _ := gpuspec.MIGLayout(types)
+		_, err := New(Spec{GPUs: []string{"1x A100-SXM4-40GB"}, MIG: []MIG{{GPU: 0, Profiles: profiles}}})
+		if (err == nil) != use.Fits() {
+			t.Errorf("profiles %v: error %v; gpuspec.MIGLayout %+v fits %v", profiles, err, use, use.Fits())
+		}
 	}
 }

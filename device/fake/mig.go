@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/hetgpu/hetgpu/model/gpuspec"
 )
 
 // migDevice is one MIG device handle on a fake GPU.
@@ -25,7 +27,7 @@ func (g *GPU) enableMIG(profiles []string, seed string) error {
 	if len(profiles) == 0 {
 		return fmt.Errorf("gpu %d: profiles is empty; expected e.g. [\"3g.20gb\", \"3g.20gb\"]", g.index)
 	}
-	slices := 0
+	var types []string
 	for i, name := range profiles {
 		p, ok := avail[strings.ToLower(strings.TrimSpace(name))]
 		if !ok {
@@ -36,9 +38,18 @@ func (g *GPU) enableMIG(profiles []string, seed string) error {
 			sort.Strings(names)
 			return fmt.Errorf("gpu %d: profile %q is not a %s MIG profile; expected one of %s", g.index, name, g.model.Key, strings.Join(names, ", "))
 		}
-		slices += int(p.SliceCount)
-		if slices > 7 {
-			return fmt.Errorf("gpu %d: profiles use %d slices, more than the 7 a GPU has", g.index, slices)
+		// The layout rule is the sidecar's (gpuspec.MIGLayout): compute and memory slices.
+		typ, ok := gpuspec.MIGType(g.model.Name + " MIG " + ProfileName(p))
+		if !ok {
+			return fmt.Errorf("gpu %d: profile %q of %s is not a MIG type the sidecar knows", g.index, name, g.model.Key)
+		}
+		types = append(types, typ)
+		use, _ := gpuspec.MIGLayout(types)
+		switch {
+		case use.Compute > gpuspec.MIGComputeSlices:
+			return fmt.Errorf("gpu %d: profiles use %d slices, more than the %d a GPU has", g.index, use.Compute, gpuspec.MIGComputeSlices)
+		case use.Memory > gpuspec.MIGMemorySlices:
+			return fmt.Errorf("gpu %d: profiles use %d memory slices, more than the %d a GPU has", g.index, use.Memory, gpuspec.MIGMemorySlices)
 		}
 		g.addMIG(p, i, seed)
 	}

@@ -441,6 +441,11 @@ type EstimateModel struct {
 // MaxEstimateSigma bounds EstimateModel.Sigma (a factor of e^3 = 20 either way at one sigma).
 const MaxEstimateSigma = 3
 
+// Unestimated is the expected time left of a running job without an estimate that has run
+// for ran: as long again (the Lindy rule, apt for heavy-tailed training times), at least
+// MinRemainingEstimate.
+func Unestimated(ran time.Duration) time.Duration { return max(ran, MinRemainingEstimate) }
+
 // Remaining is the expected time left of a job estimated at est (> 0) that has run for ran,
 // at least MinRemainingEstimate.
 func (m EstimateModel) Remaining(est, ran time.Duration) time.Duration {

@@ -114,3 +114,21 @@ func TestEstimateModelExpectation(t *testing.T) {
 		t.Errorf("a 1-s estimate: %v left, want the floor %v", short, MinRemainingEstimate)
 	}
 }
+
+// A running job without an estimate is expected to run as long again as it has, never less
+// than an estimated one that has outrun its estimate (EstimateModel.Remaining's floor).
+func TestUnestimated(t *testing.T) {
+	for _, tc := range []struct{ ran, want time.Duration }{
+		{0, MinRemainingEstimate},
+		{-time.Hour, MinRemainingEstimate},
+		{20 * time.Second, MinRemainingEstimate},
+		{3 * time.Hour, 3 * time.Hour},
+	} {
+		if got := Unestimated(tc.ran); got != tc.want {
+			t.Errorf("Unestimated(%v) = %v, want %v", tc.ran, got, tc.want)
+		}
+	}
+	if got, floor := Unestimated(0), (EstimateModel{}).Remaining(time.Minute, time.Hour); got != floor {
+		t.Errorf("Unestimated's floor %v, Remaining's %v", got, floor)
+	}
+}

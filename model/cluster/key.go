@@ -1,11 +1,28 @@
 package cluster
 
+import "strings"
+
 // A task group is what hetgpu decides for: its key, "namespace/job/group", names it in every
 // snapshot, decision, pin, preemption, observation, store record and API path. Built here
 // only, so all of them agree.
 
 // GroupKey is the key of task group group of job id in namespace ns: "ns/id/group".
 func GroupKey(ns, id, group string) string { return ns + "/" + id + "/" + group }
+
+// SplitGroupKey reads a GroupKey back: the namespace before the first "/", the group after
+// the last, and between them the job ID, which may hold a "/" of its own (a dispatched
+// child's "parent/dispatch-…"). A key with one "/" is a JobKey: the rest is the ID and group
+// is "". ok is false for a key without "/" (ns is then the whole key).
+func SplitGroupKey(key string) (ns, id, group string, ok bool) {
+	ns, rest, ok := strings.Cut(key, "/")
+	if !ok {
+		return key, "", "", false
+	}
+	if i := strings.LastIndex(rest, "/"); i >= 0 {
+		return ns, rest[:i], rest[i+1:], true
+	}
+	return ns, rest, "", true
+}
 
 // JobKey is the key of a whole job, "ns/id": the gang of its groups, its allocations.
 func JobKey(ns, id string) string { return ns + "/" + id }
@@ -34,6 +51,15 @@ func (j *Job) WholeKey() string {
 		return j.key[:len(j.Namespace)+1+len(j.ID)]
 	}
 	return JobKey(j.Namespace, j.ID)
+}
+
+// WholeKey is the key of the allocation's whole job, JobKey(Namespace, JobID) (see
+// Job.WholeKey).
+func (a *Alloc) WholeKey() string {
+	if keyOf(a.key, a.Namespace, a.JobID, a.Group) {
+		return a.key[:len(a.Namespace)+1+len(a.JobID)]
+	}
+	return JobKey(a.Namespace, a.JobID)
 }
 
 // keyOf reports whether key is GroupKey(ns, id, group), comparing in place (no new string).

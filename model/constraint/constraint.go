@@ -610,11 +610,27 @@ func MatchesRequest(name string, g *cluster.DeviceGroup) bool {
 	if name == "" {
 		return false
 	}
-	vendor, rest, ok := strings.Cut(name, "/")
+	vendor, typ, model, ok := splitRequest(name)
 	if !ok {
 		return name == g.Type
 	}
-	typ, model, hasModel := strings.Cut(rest, "/")
-	return (vendor == "" || vendor == g.Vendor) && (typ == "" || typ == g.Type) &&
-		(!hasModel || model == "" || model == g.Name)
+	return (vendor == "" || vendor == g.Vendor) && (typ == "" || typ == g.Type) && (model == "" || model == g.Name)
+}
+
+// RequestedModel is the device name a request names ("nvidia/gpu/Tesla T4": "Tesla T4"), ""
+// when it names none ("gpu", "nvidia/gpu", "nvidia/gpu/"): read as MatchesRequest reads it.
+func RequestedModel(name string) string {
+	_, _, model, _ := splitRequest(name)
+	return model
+}
+
+// splitRequest reads "<vendor>/<type>[/<name>]"; ok is false for a bare "<type>". The name
+// is everything after the second "/".
+func splitRequest(name string) (vendor, typ, model string, ok bool) {
+	vendor, rest, ok := strings.Cut(name, "/")
+	if !ok {
+		return "", "", "", false
+	}
+	typ, model, _ = strings.Cut(rest, "/")
+	return vendor, typ, model, true
 }

@@ -148,5 +148,13 @@ func (s Spec) Power(util, alpha float64) float64 {
 	if util > 1 {
 		util = 1
 	}
-	return s.IdleW + (s.TDPW-s.IdleW)*math.Pow(util, alpha)
+	return s.PowerAt(math.Pow(util, alpha))
 }
+
+// PowerAt is the draw at a load fraction frac of the way from idle to TDP (Power's
+// util^alpha; the predictor learns the fraction per workload from measured power).
+func (s Spec) PowerAt(frac float64) float64 { return s.IdleW + (s.TDPW-s.IdleW)*frac }
+
+// LoadFraction is the inverse of PowerAt: how far one GPU's draw w is from idle to TDP
+// (outside [0, 1] for a draw below idle or above TDP). It needs TDPW > IdleW.
+func (s Spec) LoadFraction(w float64) float64 { return (w - s.IdleW) / (s.TDPW - s.IdleW) }

@@ -54,3 +54,50 @@ func TestParseErrorsNameField(t *testing.T) {
 		t.Fatalf("want an error naming the unknown GPU, got %v", err)
 	}
 }
+
+// Power is PowerAt on util^alpha, and LoadFraction reads a draw back into PowerAt's fraction:
+// the predictor learns fractions from measured power and predicts with PowerAt.
+func TestPowerCurve(t *testing.T) {
+	sp := Spec{IdleW: 30, TDPW: 330}
+	for _, tc := range []struct{ util, alpha, want float64 }{
+		{0, PowerAlpha, 30},
+		{-1, PowerAlpha, 30},
+		{1, PowerAlpha, 330},
+		{2, PowerAlpha, 330},
+		{0.5, 1, 180},
+		{BusyUtil, PowerAlpha, 30 + 300*math.Pow(BusyUtil, PowerAlpha)},
+	} {
+		if got := sp.Power(tc.util, tc.alpha); math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("Power(%v, %v) = %v, want %v", tc.util, tc.alpha, got, tc.want)
+		}
+		if tc.util > 0 && tc.util <= 1 {
+			frac := math.Pow(tc.util, tc.alpha)
+			if got := sp.PowerAt(frac); got != sp.Power(tc.util, tc.alpha) {
+				t.Errorf("PowerAt(%v) = %v, Power = %v", frac, got, sp.Power(tc.util, tc.alpha))
+			}
+			if got := sp.LoadFraction(sp.PowerAt(frac)); math.Abs(got-frac) > 1e-12 {
+				t.Errorf("LoadFraction(PowerAt(%v)) = %v", frac, got)
+			}
+		}
+	}
+	if got := sp.LoadFraction(15); got != -0.05 {
+		t.Errorf("LoadFraction below idle = %v, want -0.05", got)
+	}
+}
+
+// RuntimeOn scales a runtime by the throughputs of two types, and leaves it where either is
+// unknown.
+func TestRuntimeOn(t *testing.T) {
+	for _, tc := range []struct{ runtime, from, to, want float64 }{
+		{3600, 10, 40, 900},
+		{3600, 40, 10, 14400},
+		{3600, 0, 40, 3600},
+		{3600, 10, 0, 3600},
+		{3600, math.NaN(), 40, 3600},
+		{3600, -1, 40, 3600},
+	} {
+		if got := RuntimeOn(tc.runtime, tc.from, tc.to); got != tc.want {
+			t.Errorf("RuntimeOn(%v, %v, %v) = %v, want %v", tc.runtime, tc.from, tc.to, got, tc.want)
+		}
+	}
+}

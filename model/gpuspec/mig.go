@@ -1,6 +1,7 @@
 package gpuspec
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -14,8 +15,30 @@ import (
 
 const migSep = "-mig-"
 
-// migParents are the types with MIG and their compute slices.
-var migParents = map[string]int{"a100": 7, "h100": 7, "h200": 7}
+// MIG's slices of one GPU: every MIG-capable type has 7 compute slices and 8 memory slices.
+const (
+	MIGComputeSlices = 7
+	MIGMemorySlices  = 8
+)
+
+// migParents are the types with MIG.
+var migParents = map[string]bool{"a100": true, "h100": true, "h200": true}
+
+// MIGParents are the MIG-capable types, sorted.
+func MIGParents() []string {
+	out := make([]string, 0, len(migParents))
+	for p := range migParents {
+		out = append(out, p)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// MIGTypeFor is the MIG type of a profile ("3g.20gb") of a parent type ("a100"):
+// "a100-mig-3g.20gb"; ok is false when either is not one.
+func MIGTypeFor(parent, profile string) (string, bool) {
+	return MIGType(parent + migSep + profile)
+}
 
 // migMemSlices maps compute slices to memory slices (of 8) for the standard profiles.
 var migMemSlices = map[int]int{1: 1, 2: 2, 3: 4, 4: 4, 7: 8}
@@ -36,7 +59,7 @@ func MIGType(name string) (string, bool) {
 		return "", false
 	}
 	p := Canonical(parent)
-	if _, ok := migParents[p]; !ok {
+	if !migParents[p] {
 		return "", false
 	}
 	if _, ok := migProfileSlices(prof); !ok {
@@ -70,8 +93,47 @@ func MIGShare(typ string) (parent string, sm, mem float64, ok bool) {
 	}
 	parent, prof, _ := strings.Cut(t, migSep)
 	g, _ := migProfileSlices(prof)
-	return parent, float64(g) / float64(migParents[parent]), float64(migMemSlices[g]) / 8, true
+	return parent, float64(g) / MIGComputeSlices, float64(migMemSlices[g]) / MIGMemorySlices, true
 }
+
+// MIGSliceGiB is a MIG type's memory as its profile names it ("a100-mig-3g.20gb": 20).
+func MIGSliceGiB(typ string) (float64, bool) {
+	t, ok := MIGType(typ)
+	if !ok {
+		return 0, false
+	}
+	_, prof, _ := strings.Cut(t, migSep)
+	_, rest, _ := strings.Cut(prof, "g.")
+	num, _, _ := strings.Cut(rest, "gb")
+	v, err := strconv.ParseFloat(num, 64)
+	return v, err == nil
+}
+
+// MIGSlices is what MIG slices take of one GPU: compute slices (of MIGComputeSlices) and
+// memory slices (of MIGMemorySlices).
+type MIGSlices struct{ Compute, Memory int }
+
+// MIGLayout sums the slices that slices of the given MIG types take of one GPU; ok is false
+// when one is not a MIG type.
+func MIGLayout(types []string) (MIGSlices, bool) {
+	var s MIGSlices
+	for _, typ := range types {
+		t, ok := MIGType(typ)
+		if !ok {
+			return MIGSlices{}, false
+		}
+		_, prof, _ := strings.Cut(t, migSep)
+		g, _ := migProfileSlices(prof)
+		s.Compute += g
+		s.Memory += migMemSlices[g]
+	}
+	return s, true
+}
+
+// Fits reports whether the slices fit one GPU: a layout must stay within both its compute and
+// its memory slices (two 3g.20gb take all 8 memory slices of an A100, so no 1g.5gb fits beside
+// them although a compute slice is left).
+func (s MIGSlices) Fits() bool { return s.Compute <= MIGComputeSlices && s.Memory <= MIGMemorySlices }
 
 // MIGSpeedShare is the fraction of the parent's throughput a slice is assumed to deliver: half
 // from its SM share, half from its memory-bandwidth share (the same compute/bandwidth blend as

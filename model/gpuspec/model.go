@@ -19,3 +19,16 @@ const (
 	// measurement (predict's catalog) replaces it.
 	BusyUtil = 0.9
 )
+
+// RuntimeOn scales a runtime from one GPU type to another by their throughputs: a job that
+// takes runtime (any unit) where it runs at from runs runtime x from / to where it runs at
+// to. From the reference type (from = its throughput on ReferenceGPU) it is a user's
+// hetgpu.runtime on another type; the other way round a measured runtime on the reference.
+// Where either throughput is unknown (not above 0) the runtime stays as it is: the type
+// counts as fast as the other.
+func RuntimeOn(runtime, from, to float64) float64 {
+	if from > 0 && to > 0 {
+		return runtime * from / to
+	}
+	return runtime
+}

@@ -195,7 +195,7 @@ func GangPreemptions(snap *cluster.Snapshot, ps []cluster.Preemption) []cluster.
 	for _, a := range snap.Running {
 		k := a.Key()
 		if !preemptible[k] && !solo[k] {
-			pinned[a.Namespace+"/"+a.JobID] = true
+			pinned[a.WholeKey()] = true
 		}
 	}
 	out := make([]cluster.Preemption, 0, len(ps))

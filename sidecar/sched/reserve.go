@@ -109,9 +109,9 @@ func shadowTime(snap *cluster.Snapshot, need int) (at time.Time, extra int, ok b
 	}
 	var ends []end
 	for _, a := range snap.Running {
-		left, ok := remaining[a.Namespace+"/"+a.JobID+"/"+a.Group]
+		left, ok := remaining[a.Key()]
 		if !ok {
-			left = max(snap.Now.Sub(a.StartTime), time.Minute)
+			left = cluster.Unestimated(snap.Now.Sub(a.StartTime))
 		}
 		ends = append(ends, end{snap.Now.Add(left), len(a.DeviceIDs)})
 	}
@@ -132,9 +132,8 @@ func predictedEnd(now time.Time, job *cluster.Job, d *cluster.Decision, pred Pre
 		return time.Time{}, false
 	}
 	if pred != nil && d.PredThroughput > 0 {
-		if ref := pred.Predict(job, gpuspec.ReferenceGPU, d.GPUs()).Throughput; ref > 0 {
-			rt = time.Duration(float64(rt) * ref / d.PredThroughput)
-		}
+		ref := pred.Predict(job, gpuspec.ReferenceGPU, d.GPUs()).Throughput
+		rt = time.Duration(gpuspec.RuntimeOn(float64(rt), ref, d.PredThroughput))
 	}
 	return now.Add(rt), true
 }

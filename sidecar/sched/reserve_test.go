@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hetgpu/hetgpu/model/cluster"
+	"github.com/hetgpu/hetgpu/model/gpuspec"
 )
 
 var t0 = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
@@ -127,5 +128,46 @@ func TestReservationBackfill(t *testing.T) {
 				t.Fatalf("reservation %+v, want gang default/gang, 8 GPUs, until +1h, held %v", res, tt.held)
 			}
 		})
+	}
+}
+
+// refPred predicts a fixed throughput per GPU type (0: unknown).
+type refPred map[string]float64
+
+func (p refPred) Predict(_ *cluster.Job, gpuType string, _ int) Estimate {
+	return Estimate{Throughput: p[gpuType]}
+}
+
+// A decided job ends its hetgpu.runtime (on the reference type) scaled to the type it got by
+// gpuspec.RuntimeOn, the rule the ranker's features and the explain page use; a job that has
+// no estimate and has barely run is expected to run cluster.Unestimated longer.
+func TestPredictedEndUsesSharedRuntimeRule(t *testing.T) {
+	j := pendingJob("j", "g", 1, 0, 2*time.Hour)
+	d := &cluster.Decision{PredThroughput: 40, Assign: []cluster.Assignment{{NodeID: "n", InstanceIDs: []string{"g0"}}}}
+	for _, tc := range []struct {
+		name string
+		pred Predictor
+		want time.Duration
+	}{
+		{"four times the reference's speed", refPred{gpuspec.ReferenceGPU: 10}, 30 * time.Minute},
+		{"reference unknown", refPred{}, 2 * time.Hour},
+		{"no predictor", nil, 2 * time.Hour},
+	} {
+		end, ok := predictedEnd(t0, &j, d, tc.pred)
+		if !ok || end.Sub(t0) != tc.want {
+			t.Errorf("%s: ends in %v (ok %v), want %v", tc.name, end.Sub(t0), ok, tc.want)
+		}
+		if tc.pred != nil {
+			ref := tc.pred.Predict(&j, gpuspec.ReferenceGPU, 1).Throughput
+			if want := time.Duration(gpuspec.RuntimeOn(float64(2*time.Hour), ref, d.PredThroughput)); end.Sub(t0) != want {
+				t.Errorf("%s: %v, gpuspec.RuntimeOn says %v", tc.name, end.Sub(t0), want)
+			}
+		}
+	}
+	snap := &cluster.Snapshot{Now: t0, Nodes: []cluster.Node{node8()}, Running: []cluster.Alloc{
+		{Namespace: "default", JobID: "a", Group: "g", NodeID: "n", DeviceIDs: []string{"g0", "g1", "g2", "g3", "g4", "g5", "g6", "g7"}, StartTime: t0.Add(-20 * time.Second)},
+	}}
+	if at, _, ok := shadowTime(snap, 1); !ok || at.Sub(t0) != cluster.Unestimated(20*time.Second) || at.Sub(t0) != time.Minute {
+		t.Errorf("a job 20 s in without an estimate frees its GPUs in %v (ok %v), want cluster.Unestimated's minute", at.Sub(t0), ok)
 	}
 }

@@ -86,15 +86,18 @@ func (b *Backend) refreshLinks(ctx context.Context) {
 	if err := cluster.FenceHeld(ctx, b.cfg.Fence); err != nil {
 		return // not the leader: the leader refreshes
 	}
-	slices.SortFunc(todo, func(a, c [2]string) int { return strings.Compare(a[0]+"/"+a[1], c[0]+"/"+c[1]) })
+	slices.SortFunc(todo, func(a, c [2]string) int {
+		return strings.Compare(cluster.JobKey(a[0], a[1]), cluster.JobKey(c[0], c[1]))
+	})
 	for _, k := range todo {
 		if ctx.Err() != nil {
 			return
 		}
 		ns, id := k[0], k[1]
+		key := cluster.JobKey(ns, id)
 		job, _, err := b.c.Jobs().Info(id, (&api.QueryOptions{Namespace: ns}).WithContext(ctx))
 		if err != nil {
-			b.log.Debug("reading the job to refresh its explain link failed; retrying later", "job", ns+"/"+id, "error", err)
+			b.log.Debug("reading the job to refresh its explain link failed; retrying later", "job", key, "error", err)
 			continue
 		}
 		old, fresh, ok := b.staleLink(job, now)
@@ -108,12 +111,12 @@ func (b *Backend) refreshLinks(ctx context.Context) {
 			}
 		}
 		if _, err := b.registerUI(ctx, ns, job); err != nil {
-			b.log.Debug("refreshing the explain link failed; retrying later", "job", ns+"/"+id, "error", err)
+			b.log.Debug("refreshing the explain link failed; retrying later", "job", key, "error", err)
 			continue
 		}
 		oldExp, _ := linkExpiry(old)
 		newExp, _ := linkExpiry(fresh)
-		b.log.Info("explain link re-signed before it expired", "job", ns+"/"+id,
+		b.log.Info("explain link re-signed before it expired", "job", key,
 			"expired_at", oldExp.UTC().Format(time.RFC3339), "expires_at", newExp.UTC().Format(time.RFC3339))
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/hetgpu/hetgpu/model/cluster"
@@ -246,7 +245,7 @@ func (c *estimating) skewed(key string) float64 {
 		f *= k
 	}
 	if sp := c.e.cfg.EstimateSkewSpread; sp > 0 {
-		ns, _, _ := strings.Cut(key, "/")
+		ns, _, _, _ := cluster.SplitGroupKey(key)
 		f *= math.Exp(sp * c.est.z("namespace:"+ns))
 	}
 	return f

@@ -2,7 +2,6 @@ package sim
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/hetgpu/hetgpu/model/gpuspec"
@@ -57,46 +56,31 @@ func cutMIG(ref string) (string, *MIGSplit, error) {
 func parseMIGSplit(val string) (*MIGSplit, error) {
 	parent, profs, ok := strings.Cut(val, "/")
 	bad := func(why string) error {
-		return fmt.Errorf("mig = %q: %s, expected PARENT/PROFILE+PROFILE with a MIG-capable parent type (a100, h100, h200), e.g. a100/3g.20gb+3g.20gb", val, why)
+		return fmt.Errorf("mig = %q: %s, expected PARENT/PROFILE+PROFILE with a MIG-capable parent type (%s), e.g. a100/3g.20gb+3g.20gb", val, why,
+			strings.Join(gpuspec.MIGParents(), ", "))
 	}
 	if !ok || parent == "" || profs == "" {
 		return nil, bad("no parent type or profiles")
 	}
 	parent = strings.ToLower(parent)
 	m := &MIGSplit{Parent: parent}
-	gSum, memSum := 0.0, 0.0
+	var types []string
 	for _, p := range strings.Split(profs, "+") {
 		p = strings.ToLower(strings.TrimSpace(p))
-		typ, ok := gpuspec.MIGType(parent + "-mig-" + p)
+		typ, ok := gpuspec.MIGTypeFor(parent, p)
 		if !ok {
 			return nil, bad(fmt.Sprintf("profile %q of parent %q is not a MIG profile", p, parent))
 		}
-		_, sm, mem, _ := gpuspec.MIGShare(typ)
-		gSum, memSum = gSum+sm, memSum+mem
-		if gib, _ := migSliceGiB(typ); gib < minMIGSliceGiB {
+		if gib, _ := gpuspec.MIGSliceGiB(typ); gib < minMIGSliceGiB {
 			return nil, bad(fmt.Sprintf("profile %q holds less than %d GiB (whether a job type fits is not known)", p, minMIGSliceGiB))
 		}
+		types = append(types, typ)
 		m.Profiles = append(m.Profiles, p)
 	}
-	if gSum > 1+1e-9 || memSum > 1+1e-9 {
-		return nil, bad("the profiles need more than one GPU's 7 compute or 8 memory slices")
+	if use, _ := gpuspec.MIGLayout(types); !use.Fits() {
+		return nil, bad(fmt.Sprintf("the profiles need more than one GPU's %d compute or %d memory slices", gpuspec.MIGComputeSlices, gpuspec.MIGMemorySlices))
 	}
 	return m, nil
-}
-
-// migSliceGiB reads a slice type's memory from its profile ("a100-mig-3g.20gb": 20).
-func migSliceGiB(typ string) (float64, bool) {
-	_, prof, ok := strings.Cut(typ, "-mig-")
-	if !ok {
-		return 0, false
-	}
-	_, rest, _ := strings.Cut(prof, "g.")
-	num, _, ok := strings.Cut(rest, "gb")
-	if !ok {
-		return 0, false
-	}
-	v, err := strconv.ParseFloat(num, 64)
-	return v, err == nil
 }
 
 // withMIG returns the spec with every GPU of m.Parent split into m.Profiles.
@@ -122,7 +106,7 @@ func (s *Spec) withMIG(m *MIGSplit) (*Spec, error) {
 			per[p]++
 		}
 		for _, p := range order {
-			typ, _ := gpuspec.MIGType(m.Parent + "-mig-" + p)
+			typ, _ := gpuspec.MIGTypeFor(m.Parent, p)
 			c.Classes = append(c.Classes, NodeClass{Name: nc.Name + "-mig-" + p, GPUName: nc.GPUName + " MIG " + p,
 				GPUType: typ, GPUsPerNode: nc.GPUsPerNode * per[p], Count: nc.Count, Interconnect: "pcie"})
 		}
@@ -144,7 +128,7 @@ func gpuSpecOf(tab *gpuspec.Table, typ string) (gpuspec.Spec, bool) {
 		return sp, false
 	}
 	if _, sm, mem, isMIG := gpuspec.MIGShare(typ); isMIG {
-		gib, _ := migSliceGiB(typ)
+		gib, _ := gpuspec.MIGSliceGiB(typ)
 		sp.Type, sp.MemoryGiB = typ, gib
 		sp.IdleW, sp.TDPW = sp.IdleW*sm, sp.TDPW*sm
 		sp.MemBandwidthGBps *= mem
@@ -169,7 +153,7 @@ func (e *Engine) migRate(jobType, typ string, n int) (float64, bool) {
 
 // fitsSlice: the job ran on a measured GPU type with no more memory than the slice.
 func (e *Engine) fitsSlice(jobType, typ string) bool {
-	gib, ok := migSliceGiB(typ)
+	gib, ok := gpuspec.MIGSliceGiB(typ)
 	if !ok {
 		return false
 	}

@@ -244,9 +244,9 @@ func (ch rankerChoice) winning() []string {
 func (ch rankerChoice) regimeStatus(r rank.RegimeState) service.RankerStatus {
 	s := ch.status
 	s.Verdict = ch.verdicts[r.Regime]
-	s.Policy = PolicyHeuristic
+	s.Policy, s.Checkpoint = PolicyHeuristic, nil
 	if r.Learned {
-		s.Policy = ch.learned
+		s.Policy, s.Checkpoint = ch.learned, ch.ck
 	}
 	s.Reason = fmt.Sprintf("live estimate regime %s (%.0f %% of %d pending jobs carry hetgpu.runtime; held-out verdicts %s): %s",
 		r.Regime, 100*r.Share, r.Jobs, ch.verdicts.Summary(), r.Reason)
@@ -272,7 +272,7 @@ func chooseRanker(c *Config, tunedPath string, bundled func() (*rank.Checkpoint,
 		}
 		v := vs[rank.RegimeEstimates]
 		return rankerChoice{ck: ck, use: true, learned: ref, verdicts: vs, status: service.RankerStatus{Policy: ref, Verdict: v,
-			Learned: ref, Verdicts: vs,
+			Learned: ref, Verdicts: vs, Checkpoint: ck,
 			Reason: fmt.Sprintf("configured: ranker.policy = %q forces it; held-out verdict %s (per regime: %s)", ref, v, vs.Summary())}}, nil
 	}
 	switch ref := c.Ranker.Policy; ref {
@@ -302,7 +302,7 @@ func chooseRanker(c *Config, tunedPath string, bundled func() (*rank.Checkpoint,
 		}
 		if ck.Meta[rank.MetaTunedBeatsBaseline] == "true" {
 			return rankerChoice{ck: ck, use: true, learned: "tuned:" + tunedPath, status: service.RankerStatus{Policy: "tuned:" + tunedPath,
-				Learned: "tuned:" + tunedPath, Reason: tunedReason(ck)}}, nil
+				Learned: "tuned:" + tunedPath, Reason: tunedReason(ck), Checkpoint: ck}}, nil
 		}
 		// Adopted by a build whose tuning only had to match the last good policy.
 		return rankerChoice{ck: ck, status: service.RankerStatus{Policy: PolicyHeuristic,
@@ -325,7 +325,7 @@ func chooseRanker(c *Config, tunedPath string, bundled func() (*rank.Checkpoint,
 	ch := rankerChoice{ck: ck, auto: true, learned: PolicyBundled, verdicts: vs}
 	base := service.RankerStatus{Policy: PolicyHeuristic, Verdict: v, Learned: PolicyBundled, Verdicts: vs}
 	if v.Beats() {
-		ch.use, base.Policy = true, PolicyBundled
+		ch.use, base.Policy, base.Checkpoint = true, PolicyBundled, ck
 		base.Reason = "the bundled policy beats the heuristic on held-out traces: " + v.String()
 		ch.status = base
 		return ch, nil
@@ -392,7 +392,7 @@ func liveTuner(c *Config, ck *rank.Checkpoint, rk *rank.Ranker, sw *rank.RegimeS
 	return &rlsim.LiveTuner{
 		Online: &ppo.OnlineTuner{Ranker: rk, Tuner: ft, Every: c.Ranker.TuneRuns, Logger: log.Named("tune"),
 			OnAdopt: func(ck *rank.Checkpoint, _ ppo.StepResult) {
-				st := service.RankerStatus{Policy: "tuned:" + tunedPath, Learned: "tuned:" + tunedPath, Reason: tunedReason(ck)}
+				st := service.RankerStatus{Policy: "tuned:" + tunedPath, Learned: "tuned:" + tunedPath, Reason: tunedReason(ck), Checkpoint: ck}
 				// Adopted on the newest live runs: it ranks in every regime, the switch stands aside.
 				if p, err := ck.Policy(); err == nil {
 					if err := sw.Pin(p, st.Reason); err != nil {

@@ -266,6 +266,11 @@ func TestChooseRanker(t *testing.T) {
 			if ch.status.Policy != want || ch.use != c.learned || !strings.Contains(ch.status.Reason, c.reason) {
 				t.Fatalf("policy %q (learned %v), reason %q; want %q (learned %v), reason with %q", ch.status.Policy, ch.use, ch.status.Reason, want, c.learned, c.reason)
 			}
+			// The dashboard reads the ranking policy's provenance from the status: its checkpoint
+			// while a learned policy ranks, none while the heuristic does.
+			if (ch.status.Checkpoint != nil) != c.learned || c.learned && ch.status.Checkpoint != ch.ck {
+				t.Fatalf("status checkpoint %p, learned %v; want the choice's checkpoint %p exactly when learned", ch.status.Checkpoint, c.learned, ch.ck)
+			}
 			if tuner := ch.ck != nil && ch.ck.Training != nil && cfg.Ranker.onlineTuning(); tuner != c.tuner {
 				t.Fatalf("online tuning %v, want %v", tuner, c.tuner)
 			}
@@ -301,7 +306,7 @@ func TestTunerAdoptionUpdatesRankerState(t *testing.T) {
 	ck.Meta = map[string]string{rank.MetaTunedReward: "0.0300", rank.MetaTunedEpisodes: "3", rank.MetaTunedRewardBefore: "-0.0100"}
 	lt.Online.OnAdopt(&ck, ppo.StepResult{After: 0.03, Before: -0.01, Accepted: true, Episodes: 3})
 	want := "tuned:" + filepath.Join(dir, TunedPolicyFile)
-	if s := rs.Status(); s.Policy != want || !strings.Contains(s.Reason, "mean reward 0.0300") || len(changed) != 1 || changed[0] != want {
+	if s := rs.Status(); s.Policy != want || s.Checkpoint != &ck || !strings.Contains(s.Reason, "mean reward 0.0300") || len(changed) != 1 || changed[0] != want {
 		t.Fatalf("after adoption: %+v, changes %v; want policy %s", s, changed, want)
 	}
 }

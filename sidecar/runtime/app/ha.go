@@ -164,7 +164,7 @@ func (r *replication) useTuned() {
 		r.log.Warn("the shared tuned policy cannot rank; the local one stays", "error", err)
 		return
 	}
-	r.ranker.set(service.RankerStatus{Policy: "tuned:" + r.tunedPath, Learned: "tuned:" + r.tunedPath, Reason: tunedReason(ck)})
+	r.ranker.set(service.RankerStatus{Policy: "tuned:" + r.tunedPath, Learned: "tuned:" + r.tunedPath, Reason: tunedReason(ck), Checkpoint: ck})
 }
 
 // policyAdopted shares the tuned policy online tuning just saved.

@@ -99,6 +99,9 @@ func TestRankerChoicePerRegime(t *testing.T) {
 				if s.Regime != rank.RegimeOf(st.share) || s.UserEstimateShare == nil || *s.UserEstimateShare != st.share || s.RegimeJobs != 20 {
 					t.Fatalf("step %d: regime %q share %v jobs %d, want %s", i, s.Regime, s.UserEstimateShare, s.RegimeJobs, rank.RegimeOf(st.share))
 				}
+				if (s.Checkpoint != nil) != (st.policy != PolicyHeuristic) {
+					t.Fatalf("step %d: policy %s with checkpoint %p; the dashboard reads a learned policy's from the status", i, s.Policy, s.Checkpoint)
+				}
 				if c.config == "" && s.Learned != PolicyBundled {
 					t.Fatalf("step %d: learned policy %q", i, s.Learned)
 				}

@@ -100,7 +100,7 @@ func (b *SimBackend) Observe(_ context.Context, o cluster.Observation) error {
 	defer b.mu.Unlock()
 	start := o.Time.Add(-time.Duration(o.RuntimeS * float64(time.Second)))
 	b.finished = append(b.finished, cluster.FinishedRun{
-		Key: fmt.Sprintf("%s/%s/%s@%d", o.Namespace, o.JobID, o.Group, o.Time.UnixNano()), Obs: o, Start: start, Samples: 1})
+		Key: fmt.Sprintf("%s@%d", cluster.GroupKey(o.Namespace, o.JobID, o.Group), o.Time.UnixNano()), Obs: o, Start: start, Samples: 1})
 	return nil
 }
 

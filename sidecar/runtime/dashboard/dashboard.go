@@ -14,14 +14,14 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/hetgpu/hetgpu/internal/httpjson"
+	"github.com/hetgpu/hetgpu/model/cluster"
+	"github.com/hetgpu/hetgpu/model/history"
 	"github.com/hetgpu/hetgpu/sidecar/runtime/service"
 	"github.com/hetgpu/hetgpu/sidecar/runtime/store"
 )
@@ -37,21 +37,32 @@ type Options struct {
 	Logger   hclog.Logger
 }
 
+// Service is what the dashboard reads of the sidecar's service (*service.Service), in its own
+// types: the pages use the values as the service holds them, with no JSON in between.
+type Service interface {
+	// FleetSnapshot is the last round's snapshot with its pins counted as held; nil before
+	// the first round.
+	FleetSnapshot() *cluster.Snapshot
+	DeviceStats(ctx context.Context) (map[string]cluster.DeviceStats, error)
+	BackendName() string
+	Queue() service.QueueView
+	Decisions(limit int, after uint64) []store.DecisionRecord
+	Store() *store.Store
+	Metrics() *service.Metrics
+	RuntimeHistory() *history.Stats
+	// Ranker is the ranking policy in use with the checkpoint it was loaded from.
+	Ranker() (service.RankerStatus, bool)
+}
+
 // Dashboard serves the pages and their JSON data.
 type Dashboard struct {
-	svc  *service.Service
+	svc  Service
 	opts Options
 	log  hclog.Logger
-
-	policyMu   sync.Mutex
-	policyRef  string
-	policyTime time.Time
-	policyRead bool
-	policy     *PolicyInfo
 }
 
 // New builds the dashboard of a service.
-func New(svc *service.Service, opts Options) *Dashboard {
+func New(svc Service, opts Options) *Dashboard {
 	if opts.Logger == nil {
 		opts.Logger = hclog.NewNullLogger()
 	}
@@ -154,29 +165,13 @@ func (d *Dashboard) Learning() (Learning, error) {
 		return Learning{}, err
 	}
 	l := BuildLearning(obs, DecisionLookup(d.svc.Store()), d.svc.Store().PolicyCheckpoint(), d.tuning())
-	l.PolicyInfo = d.policyInfo(l.Policy)
+	// The provenance is the checkpoint the ranker holds (loaded at start, or adopted by online
+	// tuning), when it is the policy the store names.
+	if rs, ok := d.svc.Ranker(); ok && rs.Policy == l.Policy {
+		l.PolicyInfo = policyInfo(rs.Checkpoint)
+	}
 	l.RuntimeHistory = d.svc.RuntimeHistory()
 	return l, nil
-}
-
-// policyInfo reads the policy's checkpoint again only when the reference or the file's
-// modification time changed (online tuning rewrites the tuned policy's file in place).
-func (d *Dashboard) policyInfo(ref string) *PolicyInfo {
-	var mtime time.Time
-	if fi, err := os.Stat(strings.TrimPrefix(ref, "tuned:")); err == nil {
-		mtime = fi.ModTime()
-	}
-	d.policyMu.Lock()
-	defer d.policyMu.Unlock()
-	if d.policyRead && ref == d.policyRef && mtime.Equal(d.policyTime) {
-		return d.policy
-	}
-	info, err := loadPolicy(ref)
-	if err != nil {
-		d.log.Warn("reading the ranking policy's checkpoint failed; the learning page shows its name only", "error", err)
-	}
-	d.policyRef, d.policyTime, d.policy, d.policyRead = ref, mtime, info, true
-	return info
 }
 
 // tuning reads the online tuning counters from the service's metrics.

@@ -2,7 +2,6 @@ package dashboard
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"html/template"
 	"maps"
@@ -18,7 +17,9 @@ import (
 
 	"github.com/hetgpu/hetgpu/internal/httpjson"
 	"github.com/hetgpu/hetgpu/model/cluster"
+	"github.com/hetgpu/hetgpu/model/constraint"
 	"github.com/hetgpu/hetgpu/model/gpuspec"
+	"github.com/hetgpu/hetgpu/sidecar/runtime/service"
 	"github.com/hetgpu/hetgpu/sidecar/runtime/store"
 )
 
@@ -158,48 +159,33 @@ func (d *Dashboard) fleetPage(w http.ResponseWriter, r *http.Request) {
 
 // --- Queue ---
 
-// queueRow is a /v1/queue entry as the page shows it. It is decoded from the API's JSON so
-// fields the queue gains (such as infeasible and reason) show without changing this page.
+// queueRow is a queue entry as the page shows it: the service's entry with what the page
+// derives.
 type queueRow struct {
-	Rank       int      `json:"rank"`
-	JobKey     string   `json:"job_key"`
-	Namespace  string   `json:"namespace"`
-	JobID      string   `json:"job_id"`
-	Group      string   `json:"group"`
-	Score      float64  `json:"score"`
-	GPUs       int      `json:"gpus"`
-	Device     string   `json:"device"`
-	Priority   int      `json:"priority"`
-	WaitS      float64  `json:"wait_s"`
-	Model      string   `json:"model"`
-	Class      string   `json:"priority_class"`
-	Status     string   `json:"status"`
-	Wait       string   `json:"wait"`
-	Reason     string   `json:"reason"`
-	Infeasible any      `json:"infeasible"`
-	FreeInS    float64  `json:"free_in_s"`
-	Preferred  []string `json:"preferred_types"`
-	Why        []string
-	NomadURL   string
+	service.QueueEntry
+	Why      []string
+	NomadURL string
 }
 
 // heldText is the row's line in the words its job's own ui description carries (written by
 // the Nomad backend): rank, what it waits for, the preferred types and the free estimate.
 func (j *queueRow) heldText(ranked int) string {
 	return cluster.HeldText(&cluster.Wait{Kind: j.Wait, Rank: j.Rank, Of: ranked, GPUs: j.GPUs, Device: j.Device,
-		FreeIn: time.Duration(j.FreeInS * float64(time.Second)), Preferred: j.Preferred})
+		FreeIn: time.Duration(j.FreeInS * float64(time.Second)), Preferred: j.PreferredTypes})
+}
+
+// invalidRow is a held job with invalid annotations and its links.
+type invalidRow struct {
+	service.InvalidEntry
+	JobID, Namespace, NomadURL string
 }
 
 type queueBody struct {
 	Round   uint64
 	Time    time.Time
 	Jobs    []queueRow
-	Invalid []struct {
-		JobKey                     string `json:"job_key"`
-		Error                      string `json:"error"`
-		JobID, Namespace, NomadURL string
-	}
-	Free []TypeTotals
+	Invalid []invalidRow
+	Free    []TypeTotals
 	// Total is the queue's length; Jobs holds its first maxQueueRows.
 	Total int
 }
@@ -210,23 +196,14 @@ const maxQueueRows = 500
 
 func (d *Dashboard) queuePage(w http.ResponseWriter, r *http.Request) {
 	fl := BuildFleet(d.svc.FleetSnapshot(), nil, d.svc.BackendName(), FleetFilter{})
-	raw, err := json.Marshal(d.svc.Queue())
-	var q queueBody
-	if err == nil {
-		err = json.Unmarshal(raw, &q)
-	}
-	if err != nil {
-		httpjson.Error(w, http.StatusInternalServerError, fmt.Errorf("queue: %w", err))
-		return
-	}
-	q.Free = fl.Totals
-	q.Total = len(q.Jobs)
-	if len(q.Jobs) > maxQueueRows {
-		q.Jobs = q.Jobs[:maxQueueRows]
-	}
+	v := d.svc.Queue()
+	q := queueBody{Round: v.Round, Time: v.Time, Free: fl.Totals, Total: len(v.Jobs)}
+	jobs := v.Jobs[:min(len(v.Jobs), maxQueueRows)]
+	q.Jobs = make([]queueRow, len(jobs))
 	ranked := 0
-	for _, j := range q.Jobs {
-		if j.Rank > 0 {
+	for i := range jobs {
+		q.Jobs[i].QueueEntry = jobs[i]
+		if jobs[i].Rank > 0 {
 			ranked++
 		}
 	}
@@ -238,16 +215,13 @@ func (d *Dashboard) queuePage(w http.ResponseWriter, r *http.Request) {
 		}
 		j.NomadURL = d.nomadJobURL(j.Namespace, j.JobID)
 	}
-	for i := range q.Invalid {
-		in := &q.Invalid[i]
-		// "ns/id/group": a child's ID has a "/" of its own (parent/dispatch-…).
-		if ns, rest, ok := strings.Cut(in.JobKey, "/"); ok {
-			if i := strings.LastIndex(rest, "/"); i > 0 {
-				rest = rest[:i]
-			}
-			in.Namespace, in.JobID = ns, rest
-			in.NomadURL = d.nomadJobURL(in.Namespace, in.JobID)
+	for _, in := range v.Invalid {
+		row := invalidRow{InvalidEntry: in}
+		if ns, id, _, ok := cluster.SplitGroupKey(in.JobKey); ok {
+			row.Namespace, row.JobID = ns, id
+			row.NomadURL = d.nomadJobURL(ns, id)
 		}
+		q.Invalid = append(q.Invalid, row)
 	}
 	d.render(w, r, "queue", &fl, q)
 }
@@ -260,20 +234,8 @@ func whyWaiting(j *queueRow, ahead []queueRow, totals []TypeTotals) []string {
 	if j.Status == "decided" {
 		return []string{"placed in this round; being pinned"}
 	}
-	switch v := j.Infeasible.(type) {
-	case bool:
-		if v && j.Wait != "infeasible" { // the wait kind below says it already
-			why = append(why, "infeasible")
-		}
-	case string:
-		if v != "" {
-			why = append(why, "infeasible: "+v)
-		}
-	case nil:
-	default:
-		if b, err := json.Marshal(v); err == nil {
-			why = append(why, "infeasible: "+string(b))
-		}
+	if j.Infeasible && j.Wait != cluster.WaitInfeasible { // the wait kind below says it already
+		why = append(why, "infeasible")
 	}
 	switch {
 	case j.Wait != "" && j.Reason != "":
@@ -321,11 +283,10 @@ func whyWaiting(j *queueRow, ahead []queueRow, totals []TypeTotals) []string {
 
 // deviceType is the GPU type a device request names ("nvidia/gpu/Tesla T4" → t4), "" for any.
 func deviceType(dev string) string {
-	parts := strings.Split(dev, "/")
-	if len(parts) < 3 {
-		return ""
+	if m := constraint.RequestedModel(dev); m != "" {
+		return gpuspec.Canonical(m)
 	}
-	return gpuspec.Canonical(parts[len(parts)-1])
+	return ""
 }
 
 func typeSuffix(t string) string {

@@ -1,9 +1,6 @@
 package dashboard
 
 import (
-	"fmt"
-	"strings"
-
 	"github.com/hetgpu/hetgpu/sidecar/stages/rank"
 )
 
@@ -27,24 +24,11 @@ type CurvePoint struct {
 	Evaluated  bool    `json:"evaluated"`
 }
 
-// loadPolicy reads the checkpoint a policy reference names, as app.Stages wrote it
-// ("bundled:default", "tuned:PATH" or a path); nil without one (the heuristic).
-func loadPolicy(ref string) (*PolicyInfo, error) {
-	var ck *rank.Checkpoint
-	var err error
-	switch {
-	case ref == "" || strings.HasPrefix(ref, "heuristic"):
-		return nil, nil
-	case ref == "bundled:default":
-		ck, err = rank.DefaultCheckpoint()
-	default:
-		ck, err = rank.LoadCheckpoint(strings.TrimPrefix(ref, "tuned:"))
-	}
-	if err != nil {
-		return nil, fmt.Errorf("ranking policy %s: %w", ref, err)
-	}
+// policyInfo is a checkpoint's provenance and training record; nil without one (the
+// heuristic, a baseline).
+func policyInfo(ck *rank.Checkpoint) *PolicyInfo {
 	if ck == nil {
-		return nil, nil
+		return nil
 	}
 	info := &PolicyInfo{Meta: ck.Meta}
 	if ck.Training != nil {
@@ -53,5 +37,5 @@ func loadPolicy(ref string) (*PolicyInfo, error) {
 			info.Curve = append(info.Curve, CurvePoint{Epoch: e.Epoch, Reward: e.Reward, EvalReward: e.EvalReward, Evaluated: e.Evaluated})
 		}
 	}
-	return info, nil
+	return info
 }

@@ -6,13 +6,12 @@ import (
 	"strings"
 
 	"github.com/hetgpu/hetgpu/internal/httpjson"
-	"github.com/hetgpu/hetgpu/sidecar/runtime/service"
 )
 
 // toLeader answers a write on a standby replica: 307 to the leader's address (the client
 // repeats the same method and body there), or 503 with Retry-After while no leader is known.
 // It reports whether it answered.
-func toLeader(w http.ResponseWriter, r *http.Request, svc *service.Service) bool {
+func toLeader(w http.ResponseWriter, r *http.Request, svc Service) bool {
 	standby, leader := svc.Standby()
 	if !standby {
 		return false

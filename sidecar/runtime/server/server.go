@@ -73,16 +73,30 @@ type Config struct {
 	NomadURL string
 }
 
+// Service is what the API reads and writes of the sidecar's service (*service.Service): the
+// dashboard's reads and the API's own.
+type Service interface {
+	dashboard.Service
+	Health() service.Health
+	Queues() service.QueuesView
+	Explain(ns, id string) (*service.Explanation, error)
+	ObserveBatch(ctx context.Context, obs []cluster.Observation, source, idemKey string) (*service.ObserveResult, error)
+	// Standby reports whether this replica is a standby and the leader's address; LastRound
+	// is when it last decided.
+	Standby() (standby bool, leader string)
+	LastRound() time.Time
+}
+
 // Server serves the API for a service.
 type Server struct {
 	cfg Config
-	svc *service.Service
+	svc Service
 	log hclog.Logger
 	mux *http.ServeMux
 }
 
 // New builds the server (not yet listening).
-func New(cfg Config, svc *service.Service) *Server {
+func New(cfg Config, svc Service) *Server {
 	if cfg.Listen == "" {
 		cfg.Listen = DefaultListen
 	}

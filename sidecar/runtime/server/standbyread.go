@@ -3,8 +3,6 @@ package server
 import (
 	"net/http"
 	"time"
-
-	"github.com/hetgpu/hetgpu/sidecar/runtime/service"
 )
 
 // staleMark is added to a standby's /v1/queue and /v1/decisions: they show what this
@@ -20,7 +18,7 @@ type staleMark struct {
 
 // standbyRead is the mark for a read on a standby (nil on the leader or a single sidecar);
 // it also names the leader in X-Hetgpu-Leader, as a redirect does.
-func standbyRead(w http.ResponseWriter, svc *service.Service) *staleMark {
+func standbyRead(w http.ResponseWriter, svc Service) *staleMark {
 	standby, leader := svc.Standby()
 	if !standby {
 		return nil

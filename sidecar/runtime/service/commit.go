@@ -115,7 +115,7 @@ func (g *learnGroup) flush(ctx context.Context, q []*learnReq) error {
 				continue // a partial run teaches a partial learner only
 			}
 			if terr := s.stages.Tuner.Observe(ctx, o); terr != nil {
-				s.log.Warn("policy tuner rejected a run", "job", o.Namespace+"/"+o.JobID, "error", terr)
+				s.log.Warn("policy tuner rejected a run", "job", cluster.JobKey(o.Namespace, o.JobID), "error", terr)
 			}
 		}
 	}

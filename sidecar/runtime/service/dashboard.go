@@ -46,3 +46,12 @@ func (s *Service) DeviceStats(ctx context.Context) (map[string]cluster.DeviceSta
 
 // BackendName is the backend's name ("nomad", "simulated").
 func (s *Service) BackendName() string { return s.cfg.BackendName }
+
+// Ranker is the ranking policy in use and why (Config.Ranker); ok is false when the service
+// was given none.
+func (s *Service) Ranker() (rs RankerStatus, ok bool) {
+	if s.cfg.Ranker == nil {
+		return RankerStatus{}, false
+	}
+	return s.cfg.Ranker(), true
+}

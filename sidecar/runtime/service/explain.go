@@ -123,24 +123,7 @@ func (c capacity) fits(job *cluster.Job, typ string) bool {
 		frees = append(frees, f)
 	}
 	sort.Sort(sort.Reverse(sort.IntSlice(frees)))
-	if job.GPUsPerNode > 0 {
-		need := (job.GPUs + job.GPUsPerNode - 1) / job.GPUsPerNode
-		ok := 0
-		for _, f := range frees {
-			if f >= job.GPUsPerNode {
-				ok++
-			}
-		}
-		return ok >= need
-	}
-	sum := 0
-	for i, f := range frees {
-		if i >= job.MaxNodes() {
-			break
-		}
-		sum += f
-	}
-	return sum >= job.GPUs
+	return job.FitsFree(frees)
 }
 
 // typeEstimates predicts the job on every GPU type of the cluster.
@@ -160,7 +143,7 @@ func typeEstimates(c capacity, job *cluster.Job, pred sched.Predictor, chosen *c
 			est.EnergyPerStepJ = finite(pw / thr)
 		}
 		if r := finite(ref.Throughput); r > 0 && thr > 0 {
-			est.RuntimeS = finite(job.Hetgpu.EstRuntime.Seconds() * r / thr)
+			est.RuntimeS = finite(gpuspec.RuntimeOn(job.Hetgpu.EstRuntime.Seconds(), r, thr))
 			est.EnergyJ = finite(est.RuntimeS * pw)
 		}
 		if chosen != nil && chosen.GPUType == t {

@@ -16,15 +16,12 @@ import (
 // type's. A type the predictor cannot answer for counts as fast as the reference type.
 func (s *Service) refRuntime(fr cluster.FinishedRun) time.Duration {
 	wall := fr.Ran + time.Duration(fr.Obs.RuntimeS*float64(time.Second))
-	speed := 1.0
-	if fr.Obs.GPUType != gpuspec.ReferenceGPU {
-		ref := fr.Obs
-		ref.GPUType = gpuspec.ReferenceGPU
-		if on, at := s.estimate(&fr.Obs).Throughput, s.estimate(&ref).Throughput; on > 0 && at > 0 {
-			speed = on / at
-		}
+	if fr.Obs.GPUType == gpuspec.ReferenceGPU {
+		return wall
 	}
-	return time.Duration(float64(wall) * speed)
+	ref := fr.Obs
+	ref.GPUType = gpuspec.ReferenceGPU
+	return time.Duration(gpuspec.RuntimeOn(float64(wall), s.estimate(&fr.Obs).Throughput, s.estimate(&ref).Throughput))
 }
 
 // historyRun is what the runtime history learns from a finished run: its job (the parent's

@@ -92,6 +92,10 @@ type RankerStatus struct {
 	// History is the runtime history jobs without hetgpu.runtime are read by, learned from
 	// finished runs (ranker.history).
 	History *history.Stats `json:"history,omitempty"`
+	// Checkpoint is the learned policy's checkpoint while it ranks (Policy names it), as the
+	// sidecar loaded or adopted it; nil while the heuristic or a baseline ranks. Readers (the
+	// dashboard) take its provenance from here instead of reading the file again.
+	Checkpoint *rank.Checkpoint `json:"-"`
 }
 
 // Stages are the pipeline's parts (one policy of sidecar/policies); Learner may be nil.
@@ -478,11 +482,7 @@ func (s *Service) maintenance(ctx context.Context, round uint64, m *cluster.Main
 }
 
 func newRecord(round uint64, now time.Time, key, status string) *store.DecisionRecord {
-	ns, rest, _ := strings.Cut(key, "/")
-	id, group := rest, ""
-	if i := strings.LastIndex(rest, "/"); i >= 0 {
-		id, group = rest[:i], rest[i+1:]
-	}
+	ns, id, group, _ := cluster.SplitGroupKey(key)
 	return &store.DecisionRecord{Round: round, Time: now, JobKey: key, Namespace: ns, JobID: id, Group: group, Status: status}
 }
 

@@ -141,7 +141,7 @@ func signature(j *cluster.Job) string {
 	}
 	if distinct {
 		// distinct_hosts depends on the job's own allocations (Now view).
-		b.WriteString("|" + j.Namespace + "/" + j.ID)
+		b.WriteString("|" + j.WholeKey())
 	}
 	return b.String()
 }
@@ -291,19 +291,7 @@ func admits(cj *constraint.Job, n *cluster.Node, own map[string]bool) bool {
 }
 
 // fits reports whether per-node counts (most first) hold the request.
-func (r *request) fits(us []int) bool {
-	switch {
-	case r.p > 0:
-		return len(us) >= r.k && us[r.k-1] >= r.p
-	case r.k == 1:
-		return len(us) > 0 && us[0] >= r.g
-	}
-	sum := 0
-	for i := 0; i < len(us) && i < r.k; i++ {
-		sum += us[i]
-	}
-	return sum >= r.g
-}
+func (r *request) fits(us []int) bool { return r.job.FitsFree(us) }
 
 // judge turns a capacity into a verdict: the GPU counts first, then T_min.
 func (r *request) judge(c *capacity, job *cluster.Job, view View, pred sched.Predictor, opts Options) Verdict {

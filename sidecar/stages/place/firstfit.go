@@ -136,11 +136,14 @@ func (p *Packer) Fit(j *cluster.Job, canRun func(gpuType string) bool) (d cluste
 		return cluster.Assignment{NodeID: nd.n.ID, DeviceGroup: nd.g.ID(), InstanceIDs: ids}
 	}
 	nodes := p.nodes
+	// A group with count > 1 (GPUsPerNode below GPUs) needs its GPUs on several nodes, as
+	// cluster.Job.FitsFree and the placement MILP read it.
+	spans := j.GPUsPerNode > 0 && j.GPUsPerNode < j.GPUs
 	best, bestFree := -1, 0
 	for i := range nodes {
 		nd := &nodes[i]
 		n := len(avail(nd))
-		if n < j.GPUs || (best >= 0 && n >= bestFree) {
+		if spans || n < j.GPUs || (best >= 0 && n >= bestFree) {
 			continue
 		}
 		if !canRun(nd.typ) {
@@ -158,38 +161,33 @@ func (p *Packer) Fit(j *cluster.Job, canRun func(gpuType string) bool) (d cluste
 		return d, true, nil
 	}
 	for _, t := range p.types {
-		if j.MaxNodes() <= 1 || cj.Distinct || !canRun(t) {
+		if j.MaxNodes() <= 1 && !spans || cj.Distinct || !canRun(t) {
 			continue
 		}
 		var idx []int
-		total := 0
 		for i := range nodes {
 			if n := len(avail(&nodes[i])); nodes[i].typ == t && n > 0 {
 				idx = append(idx, i)
-				total += n
 			}
-		}
-		if total < j.GPUs {
-			continue
 		}
 		sort.SliceStable(idx, func(a, b int) bool { return len(avail(&nodes[idx[a]])) > len(avail(&nodes[idx[b]])) })
-		need, used := j.GPUs, 0
-		for _, i := range idx {
-			if used == j.MaxNodes() || need == 0 {
-				break
-			}
-			need -= min(need, len(avail(&nodes[i])))
-			used++
+		free := make([]int, len(idx))
+		for k, i := range idx {
+			free[k] = len(avail(&nodes[i]))
 		}
-		if need > 0 {
+		if !j.FitsFree(free) {
 			continue
 		}
-		need = j.GPUs
+		need := j.GPUs
 		for _, i := range idx {
 			if need == 0 {
 				break
 			}
 			k := min(need, len(avail(&nodes[i])))
+			if p := j.GPUsPerNode; p > 0 {
+				// FitsFree holds for the first GPUs/p nodes, each with p free.
+				k = min(need, p)
+			}
 			d.Assign = append(d.Assign, take(&nodes[i], k))
 			need -= k
 		}

@@ -513,7 +513,7 @@ func groupSignature(g *cluster.DeviceGroup) string {
 	}
 	sort.Strings(keys)
 	var b strings.Builder
-	b.WriteString(g.Vendor + "/" + g.Type + "/" + g.Name)
+	b.WriteString(g.ID())
 	for _, k := range keys {
 		a := g.Attributes[k]
 		b.WriteString("\x00" + k + "=" + constraint.String(a) + a.Unit)

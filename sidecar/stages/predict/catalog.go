@@ -694,7 +694,7 @@ func buildIndex(recs []Record, minSamples int, specs *gpuspec.Table) *index {
 		}
 		if r.AvgPowerW > 0 {
 			if sp, ok := specs.Lookup(g); ok && sp.TDPW > sp.IdleW {
-				frac := (r.AvgPowerW/float64(r.GPUs) - sp.IdleW) / (sp.TDPW - sp.IdleW)
+				frac := sp.LoadFraction(r.AvgPowerW / float64(r.GPUs))
 				wk := wgKey{id, g}
 				ps := ix.power[wk]
 				if ps == nil {

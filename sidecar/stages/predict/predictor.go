@@ -842,5 +842,5 @@ func (p *Predictor) power(st *state, id int, g string, n int) float64 {
 		}
 	}
 	frac = math.Max(0.05, math.Min(1, frac))
-	return float64(n) * (s.IdleW + (s.TDPW-s.IdleW)*frac)
+	return float64(n) * s.PowerAt(frac)
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hetgpu/hetgpu/model/cluster"
+	"github.com/hetgpu/hetgpu/model/gpuspec"
 	"github.com/hetgpu/hetgpu/model/throughput"
 )
 
@@ -174,6 +175,10 @@ func TestPower(t *testing.T) {
 	const prior = 562.2468
 	if got := p.Predict(j, "v100", 2).PowerW; math.Abs(got-prior) > 1e-3 {
 		t.Errorf("prior power %v W, want %v W (2 GPUs at 90 %% utilisation)", got, prior)
+	}
+	// The prior is gpuspec's curve itself (Spec.Power at BusyUtil), not a copy of it.
+	if sp, ok := p.specs.Lookup("v100"); !ok || math.Abs(p.Predict(j, "v100", 2).PowerW-2*sp.Power(gpuspec.BusyUtil, gpuspec.PowerAlpha)) > 1e-9 {
+		t.Errorf("prior power %v W, want 2 x gpuspec Spec.Power(BusyUtil, PowerAlpha) = %v W", p.Predict(j, "v100", 2).PowerW, 2*sp.Power(gpuspec.BusyUtil, gpuspec.PowerAlpha))
 	}
 	a100Before := p.Predict(j, "a100", 1).PowerW
 	ctx := context.Background()

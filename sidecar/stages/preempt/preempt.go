@@ -166,7 +166,7 @@ func (p *Planner) Plan(ctx context.Context, snap *cluster.Snapshot, ranked []sch
 			}
 		}
 		for _, a := range snap.Running {
-			k := a.Namespace + "/" + a.JobID + "/" + a.Group
+			k := a.Key()
 			minRun := p.cfg.MinRun
 			if t, ok := fromHistory[k]; ok {
 				minRun = t
@@ -404,46 +404,19 @@ func newState(snap *cluster.Snapshot) *state {
 	return st
 }
 
-// feasible marks the units a job's device request and constraints allow. A constraint the
-// planner cannot compile makes every unit infeasible: the placer reports it, and the plan
-// never stops a job for one it cannot judge.
+// feasible marks the units a job's device request and constraints allow, compiled as the
+// placer compiles them (constraint.CompileJob). A constraint or affinity that does not compile
+// makes every unit infeasible: the placer reports it, and the plan never stops a job for one
+// it cannot judge.
 func (st *state) feasible(j *cluster.Job) []bool {
 	ok := make([]bool, len(st.units))
-	var nodeCs []*constraint.Node
-	for _, c := range j.Constraints {
-		nc, err := constraint.CompileNode(c)
-		if err != nil {
-			return ok
-		}
-		nodeCs = append(nodeCs, nc)
-	}
-	var devCs []*constraint.Device
-	for _, c := range j.DeviceConstraints {
-		dc, err := constraint.CompileDevice(c)
-		if err != nil {
-			return ok
-		}
-		devCs = append(devCs, dc)
+	cj, err := constraint.CompileJob(j)
+	if err != nil {
+		return ok
 	}
 	for i := range st.units {
 		u := &st.units[i]
-		if !constraint.MatchesRequest(j.DeviceName, u.group) {
-			continue
-		}
-		good := true
-		for _, nc := range nodeCs {
-			if !nc.Check(u.node) {
-				good = false
-				break
-			}
-		}
-		for _, dc := range devCs {
-			if !dc.Check(u.group) {
-				good = false
-				break
-			}
-		}
-		ok[i] = good
+		ok[i] = cj.NodeFeasible(u.node) && cj.GroupFeasible(u.group)
 	}
 	return ok
 }
@@ -451,10 +424,13 @@ func (st *state) feasible(j *cluster.Job) []bool {
 // fit finds room for a job on a GPU type: the best-fitting single unit (free now preferred),
 // else the emptiest units up to the job's distribution degree.
 func (st *state) fit(j *cluster.Job, gpuType string, feas []bool) ([]spot, bool) {
+	// A group with count > 1 (GPUsPerNode below GPUs) needs GPUsPerNode on each of several
+	// units (cluster.Job.FitsFree).
+	spans := j.GPUsPerNode > 0 && j.GPUsPerNode < j.GPUs
 	best, bestScore := -1, math.MaxInt
 	for i := range st.units {
 		u := &st.units[i]
-		if !feas[i] || u.gpuType != gpuType || u.virt-u.res < j.GPUs {
+		if spans || !feas[i] || u.gpuType != gpuType || u.virt-u.res < j.GPUs {
 			continue
 		}
 		score := u.virt - u.res - j.GPUs
@@ -468,7 +444,7 @@ func (st *state) fit(j *cluster.Job, gpuType string, feas []bool) ([]spot, bool)
 	if best >= 0 {
 		return []spot{{best, j.GPUs}}, true
 	}
-	if j.MaxNodes() <= 1 || j.GPUsPerNode > 0 {
+	if j.MaxNodes() <= 1 && !spans {
 		return nil, false
 	}
 	var idx []int
@@ -480,17 +456,27 @@ func (st *state) fit(j *cluster.Job, gpuType string, feas []bool) ([]spot, bool)
 	slices.SortStableFunc(idx, func(a, b int) int {
 		return cmp.Compare(st.units[b].virt-st.units[b].res, st.units[a].virt-st.units[a].res)
 	})
+	room := make([]int, len(idx))
+	for k, i := range idx {
+		room[k] = st.units[i].virt - st.units[i].res
+	}
+	if !j.FitsFree(room) {
+		return nil, false
+	}
 	var out []spot
 	need := j.GPUs
-	for _, i := range idx {
-		if len(out) == j.MaxNodes() || need == 0 {
+	for k, i := range idx {
+		if need == 0 {
 			break
 		}
-		take := min(need, st.units[i].virt-st.units[i].res)
+		take := min(need, room[k])
+		if spans {
+			take = min(need, j.GPUsPerNode) // the first GPUs/GPUsPerNode units hold that many
+		}
 		out = append(out, spot{i, take})
 		need -= take
 	}
-	return out, need == 0
+	return out, true
 }
 
 // claim takes GPUs in the virtual packing; fresh claims also use up GPUs free now.

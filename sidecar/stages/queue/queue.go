@@ -485,7 +485,7 @@ func (s *Set) reclaimable(snap *cluster.Snapshot, r *round) []cluster.Job {
 	byKey := map[string]*group{}
 	byQueue := map[string][]*group{}
 	for _, a := range snap.Running {
-		k := a.Namespace + "/" + a.JobID + "/" + a.Group
+		k := a.Key()
 		if leaving[k] {
 			continue
 		}

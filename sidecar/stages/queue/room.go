@@ -173,10 +173,17 @@ func (r *nodeRoom) plan(j *cluster.Job) ([]roomCand, *constraint.Job, bool) {
 	for _, t := range types {
 		cs := byType[t]
 		sort.SliceStable(cs, func(a, b int) bool { return cs[a].room > cs[b].room })
-		var take []cand
-		left, total := need, 0
+		rooms, total := make([]int, 0, len(cs)), 0
 		for _, c := range cs {
+			rooms = append(rooms, c.room)
 			total += c.room
+		}
+		if !j.FitsFree(rooms) || pick != nil && total >= pickRoom {
+			continue
+		}
+		var take []cand
+		left := need
+		for _, c := range cs {
 			switch {
 			case len(take) == nodes || left <= 0:
 			case per > 0:
@@ -190,9 +197,7 @@ func (r *nodeRoom) plan(j *cluster.Job) ([]roomCand, *constraint.Job, bool) {
 				left -= n
 			}
 		}
-		if left <= 0 && (pick == nil || total < pickRoom) {
-			pick, pickRoom = take, total
-		}
+		pick, pickRoom = take, total
 	}
 	return pick, cj, pick != nil
 }

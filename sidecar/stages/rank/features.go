@@ -44,7 +44,9 @@ type Extractor struct {
 	demand  []float64
 	// per ready node and GPU type: free GPUs
 	slots []slot
-	ns    map[string]float64
+	// typeFree is, per pool, the free GPUs of its slots, most first.
+	typeFree [][]int
+	ns       map[string]float64
 	// per window job: candidate mask, throughput and power per type, flat [job*maxTypes+type]
 	cand []uint64
 	thr  []float64
@@ -183,14 +185,7 @@ func (x *Extractor) Extract(snap *cluster.Snapshot, pred sched.Predictor, n int,
 				}
 			}
 			ways += float64(nodes)
-			switch {
-			case job.GPUsPerNode > 0:
-				canStart = canStart || nodes*need >= gpus && nodes >= (gpus+need-1)/need
-			case job.MaxNodes() > 1:
-				canStart = canStart || x.sumTopFree(t, job.MaxNodes()) >= gpus
-			default:
-				canStart = canStart || nodes > 0
-			}
+			canStart = canStart || job.FitsFree(x.typeFree[t])
 		}
 		r[FWays] = math.Log1p(ways)
 		if fr > 0 {
@@ -205,10 +200,7 @@ func (x *Extractor) Extract(snap *cluster.Snapshot, pred sched.Predictor, n int,
 		if est := job.Hetgpu.EstRuntime; est > 0 {
 			r[FEstKnown] = 1
 			refThr := x.predict(pred, job, x.refGPU(), gpus).Throughput
-			rt := est.Seconds()
-			if refThr > 0 && bestThr > 0 {
-				rt *= refThr / bestThr
-			}
+			rt := gpuspec.RuntimeOn(est.Seconds(), refThr, bestThr)
 			r[FRuntime] = math.Log10(math.Max(1, rt))
 			if bestPow > 0 {
 				r[FEnergy] = math.Log10(math.Max(1, bestPow*rt/3600))
@@ -272,38 +264,6 @@ func (x *Extractor) refGPU() string {
 		return x.RefGPU
 	}
 	return gpuspec.ReferenceGPU
-}
-
-// sumTopFree sums the free GPUs of the up to d nodes of type t with the most free GPUs.
-func (x *Extractor) sumTopFree(t, d int) int {
-	// d is small (a distribution degree); repeated max selection avoids sorting and allocation.
-	var taken [16]int
-	got, k := 0, 0
-	for range min(d, len(taken)) {
-		best := -1
-		for i, s := range x.slots {
-			if s.typ != t || s.free == 0 {
-				continue
-			}
-			dup := false
-			for _, p := range taken[:k] {
-				if p == i {
-					dup = true
-					break
-				}
-			}
-			if !dup && (best < 0 || s.free > x.slots[best].free) {
-				best = i
-			}
-		}
-		if best < 0 {
-			break
-		}
-		taken[k] = best
-		k++
-		got += x.slots[best].free
-	}
-	return got
 }
 
 // predict caches estimates per (model, batch, GPUs, type) within one round.
@@ -377,6 +337,22 @@ func (x *Extractor) prepare(snap *cluster.Snapshot, pred sched.Predictor, n int)
 		x.slots = append(x.slots, s)
 	}
 	T := len(x.types)
+	// Per pool, its slots' free GPUs, most first: what Job.FitsFree reads.
+	for len(x.typeFree) < T {
+		x.typeFree = append(x.typeFree, nil)
+	}
+	x.typeFree = x.typeFree[:T]
+	for t := range x.typeFree {
+		x.typeFree[t] = x.typeFree[t][:0]
+	}
+	for _, s := range x.slots {
+		if s.free > 0 {
+			x.typeFree[s.typ] = append(x.typeFree[s.typ], s.free)
+		}
+	}
+	for _, f := range x.typeFree {
+		slices.SortFunc(f, func(a, b int) int { return b - a })
+	}
 	x.supply = resize(x.supply, T)
 	x.free = resize(x.free, T)
 	x.soon = resize(x.soon, T)
@@ -403,16 +379,11 @@ func (x *Extractor) prepare(snap *cluster.Snapshot, pred sched.Predictor, n int)
 		if !ok {
 			continue
 		}
-		elapsed := snap.Now.Sub(a.StartTime).Seconds()
-		// Without an estimate, assume the job runs as long again as it has (the Lindy rule,
-		// apt for heavy-tailed training times).
-		remaining := math.Max(elapsed, 60)
+		ran := snap.Now.Sub(a.StartTime)
+		elapsed := ran.Seconds()
+		remaining := cluster.Unestimated(ran).Seconds()
 		if m, ok := x.known[memoKey{a.Namespace, a.JobID, a.Group}]; ok && m.refS > 0 {
-			if thr := m.thr[a.GPUType]; thr > 0 && m.refThr > 0 {
-				remaining = m.refS*m.refThr/thr - elapsed
-			} else {
-				remaining = m.refS - elapsed
-			}
+			remaining = gpuspec.RuntimeOn(m.refS, m.refThr, m.thr[a.GPUType]) - elapsed
 		}
 		if remaining <= h.Seconds() {
 			x.soon[t] += g
