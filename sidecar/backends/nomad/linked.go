@@ -3,6 +3,7 @@ package nomad
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"time"
 
 	"github.com/hashicorp/nomad/api"
@@ -135,27 +136,14 @@ func uiWire(ui *api.JobUIConfig) any {
 	return map[string]any{"Description": ui.Description, "Links": links}
 }
 
-// uintOf reads an unsigned integer msgpack decoded into any width.
+// uintOf reads a non-negative integer msgpack decoded into any width.
 func uintOf(v any) uint64 {
-	switch n := v.(type) {
-	case uint64:
-		return n
-	case uint32:
-		return uint64(n)
-	case uint16:
-		return uint64(n)
-	case uint8:
-		return uint64(n)
-	case int64:
-		return uint64(n)
-	case int32:
-		return uint64(n)
-	case int16:
-		return uint64(n)
-	case int8:
-		return uint64(n)
-	case int:
-		return uint64(n)
+	rv := reflect.ValueOf(v)
+	switch {
+	case rv.CanUint():
+		return rv.Uint()
+	case rv.CanInt() && rv.Int() >= 0:
+		return uint64(rv.Int())
 	}
 	return 0
 }
