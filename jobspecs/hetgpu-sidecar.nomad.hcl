@@ -38,6 +38,10 @@ variable "nomad_addr" {
   default     = ""
 }
 
+variable "nomad_rpc_address" {
+  description = "a Nomad server's RPC host:port (4647) the task can reach, for pins of periodic and dispatched children (docs/nomad-batch.md); empty: none, such children of held jobs are then reported undecidable"
+  default     = ""
+}
 variable "insecure" {
   description = "test clusters only: serve plain HTTP without tokens on the node's address and read no variable (README, Security)"
   default     = false
@@ -171,6 +175,9 @@ reconcile = "2s"
 nomad {
   address   = "${local.nomad_addr}"
   namespace = "${var.managed_namespace}"
+%{ if var.nomad_rpc_address != "" ~}
+  rpc_address = "${var.nomad_rpc_address}"
+%{ endif ~}
 }
 ha {
   enabled    = true

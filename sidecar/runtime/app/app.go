@@ -462,18 +462,21 @@ func nomadClient(n *NomadConfig, timeout time.Duration) (*api.Client, string, *n
 	return c, ns, agents, nil
 }
 
-// NomadRPC is how the backend and `hetgpu release` reach the servers' RPC for writes to linked children
-// (nomad.RPCConfig): the API client's token, TLS when the API is https (Nomad's tls block
-// covers both), the address nomad.rpc_address names or, empty, the leader's; nil when
-// rpc_address is "off" or the API is a Task API socket (a workload identity has no RPC).
+// NomadRPC is how the backend and `hetgpu release` reach the servers' RPC for writes to
+// linked children (nomad.RPCConfig): the API client's token (a workload identity's too: Nomad's
+// servers take one on RPC), TLS when the API is https (Nomad's tls block covers both) or, behind
+// the Task API socket, when a CA or client certificate is configured; the address
+// nomad.rpc_address names or, empty, the leader's. Nil when rpc_address is "off", and behind the
+// Task API socket unless rpc_address names a server (a task's network may not reach one).
 func NomadRPC(n *NomadConfig) (*nomad.RPCConfig, error) {
 	cfg := nomadAPIConfig(n)
 	addr := strings.TrimSpace(n.RPCAddress)
-	if addr == "off" || strings.HasPrefix(cfg.Address, "unix:") {
+	socket := strings.HasPrefix(cfg.Address, "unix:")
+	if addr == "off" || socket && addr == "" {
 		return nil, nil
 	}
 	rc := &nomad.RPCConfig{Address: addr, Token: cfg.SecretID}
-	if strings.HasPrefix(cfg.Address, "https:") {
+	if strings.HasPrefix(cfg.Address, "https:") || socket && (n.CAFile != "" || n.CertFile != "") {
 		// The api package's own reading of the CA, client certificate and skip-verify.
 		tc := &tls.Config{MinVersion: tls.VersionTLS12}
 		if err := api.ConfigureTLS(&http.Client{Transport: &http.Transport{TLSClientConfig: tc}}, cfg.TLSConfig); err != nil {

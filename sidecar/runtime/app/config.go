@@ -73,7 +73,8 @@ import (
 //	                               # no answer reconnects at once ("0": never)
 //	  rpc_address = ""             # a server's RPC host:port for writes to periodic and
 //	                               # dispatched children (keeps their link to the parent);
-//	                               # empty: the leader's; "off": none
+//	                               # empty: the leader's (none behind the Task API
+//	                               # socket); "off": none
 //	}
 //
 //	simulator {                     # the embedded cluster used without Nomad
@@ -200,7 +201,8 @@ type NomadConfig struct {
 	WaitNotes         *int     `hcl:"wait_notes,optional"`
 	// RPCAddress is a server's RPC address (host:port) for writes to periodic and dispatched
 	// children, which Nomad's HTTP API cannot make without cutting their link to their
-	// parent; empty asks the agent for the leader's; "off" writes through the HTTP API only.
+	// parent; empty asks the agent for the leader's (behind the Task API socket: none);
+	// "off" writes through the HTTP API only.
 	RPCAddress string `hcl:"rpc_address,optional"`
 }
 

@@ -1,10 +1,12 @@
 package app
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/hetgpu/hetgpu/internal/testcerts"
 	"github.com/hetgpu/hetgpu/model/history"
 	"github.com/hetgpu/hetgpu/sidecar/stages/preempt"
 )
@@ -218,11 +220,14 @@ func TestNomadRPCConfig(t *testing.T) {
 		{"tls", "nomad {\n address = \"https://a:4646\"\n tls_skip_verify = true\n}", false, "", "", true, ""},
 		{"tls server name", "nomad {\n address = \"https://a:4646\"\n tls_server_name = \"server.eu.nomad\"\n}", false, "", "", true, "server.eu.nomad"},
 		{"task api socket", "nomad {\n address = \"unix:///secrets/api.sock\"\n}", true, "", "", false, ""},
+		{"task api socket, a server named", "nomad {\n address = \"unix:///secrets/api.sock\"\n rpc_address = \"10.0.0.1:4647\"\n token = \"jwt\"\n}", false, "10.0.0.1:4647", "jwt", false, ""},
+		{"task api socket, TLS", "nomad {\n address = \"unix:///secrets/api.sock\"\n rpc_address = \"10.0.0.1:4647\"\n ca_file = \"CA\"\n}", false, "10.0.0.1:4647", "", true, ""},
 	}
 	t.Setenv("NOMAD_TOKEN", "")
+	ca := testcerts.MustWrite(t, t.TempDir()).CA
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := ParseConfig("t.hcl", []byte(tt.src))
+			c, err := ParseConfig("t.hcl", []byte(strings.ReplaceAll(tt.src, `"CA"`, fmt.Sprintf("%q", ca))))
 			if err == nil {
 				err = c.Finish()
 			}
