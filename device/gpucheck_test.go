@@ -9,12 +9,10 @@ package device
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -27,18 +25,14 @@ import (
 	"github.com/hetgpu/hetgpu/device/arch"
 	"github.com/hetgpu/hetgpu/device/fake"
 	"github.com/hetgpu/hetgpu/device/gpuload"
+	"github.com/hetgpu/hetgpu/internal/gpucheck"
 	"github.com/hetgpu/hetgpu/plugin"
 	"github.com/hetgpu/hetgpu/plugin/proto/device"
 	"github.com/hetgpu/hetgpu/plugin/proto/structs"
 )
 
-// Environment of the GPU check.
-const (
-	EnvGPUCheck    = "HETGPU_GPU_CHECK"     // "real" or "fake"; unset: the check's tests skip
-	EnvGPUCheckOut = "HETGPU_GPU_CHECK_OUT" // folder for the JSON results
-	// EnvGPUCheckLoad is how long each GPU is loaded (a Go duration; default 20s real, 3s fake).
-	EnvGPUCheckLoad = "HETGPU_GPU_CHECK_LOAD"
-)
+// EnvGPUCheckLoad is how long each GPU is loaded (a Go duration; default 20s real, 3s fake).
+const EnvGPUCheckLoad = "HETGPU_GPU_CHECK_LOAD"
 
 // gpuCheckSpec is the fake node of the dry run: two H200s (this project's lent machine type),
 // an A100 and an A100 in MIG mode.
@@ -56,47 +50,24 @@ type gpuCheck struct {
 // newGPUCheck opens the NVML the check runs against, or skips the test.
 func newGPUCheck(t *testing.T) *gpuCheck {
 	t.Helper()
-	c := &gpuCheck{out: os.Getenv(EnvGPUCheckOut)}
-	switch mode := os.Getenv(EnvGPUCheck); mode {
-	case "real":
+	c := &gpuCheck{}
+	if gpucheck.Mode(t) == "real" {
 		c.lib = nvml.New()
-	case "fake":
+	} else {
 		f, err := fake.New(gpuCheckSpec())
 		if err != nil {
 			t.Fatal(err)
 		}
 		c.fleet, c.lib = f, f
-	case "":
-		t.Skipf("%s is not set: the real-GPU check runs with make gpu-check (on a GPU machine) or make gpu-check-dry", EnvGPUCheck)
-	default:
-		t.Fatalf("%s = %q: expected real or fake", EnvGPUCheck, mode)
 	}
-	if r := c.lib.Init(); r != nvml.SUCCESS {
-		t.Fatalf("NVML Init: %s (is the NVIDIA driver loaded? nvidia-smi must work)", r.Error())
-	}
-	t.Cleanup(func() { c.lib.Shutdown() })
-	if c.out == "" {
-		c.out = t.TempDir()
-	}
-	must := func(err error) {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	must(os.MkdirAll(c.out, 0o755))
+	c.out = gpucheck.Open(t, c.lib)
 	return c
 }
 
 // write saves v as the test's JSON result.
 func (c *gpuCheck) write(t *testing.T, name string, v any) {
 	t.Helper()
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(c.out, name), append(b, '\n'), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	gpucheck.Write(t, c.out, name, v)
 }
 
 // checkAttr is one attribute as the plugin fingerprints it and as NVML reports it.

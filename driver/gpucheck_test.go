@@ -7,9 +7,7 @@ package driver
 // as JSON into HETGPU_GPU_CHECK_OUT.
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -21,6 +19,7 @@ import (
 
 	"github.com/hetgpu/hetgpu/device/fake"
 	"github.com/hetgpu/hetgpu/driver/telemetry"
+	"github.com/hetgpu/hetgpu/internal/gpucheck"
 	"github.com/hetgpu/hetgpu/internal/mpsshare"
 )
 
@@ -33,11 +32,10 @@ type driverCheck struct {
 
 func newDriverCheck(t *testing.T) *driverCheck {
 	t.Helper()
-	c := &driverCheck{out: os.Getenv("HETGPU_GPU_CHECK_OUT")}
-	switch mode := os.Getenv("HETGPU_GPU_CHECK"); mode {
-	case "real":
+	c := &driverCheck{}
+	if gpucheck.Mode(t) == "real" {
 		c.lib = nvml.New()
-	case "fake":
+	} else {
 		f, err := fake.New(fake.Spec{GPUs: []string{"2x H200-SXM-141GB"}, Seed: "gpu-check"})
 		if err != nil {
 			t.Fatal(err)
@@ -47,33 +45,14 @@ func newDriverCheck(t *testing.T) *driverCheck {
 		// the path against devices that take them the way NVML does.
 		c.lib = &limitLib{Interface: f, limits: map[string]uint32{}}
 		c.opts = Options{NVML: c.lib}
-	case "":
-		t.Skip("HETGPU_GPU_CHECK is not set: the real-GPU check runs with make gpu-check (on a GPU machine) or make gpu-check-dry")
-	default:
-		t.Fatalf("HETGPU_GPU_CHECK = %q: expected real or fake", mode)
 	}
-	if r := c.lib.Init(); r != nvml.SUCCESS {
-		t.Fatalf("NVML Init: %s (is the NVIDIA driver loaded? nvidia-smi must work)", r.Error())
-	}
-	t.Cleanup(func() { c.lib.Shutdown() })
-	if c.out == "" {
-		c.out = t.TempDir()
-	}
-	if err := os.MkdirAll(c.out, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	c.out = gpucheck.Open(t, c.lib)
 	return c
 }
 
 func (c *driverCheck) write(t *testing.T, name string, v any) {
 	t.Helper()
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(c.out, name), append(b, '\n'), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	gpucheck.Write(t, c.out, name, v)
 }
 
 // limitLib hands out devices whose power limit can be set within their constraints, as
