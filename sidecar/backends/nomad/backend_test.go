@@ -58,6 +58,17 @@ func (f *fixture) resync(t *testing.T) {
 	}
 }
 
+// finishedRun runs maintenance and returns the one finished run it reports; none or more
+// fail the test.
+func (f *fixture) finishedRun(t *testing.T) cluster.FinishedRun {
+	t.Helper()
+	m, _ := f.b.Maintain(context.Background())
+	if len(m.Finished) != 1 {
+		t.Fatalf("finished = %+v, want one run", m.Finished)
+	}
+	return m.Finished[0]
+}
+
 func (f *fixture) snapshot(t *testing.T) *cluster.Snapshot {
 	t.Helper()
 	s, err := f.b.Snapshot(context.Background())
@@ -636,11 +647,7 @@ func testLearnFinishedRun(t *testing.T, ran string) {
 		t.Fatalf("run reported within the grace the task driver gets: %+v", m.Finished)
 	}
 	now = start.Add(221 * time.Second)
-	m, _ := f.b.Maintain(context.Background())
-	if len(m.Finished) != 1 {
-		t.Fatalf("finished = %+v", m.Finished)
-	}
-	r := m.Finished[0]
+	r := f.finishedRun(t)
 	o := r.Obs
 	if o.JobID != "run" || o.GPUType != "v100" || o.GPUs != 2 || o.Nodes != 1 || o.RuntimeS != 200 || o.ModelName != "ResNet-50" {
 		t.Errorf("observation = %+v", o)

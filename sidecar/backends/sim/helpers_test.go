@@ -2,28 +2,18 @@ package sim_test
 
 import (
 	"fmt"
-	"sync"
 	"testing"
 
 	"github.com/hetgpu/hetgpu/model/cluster"
 	"github.com/hetgpu/hetgpu/model/throughput"
+	"github.com/hetgpu/hetgpu/model/throughput/throughputtest"
 	"github.com/hetgpu/hetgpu/model/trace"
 	"github.com/hetgpu/hetgpu/sidecar/backends/sim"
 )
 
-var (
-	tabOnce sync.Once
-	tabVal  *throughput.Table
-	tabErr  error
-)
-
 func table(t testing.TB) *throughput.Table {
 	t.Helper()
-	tabOnce.Do(func() { tabVal, tabErr = throughput.Bundled() })
-	if tabErr != nil {
-		t.Fatalf("throughput.Bundled: %v", tabErr)
-	}
-	return tabVal
+	return throughputtest.Bundled(t)
 }
 
 func spec(t testing.TB, src string) *sim.Spec {
