@@ -1,6 +1,7 @@
 package sim_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 
@@ -14,6 +15,20 @@ import (
 func table(t testing.TB) *throughput.Table {
 	t.Helper()
 	return throughputtest.Bundled(t)
+}
+
+// pending submits jobs to e, starts its clock at 0 and returns the snapshot in which they wait.
+func pending(t testing.TB, e *sim.Engine, jobs ...trace.Job) *cluster.Snapshot {
+	t.Helper()
+	if err := e.Submit(jobs...); err != nil {
+		t.Fatal(err)
+	}
+	e.AdvanceTo(0)
+	snap, err := e.Snapshot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snap
 }
 
 func spec(t testing.TB, src string) *sim.Spec {
