@@ -44,7 +44,7 @@ func gpuCheckSpec() fake.Spec {
 type gpuCheck struct {
 	lib   nvml.Interface
 	fleet *fake.Fleet // nil on real GPUs
-	out   string
+	out   gpucheck.Dir
 }
 
 // newGPUCheck opens the NVML the check runs against, or skips the test.
@@ -62,12 +62,6 @@ func newGPUCheck(t *testing.T) *gpuCheck {
 	}
 	c.out = gpucheck.Open(t, c.lib)
 	return c
-}
-
-// write saves v as the test's JSON result.
-func (c *gpuCheck) write(t *testing.T, name string, v any) {
-	t.Helper()
-	gpucheck.Write(t, c.out, name, v)
 }
 
 // checkAttr is one attribute as the plugin fingerprints it and as NVML reports it.
@@ -255,7 +249,7 @@ func TestGPUCheckFingerprint(t *testing.T) {
 			results = append(results, res)
 		}
 	}
-	c.write(t, "device-fingerprint.json", results)
+	c.out.Write(t, "device-fingerprint.json", results)
 	t.Logf("%d devices in %d groups compared attribute by attribute with NVML", len(results), len(resp.DeviceGroup))
 }
 
@@ -396,7 +390,7 @@ func TestGPUCheckPowerAndEnergyUnderLoad(t *testing.T) {
 			t.Errorf("GPU %s: power %.1f W under load (peak), %.1f W idle: want at least 10 %% more under load", g.uuid, r.PeakLoadW, r.IdleW)
 		}
 	}
-	c.write(t, "device-power-energy.json", map[string]any{"load": loadNote, "load_seconds": d.Seconds(), "gpus": results})
+	c.out.Write(t, "device-power-energy.json", map[string]any{"load": loadNote, "load_seconds": d.Seconds(), "gpus": results})
 	for _, r := range results {
 		t.Logf("GPU %s (load: %s): idle %.1f W, under load %.1f W mean / %.1f W peak, energy counter +%.1f J (%.1f W average)",
 			r.UUID, loadNote, r.IdleW, r.MeanLoadW, r.PeakLoadW, r.EnergyJ, r.CounterAvgW)
@@ -477,7 +471,7 @@ func TestGPUCheckXIDRegistration(t *testing.T) {
 			n++
 		}
 	}
-	c.write(t, "device-xid.json", map[string]any{"gpus": sup, "watcher_log": out, "injected_on": injected})
+	c.out.Write(t, "device-xid.json", map[string]any{"gpus": sup, "watcher_log": out, "injected_on": injected})
 	if n == 0 {
 		t.Skipf("no GPU supports XID critical-error events (%+v): health comes from failing queries only", sup)
 	}
@@ -553,7 +547,7 @@ func TestGPUCheckMIGListing(t *testing.T) {
 		}
 		gpus = append(gpus, g)
 	}
-	c.write(t, "device-mig.json", gpus)
+	c.out.Write(t, "device-mig.json", gpus)
 	if inMIG == 0 {
 		t.Skipf("no GPU is in MIG mode (%+v): enable it on a MIG-capable GPU (nvidia-smi -i 0 -mig 1, then create instances) to check MIG listing", gpus)
 	}

@@ -26,7 +26,7 @@ import (
 type driverCheck struct {
 	lib   nvml.Interface
 	fleet *fake.Fleet
-	out   string
+	out   gpucheck.Dir
 	opts  Options
 }
 
@@ -48,11 +48,6 @@ func newDriverCheck(t *testing.T) *driverCheck {
 	}
 	c.out = gpucheck.Open(t, c.lib)
 	return c
-}
-
-func (c *driverCheck) write(t *testing.T, name string, v any) {
-	t.Helper()
-	gpucheck.Write(t, c.out, name, v)
 }
 
 // limitLib hands out devices whose power limit can be set within their constraints, as
@@ -134,7 +129,7 @@ func TestGPUCheckTelemetrySampler(t *testing.T) {
 			limitW += float64(mw) / 1000
 		}
 	}
-	c.write(t, "driver-telemetry.json", map[string]any{"summary": sum, "power_limit_total_w": limitW})
+	c.out.Write(t, "driver-telemetry.json", map[string]any{"summary": sum, "power_limit_total_w": limitW})
 	t.Logf("sampler: %+v (power limits %g W in all)", sum, limitW)
 	if sum.Samples != 13 || sum.EnergyJ <= 0 || sum.AvgPowerW <= 0 || sum.PeakPowerW <= 0 {
 		t.Errorf("summary %+v: want 13 samples with energy, average and peak power", sum)
@@ -167,7 +162,7 @@ func TestGPUCheckPowerLimit(t *testing.T) {
 		target = lo
 	}
 	res := map[string]any{"uuid": gpus[0].UUID, "min_mw": lo, "max_mw": hi, "before_mw": cur, "target_mw": target}
-	defer func() { c.write(t, "driver-power-limit.json", res) }()
+	defer func() { c.out.Write(t, "driver-power-limit.json", res) }()
 	saved, err := telemetry.ApplyPowerLimit(gpus, float64(target)/1000)
 	if err != nil {
 		res["error"] = err.Error()
@@ -212,7 +207,7 @@ func TestGPUCheckMPSSlotPair(t *testing.T) {
 	uuid := gpus[0].UUID
 	pipe, _ := g.slots.dirs(uuid)
 	res := map[string]any{"uuid": uuid, "pipe_dir": pipe}
-	defer func() { c.write(t, "driver-mps.json", res) }()
+	defer func() { c.out.Write(t, "driver-mps.json", res) }()
 	a, b := mpsshare.Client{TaskID: "slot-0", ThreadPct: 50}, mpsshare.Client{TaskID: "slot-1", ThreadPct: 50}
 	envA, err := g.slots.Attach(uuid, a)
 	if err != nil {

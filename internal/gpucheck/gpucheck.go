@@ -33,9 +33,12 @@ func Mode(t testing.TB) string {
 	return ""
 }
 
+// Dir is the folder the check's JSON results go to.
+type Dir string
+
 // Open initialises lib for the test (shut down when it ends) and returns the folder for the
 // results: EnvOut, or a temporary folder when it is unset.
-func Open(t testing.TB, lib nvml.Interface) string {
+func Open(t testing.TB, lib nvml.Interface) Dir {
 	t.Helper()
 	if r := lib.Init(); r != nvml.SUCCESS {
 		t.Fatalf("NVML Init: %s (is the NVIDIA driver loaded? nvidia-smi must work)", r.Error())
@@ -48,17 +51,17 @@ func Open(t testing.TB, lib nvml.Interface) string {
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	return out
+	return Dir(out)
 }
 
-// Write saves v as indented JSON in dir/name.
-func Write(t testing.TB, dir, name string, v any) {
+// Write saves v as indented JSON in the file name of d.
+func (d Dir) Write(t testing.TB, name string, v any) {
 	t.Helper()
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, name), append(b, '\n'), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(string(d), name), append(b, '\n'), 0o644); err != nil {
 		t.Fatal(err)
 	}
 }
