@@ -79,6 +79,15 @@ func (f *fixture) snapshot(t *testing.T) *cluster.Snapshot {
 }
 
 // decide pins a pending job to the first free GPUs of a node, as a placer would.
+// pin pins job on nodeID as decide chooses; a pin not applied fails the test.
+func (f *fixture) pin(t *testing.T, snap *cluster.Snapshot, job cluster.Job, nodeID string) {
+	t.Helper()
+	res, err := f.b.Pin(context.Background(), []cluster.Decision{decide(snap, job, nodeID)})
+	if err != nil || len(res) != 1 || !res[0].Applied {
+		t.Fatalf("pin %s on %s = %+v, %v", job.ID, nodeID, res, err)
+	}
+}
+
 func decide(snap *cluster.Snapshot, job cluster.Job, nodeID string) cluster.Decision {
 	used := map[string]bool{}
 	for _, a := range snap.Running {
