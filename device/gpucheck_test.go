@@ -9,12 +9,10 @@ package device
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -27,18 +25,14 @@ import (
 	"github.com/hetgpu/hetgpu/device/arch"
 	"github.com/hetgpu/hetgpu/device/fake"
 	"github.com/hetgpu/hetgpu/device/gpuload"
+	"github.com/hetgpu/hetgpu/internal/gpucheck"
 	"github.com/hetgpu/hetgpu/plugin"
 	"github.com/hetgpu/hetgpu/plugin/proto/device"
 	"github.com/hetgpu/hetgpu/plugin/proto/structs"
 )
 
-// Environment of the GPU check.
-const (
-	EnvGPUCheck    = "HETGPU_GPU_CHECK"     // "real" or "fake"; unset: the check's tests skip
-	EnvGPUCheckOut = "HETGPU_GPU_CHECK_OUT" // folder for the JSON results
-	// EnvGPUCheckLoad is how long each GPU is loaded (a Go duration; default 20s real, 3s fake).
-	EnvGPUCheckLoad = "HETGPU_GPU_CHECK_LOAD"
-)
+// EnvGPUCheckLoad is how long each GPU is loaded (a Go duration; default 20s real, 3s fake).
+const EnvGPUCheckLoad = "HETGPU_GPU_CHECK_LOAD"
 
 // gpuCheckSpec is the fake node of the dry run: two H200s (this project's lent machine type),
 // an A100 and an A100 in MIG mode.
@@ -50,53 +44,24 @@ func gpuCheckSpec() fake.Spec {
 type gpuCheck struct {
 	lib   nvml.Interface
 	fleet *fake.Fleet // nil on real GPUs
-	out   string
+	out   gpucheck.Dir
 }
 
 // newGPUCheck opens the NVML the check runs against, or skips the test.
 func newGPUCheck(t *testing.T) *gpuCheck {
 	t.Helper()
-	c := &gpuCheck{out: os.Getenv(EnvGPUCheckOut)}
-	switch mode := os.Getenv(EnvGPUCheck); mode {
-	case "real":
+	c := &gpuCheck{}
+	if gpucheck.Mode(t) == "real" {
 		c.lib = nvml.New()
-	case "fake":
+	} else {
 		f, err := fake.New(gpuCheckSpec())
 		if err != nil {
 			t.Fatal(err)
 		}
 		c.fleet, c.lib = f, f
-	case "":
-		t.Skipf("%s is not set: the real-GPU check runs with make gpu-check (on a GPU machine) or make gpu-check-dry", EnvGPUCheck)
-	default:
-		t.Fatalf("%s = %q: expected real or fake", EnvGPUCheck, mode)
 	}
-	if r := c.lib.Init(); r != nvml.SUCCESS {
-		t.Fatalf("NVML Init: %s (is the NVIDIA driver loaded? nvidia-smi must work)", r.Error())
-	}
-	t.Cleanup(func() { c.lib.Shutdown() })
-	if c.out == "" {
-		c.out = t.TempDir()
-	}
-	must := func(err error) {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	must(os.MkdirAll(c.out, 0o755))
+	c.out = gpucheck.Open(t, c.lib)
 	return c
-}
-
-// write saves v as the test's JSON result.
-func (c *gpuCheck) write(t *testing.T, name string, v any) {
-	t.Helper()
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(c.out, name), append(b, '\n'), 0o644); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // checkAttr is one attribute as the plugin fingerprints it and as NVML reports it.
@@ -284,7 +249,7 @@ func TestGPUCheckFingerprint(t *testing.T) {
 			results = append(results, res)
 		}
 	}
-	c.write(t, "device-fingerprint.json", results)
+	c.out.Write(t, "device-fingerprint.json", results)
 	t.Logf("%d devices in %d groups compared attribute by attribute with NVML", len(results), len(resp.DeviceGroup))
 }
 
@@ -425,7 +390,7 @@ func TestGPUCheckPowerAndEnergyUnderLoad(t *testing.T) {
 			t.Errorf("GPU %s: power %.1f W under load (peak), %.1f W idle: want at least 10 %% more under load", g.uuid, r.PeakLoadW, r.IdleW)
 		}
 	}
-	c.write(t, "device-power-energy.json", map[string]any{"load": loadNote, "load_seconds": d.Seconds(), "gpus": results})
+	c.out.Write(t, "device-power-energy.json", map[string]any{"load": loadNote, "load_seconds": d.Seconds(), "gpus": results})
 	for _, r := range results {
 		t.Logf("GPU %s (load: %s): idle %.1f W, under load %.1f W mean / %.1f W peak, energy counter +%.1f J (%.1f W average)",
 			r.UUID, loadNote, r.IdleW, r.MeanLoadW, r.PeakLoadW, r.EnergyJ, r.CounterAvgW)
@@ -506,7 +471,7 @@ func TestGPUCheckXIDRegistration(t *testing.T) {
 			n++
 		}
 	}
-	c.write(t, "device-xid.json", map[string]any{"gpus": sup, "watcher_log": out, "injected_on": injected})
+	c.out.Write(t, "device-xid.json", map[string]any{"gpus": sup, "watcher_log": out, "injected_on": injected})
 	if n == 0 {
 		t.Skipf("no GPU supports XID critical-error events (%+v): health comes from failing queries only", sup)
 	}
@@ -582,7 +547,7 @@ func TestGPUCheckMIGListing(t *testing.T) {
 		}
 		gpus = append(gpus, g)
 	}
-	c.write(t, "device-mig.json", gpus)
+	c.out.Write(t, "device-mig.json", gpus)
 	if inMIG == 0 {
 		t.Skipf("no GPU is in MIG mode (%+v): enable it on a MIG-capable GPU (nvidia-smi -i 0 -mig 1, then create instances) to check MIG listing", gpus)
 	}

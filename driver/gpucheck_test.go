@@ -7,9 +7,7 @@ package driver
 // as JSON into HETGPU_GPU_CHECK_OUT.
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -21,23 +19,23 @@ import (
 
 	"github.com/hetgpu/hetgpu/device/fake"
 	"github.com/hetgpu/hetgpu/driver/telemetry"
+	"github.com/hetgpu/hetgpu/internal/gpucheck"
 	"github.com/hetgpu/hetgpu/internal/mpsshare"
 )
 
 type driverCheck struct {
 	lib   nvml.Interface
 	fleet *fake.Fleet
-	out   string
+	out   gpucheck.Dir
 	opts  Options
 }
 
 func newDriverCheck(t *testing.T) *driverCheck {
 	t.Helper()
-	c := &driverCheck{out: os.Getenv("HETGPU_GPU_CHECK_OUT")}
-	switch mode := os.Getenv("HETGPU_GPU_CHECK"); mode {
-	case "real":
+	c := &driverCheck{}
+	if gpucheck.Mode(t) == "real" {
 		c.lib = nvml.New()
-	case "fake":
+	} else {
 		f, err := fake.New(fake.Spec{GPUs: []string{"2x H200-SXM-141GB"}, Seed: "gpu-check"})
 		if err != nil {
 			t.Fatal(err)
@@ -47,33 +45,9 @@ func newDriverCheck(t *testing.T) *driverCheck {
 		// the path against devices that take them the way NVML does.
 		c.lib = &limitLib{Interface: f, limits: map[string]uint32{}}
 		c.opts = Options{NVML: c.lib}
-	case "":
-		t.Skip("HETGPU_GPU_CHECK is not set: the real-GPU check runs with make gpu-check (on a GPU machine) or make gpu-check-dry")
-	default:
-		t.Fatalf("HETGPU_GPU_CHECK = %q: expected real or fake", mode)
 	}
-	if r := c.lib.Init(); r != nvml.SUCCESS {
-		t.Fatalf("NVML Init: %s (is the NVIDIA driver loaded? nvidia-smi must work)", r.Error())
-	}
-	t.Cleanup(func() { c.lib.Shutdown() })
-	if c.out == "" {
-		c.out = t.TempDir()
-	}
-	if err := os.MkdirAll(c.out, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	c.out = gpucheck.Open(t, c.lib)
 	return c
-}
-
-func (c *driverCheck) write(t *testing.T, name string, v any) {
-	t.Helper()
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(c.out, name), append(b, '\n'), 0o644); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // limitLib hands out devices whose power limit can be set within their constraints, as
@@ -155,7 +129,7 @@ func TestGPUCheckTelemetrySampler(t *testing.T) {
 			limitW += float64(mw) / 1000
 		}
 	}
-	c.write(t, "driver-telemetry.json", map[string]any{"summary": sum, "power_limit_total_w": limitW})
+	c.out.Write(t, "driver-telemetry.json", map[string]any{"summary": sum, "power_limit_total_w": limitW})
 	t.Logf("sampler: %+v (power limits %g W in all)", sum, limitW)
 	if sum.Samples != 13 || sum.EnergyJ <= 0 || sum.AvgPowerW <= 0 || sum.PeakPowerW <= 0 {
 		t.Errorf("summary %+v: want 13 samples with energy, average and peak power", sum)
@@ -188,7 +162,7 @@ func TestGPUCheckPowerLimit(t *testing.T) {
 		target = lo
 	}
 	res := map[string]any{"uuid": gpus[0].UUID, "min_mw": lo, "max_mw": hi, "before_mw": cur, "target_mw": target}
-	defer func() { c.write(t, "driver-power-limit.json", res) }()
+	defer func() { c.out.Write(t, "driver-power-limit.json", res) }()
 	saved, err := telemetry.ApplyPowerLimit(gpus, float64(target)/1000)
 	if err != nil {
 		res["error"] = err.Error()
@@ -233,7 +207,7 @@ func TestGPUCheckMPSSlotPair(t *testing.T) {
 	uuid := gpus[0].UUID
 	pipe, _ := g.slots.dirs(uuid)
 	res := map[string]any{"uuid": uuid, "pipe_dir": pipe}
-	defer func() { c.write(t, "driver-mps.json", res) }()
+	defer func() { c.out.Write(t, "driver-mps.json", res) }()
 	a, b := mpsshare.Client{TaskID: "slot-0", ThreadPct: 50}, mpsshare.Client{TaskID: "slot-1", ThreadPct: 50}
 	envA, err := g.slots.Attach(uuid, a)
 	if err != nil {

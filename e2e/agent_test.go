@@ -139,17 +139,7 @@ func agentDir(t *testing.T, prefix string) string {
 
 // removeDir unmounts what Nomad clients left mounted under dir, then removes it.
 func removeDir(t *testing.T, dir string) {
-	if mounts, err := os.ReadFile("/proc/self/mounts"); err == nil {
-		var points []string
-		for _, line := range strings.Split(string(mounts), "\n") {
-			if f := strings.Fields(line); len(f) > 1 && strings.HasPrefix(f[1], dir+"/") {
-				points = append(points, f[1])
-			}
-		}
-		for i := len(points) - 1; i >= 0; i-- {
-			_ = syscall.Unmount(points[i], syscall.MNT_DETACH)
-		}
-	}
+	unmountUnder(dir)
 	if err := os.RemoveAll(dir); err != nil {
 		t.Logf("agent dir %s not fully removed: %v", dir, err)
 	}

@@ -5,6 +5,7 @@ package e2e
 // cluster; the toy workload stands in for training.
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -156,11 +157,17 @@ func deref(s *string) string {
 // reheldTags counts the job's hetgpu-rehold version tags.
 func reheldTags(t *testing.T, c *api.Client, id string) int {
 	t.Helper()
+	return taggedVersions(t, c, id, "hetgpu-rehold-")
+}
+
+// taggedVersions counts the job's versions whose tag name starts with prefix.
+func taggedVersions(t *testing.T, c *api.Client, id, prefix string) int {
+	t.Helper()
 	versions, _, _, err := c.Jobs().Versions(id, false, nil)
 	must(t, err)
 	n := 0
 	for _, v := range versions {
-		if v.VersionTag != nil && strings.HasPrefix(v.VersionTag.Name, "hetgpu-rehold-") {
+		if v.VersionTag != nil && strings.HasPrefix(v.VersionTag.Name, prefix) {
 			n++
 		}
 	}
@@ -567,16 +574,25 @@ type calibration struct {
 
 func estimateCalibration(t *testing.T, sidecarURL string) calibration {
 	t.Helper()
+	return rankerHealth[calibration](t, sidecarURL, "estimates")
+}
+
+// rankerHealth decodes /v1/health's ranker.<key>; a missing or null section fails the test.
+func rankerHealth[T any](t *testing.T, sidecarURL, key string) T {
+	t.Helper()
 	var h struct {
-		Ranker struct {
-			Estimates *calibration `json:"estimates"`
-		} `json:"ranker"`
+		Ranker map[string]json.RawMessage `json:"ranker"`
 	}
 	must(t, scGet(sidecarURL+"/v1/health", &h))
-	if h.Ranker.Estimates == nil {
-		t.Fatal("/v1/health has no ranker.estimates")
+	raw, ok := h.Ranker[key]
+	if !ok || string(raw) == "null" {
+		t.Fatalf("/v1/health has no ranker.%s", key)
 	}
-	return *h.Ranker.Estimates
+	var v T
+	if err := json.Unmarshal(raw, &v); err != nil {
+		t.Fatalf("/v1/health ranker.%s: %v", key, err)
+	}
+	return v
 }
 
 // spoolOf is the task driver's spool directory of the named client of a startCluster cluster.

@@ -156,13 +156,5 @@ func copyGroup(tg *api.TaskGroup) (*api.TaskGroup, error) {
 // waitNotes counts a job's versions tagged hetgpu-wait (the ui notes of a held job that waits).
 func waitNotes(t *testing.T, c *api.Client, id string) int {
 	t.Helper()
-	versions, _, _, err := c.Jobs().Versions(id, false, nil)
-	must(t, err)
-	n := 0
-	for _, v := range versions {
-		if v.VersionTag != nil && strings.HasPrefix(v.VersionTag.Name, "hetgpu-wait-") {
-			n++
-		}
-	}
-	return n
+	return taggedVersions(t, c, id, "hetgpu-wait-")
 }

@@ -268,16 +268,7 @@ func runSidecarJobWithACL(t *testing.T, clientCA bool, edit func(*api.Job)) side
 	// The operator's step before the job (README): the secrets variable, with the
 	// management token. The certificate names this host's addresses: a replica listens on
 	// its node's address (NOMAD_ADDR_http), which the clients fingerprint from the host.
-	var ips []net.IP
-	addrs, err := net.InterfaceAddrs()
-	must(t, err)
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok {
-			ips = append(ips, n.IP)
-		}
-	}
-	certs, err := testcerts.WriteFor(t.TempDir(), ips...)
-	must(t, err)
+	certs := hostCerts(t)
 	items := api.VariableItems{"read_token": e2eReadToken, "write_token": e2eWriteToken}
 	files := map[string]string{"tls_cert": certs.ServerCert, "tls_key": certs.ServerKey, "ca": certs.CA}
 	if clientCA {
@@ -524,4 +515,22 @@ func TestHAPartitionedLeaderStopsWriting(t *testing.T) {
 	}
 	t.Logf("partition: the leader stopped writing %.1f s after the cut (its lease: ttl 10 s - margin 2 s after its last renewal); the other replica pinned the job %.1f s after the cut, once Nomad freed the lock",
 		stopped.Seconds(), taken.Seconds())
+}
+
+// hostCerts writes a test CA and a server certificate naming every address of this host's
+// interfaces: a replica or the installed sidecar listens on its node's address, which the
+// clients fingerprint from the host.
+func hostCerts(t *testing.T) testcerts.Files {
+	t.Helper()
+	var ips []net.IP
+	addrs, err := net.InterfaceAddrs()
+	must(t, err)
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			ips = append(ips, n.IP)
+		}
+	}
+	certs, err := testcerts.WriteFor(t.TempDir(), ips...)
+	must(t, err)
+	return certs
 }

@@ -27,16 +27,7 @@ type runtimeHistoryStats struct {
 
 func runtimeHistory(t *testing.T, sidecarURL string) runtimeHistoryStats {
 	t.Helper()
-	var h struct {
-		Ranker struct {
-			History *runtimeHistoryStats `json:"history"`
-		} `json:"ranker"`
-	}
-	must(t, scGet(sidecarURL+"/v1/health", &h))
-	if h.Ranker.History == nil {
-		t.Fatal("/v1/health has no ranker.history")
-	}
-	return *h.Ranker.History
+	return rankerHealth[runtimeHistoryStats](t, sidecarURL, "history")
 }
 
 // runtimeExplained is a group's explanation with its runtime reading.

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,7 +14,6 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/hetgpu/hetgpu/internal/doccheck"
-	"github.com/hetgpu/hetgpu/internal/testcerts"
 	"github.com/hetgpu/hetgpu/internal/version"
 )
 
@@ -74,16 +72,7 @@ func TestInstallGuide(t *testing.T) {
 	releaseArchive(t, root, dl, archiveName)
 	home := filepath.Join(opt, strings.TrimSuffix(archiveName, ".tar.gz"))
 	// The certificates the page asks for, in the folder the steps run in.
-	var ips []net.IP
-	addrs, err := net.InterfaceAddrs()
-	must(t, err)
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok {
-			ips = append(ips, n.IP)
-		}
-	}
-	certs, err := testcerts.WriteFor(t.TempDir(), ips...)
-	must(t, err)
+	certs := hostCerts(t)
 	for from, to := range map[string]string{certs.ServerCert: "sidecar.pem", certs.ServerKey: "sidecar-key.pem", certs.CA: "ca.pem"} {
 		data, err := os.ReadFile(from)
 		must(t, err)

@@ -97,6 +97,23 @@ func (sc *serverCluster) leader(skip ...*agent) (*agent, bool) {
 	return nil, false
 }
 
+// leaderAndFollowers is the elected leader and the other servers, in order; no agreed
+// leader fails the test.
+func (sc *serverCluster) leaderAndFollowers(t *testing.T) (*agent, []*agent) {
+	t.Helper()
+	leader, ok := sc.leader()
+	if !ok {
+		t.Fatal("no leader")
+	}
+	var followers []*agent
+	for _, s := range sc.servers {
+		if s != leader {
+			followers = append(followers, s)
+		}
+	}
+	return leader, followers
+}
+
 func contains(as []*agent, a *agent) bool {
 	for _, x := range as {
 		if x == a {
@@ -233,16 +250,7 @@ func TestNomadLeaderChangeOnRealAgent(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			sc := startServers(t, nomadBin, bins, 3, clusterClient{Name: "v100", Fake: []string{"4x V100"}})
 			killToys(t, &cluster{dir: sc.dir}, bins)
-			old, ok := sc.leader()
-			if !ok {
-				t.Fatal("no leader")
-			}
-			var others []*agent
-			for _, s := range sc.servers {
-				if s != old {
-					others = append(others, s)
-				}
-			}
+			old, others := sc.leaderAndFollowers(t)
 			var first *agent
 			var more []string
 			switch via {
@@ -392,16 +400,7 @@ func TestNomadServerFreezeOnRealAgent(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sc := startServers(t, nomadBin, bins, 3, clusterClient{Name: "v100", Fake: []string{"4x V100"}})
-			leader, ok := sc.leader()
-			if !ok {
-				t.Fatal("no leader")
-			}
-			var followers []*agent
-			for _, s := range sc.servers {
-				if s != leader {
-					followers = append(followers, s)
-				}
-			}
+			leader, followers := sc.leaderAndFollowers(t)
 			frozen := followers[0]
 			port := freePort(t)
 			nomadExtra := fmt.Sprintf("  addresses = [%s]\n", quoteList([]string{followers[1].HTTP, leader.HTTP}))

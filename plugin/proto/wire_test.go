@@ -248,9 +248,15 @@ func TestMethods(t *testing.T) {
 			}
 		})
 	}
-	for full := range methods {
-		if !seen[full] {
-			t.Errorf("method %s missing from our descriptors", full)
+	checkAllSeen(t, "method", methods, seen)
+}
+
+// checkAllSeen fails for every fact of kind that the walk over our descriptors did not meet.
+func checkAllSeen(t *testing.T, kind string, facts map[string]string, seen map[string]bool) {
+	t.Helper()
+	for name := range facts {
+		if !seen[name] {
+			t.Errorf("%s %s missing from our descriptors", kind, name)
 		}
 	}
 }
@@ -279,11 +285,7 @@ func TestMessages(t *testing.T) {
 			})
 		})
 	}
-	for name := range messages {
-		if !seen[name] {
-			t.Errorf("message %s missing from our descriptors", name)
-		}
-	}
+	checkAllSeen(t, "message", messages, seen)
 }
 
 func TestEnums(t *testing.T) {
@@ -314,11 +316,7 @@ func TestEnums(t *testing.T) {
 			walkMessages(fd.Messages(), func(md protoreflect.MessageDescriptor) { check(md.Enums()) })
 		})
 	}
-	for name := range enums {
-		if !seen[name] {
-			t.Errorf("enum %s missing from our descriptors", name)
-		}
-	}
+	checkAllSeen(t, "enum", enums, seen)
 }
 
 // TestPackedSLIT: Nomad declares ClientTopologySLIT.values packed; proto3 packs by default, but an

@@ -7,11 +7,11 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/hetgpu/hetgpu/model/history"
 	"github.com/hetgpu/hetgpu/model/throughput"
+	"github.com/hetgpu/hetgpu/model/throughput/throughputtest"
 	"github.com/hetgpu/hetgpu/model/trace"
 	"github.com/hetgpu/hetgpu/sidecar/backends/sim"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
@@ -19,19 +19,9 @@ import (
 	"github.com/hetgpu/hetgpu/sidecar/stages/rank"
 )
 
-var (
-	tabOnce sync.Once
-	tabVal  *throughput.Table
-	tabErr  error
-)
-
 func tab(t testing.TB) *throughput.Table {
 	t.Helper()
-	tabOnce.Do(func() { tabVal, tabErr = throughput.Bundled() })
-	if tabErr != nil {
-		t.Fatal(tabErr)
-	}
-	return tabVal
+	return throughputtest.Bundled(t)
 }
 
 func TestParseList(t *testing.T) {

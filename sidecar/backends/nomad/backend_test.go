@@ -58,6 +58,17 @@ func (f *fixture) resync(t *testing.T) {
 	}
 }
 
+// finishedRun runs maintenance and returns the one finished run it reports; none or more
+// fail the test.
+func (f *fixture) finishedRun(t *testing.T) cluster.FinishedRun {
+	t.Helper()
+	m, _ := f.b.Maintain(context.Background())
+	if len(m.Finished) != 1 {
+		t.Fatalf("finished = %+v, want one run", m.Finished)
+	}
+	return m.Finished[0]
+}
+
 func (f *fixture) snapshot(t *testing.T) *cluster.Snapshot {
 	t.Helper()
 	s, err := f.b.Snapshot(context.Background())
@@ -68,6 +79,15 @@ func (f *fixture) snapshot(t *testing.T) *cluster.Snapshot {
 }
 
 // decide pins a pending job to the first free GPUs of a node, as a placer would.
+// pin pins job on nodeID as decide chooses; a pin not applied fails the test.
+func (f *fixture) pin(t *testing.T, snap *cluster.Snapshot, job cluster.Job, nodeID string) {
+	t.Helper()
+	res, err := f.b.Pin(context.Background(), []cluster.Decision{decide(snap, job, nodeID)})
+	if err != nil || len(res) != 1 || !res[0].Applied {
+		t.Fatalf("pin %s on %s = %+v, %v", job.ID, nodeID, res, err)
+	}
+}
+
 func decide(snap *cluster.Snapshot, job cluster.Job, nodeID string) cluster.Decision {
 	used := map[string]bool{}
 	for _, a := range snap.Running {
@@ -636,11 +656,7 @@ func testLearnFinishedRun(t *testing.T, ran string) {
 		t.Fatalf("run reported within the grace the task driver gets: %+v", m.Finished)
 	}
 	now = start.Add(221 * time.Second)
-	m, _ := f.b.Maintain(context.Background())
-	if len(m.Finished) != 1 {
-		t.Fatalf("finished = %+v", m.Finished)
-	}
-	r := m.Finished[0]
+	r := f.finishedRun(t)
 	o := r.Obs
 	if o.JobID != "run" || o.GPUType != "v100" || o.GPUs != 2 || o.Nodes != 1 || o.RuntimeS != 200 || o.ModelName != "ResNet-50" {
 		t.Errorf("observation = %+v", o)

@@ -6,8 +6,6 @@ import (
 	"testing"
 
 	"github.com/hashicorp/nomad/api"
-
-	"github.com/hetgpu/hetgpu/model/cluster"
 )
 
 // TestChildren: how hetgpu treats the children of periodic and parameterized jobs, with the
@@ -59,10 +57,7 @@ func TestChildren(t *testing.T) {
 		}
 	}
 
-	res, err := f.b.Pin(context.Background(), []cluster.Decision{decide(snap, snap.Pending[0], "node-a100-00")})
-	if err != nil || !res[0].Applied {
-		t.Fatalf("pin of the periodic child = %+v, %v", res, err)
-	}
+	f.pin(t, snap, snap.Pending[0], "node-a100-00")
 	got := f.srv.Job("default", "nightly/periodic-100")
 	if got.ParentID != nil && *got.ParentID != "" {
 		t.Errorf("the fake kept ParentID %q on a re-register; Nomad drops it", *got.ParentID)

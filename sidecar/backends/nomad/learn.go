@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -339,11 +341,7 @@ func (b *Backend) draftRuns() []runDraft {
 			stopped = append(stopped, a) // ended on the client without finishing its work
 		}
 	}
-	keys := make([]string, 0, len(runs))
-	for k := range runs {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(runs))
 	var out []runDraft
 	for _, gk := range keys {
 		r := runs[gk]

@@ -71,11 +71,7 @@ func TestAnyDriverRunLearnedFromDeviceStatsAndProgress(t *testing.T) {
 			f.srv.SetAllocStatus(alloc.ID, api.AllocClientStatusComplete, start, start.Add(200*time.Second))
 			f.resync(t)
 			now = start.Add(201 * time.Second)
-			m, _ := f.b.Maintain(context.Background())
-			if len(m.Finished) != 1 {
-				t.Fatalf("finished = %+v, want the run at once", m.Finished)
-			}
-			r := m.Finished[0]
+			r := f.finishedRun(t)
 			o := r.Obs
 			if o.Partial || o.RuntimeS != 200 || o.AllocID != alloc.ID || o.Task != "train" || o.GPUs != 2 {
 				t.Errorf("observation %+v", o)
@@ -124,11 +120,7 @@ func TestAnyDriverRunWithoutProgressFile(t *testing.T) {
 			f.srv.SetAllocStatus(alloc.ID, api.AllocClientStatusComplete, clock, clock.Add(100*time.Second))
 			f.resync(t)
 			now = clock.Add(101 * time.Second)
-			m, _ := f.b.Maintain(context.Background())
-			if len(m.Finished) != 1 {
-				t.Fatalf("finished = %+v", m.Finished)
-			}
-			r := m.Finished[0]
+			r := f.finishedRun(t)
 			if r.Progress || r.Obs.Steps != 0 || r.Obs.Throughput != 1e6/100 {
 				t.Errorf("throughput %v, steps %v (progress %v): want hetgpu.steps over the runtime, 1e4", r.Obs.Throughput, r.Obs.Steps, r.Progress)
 			}

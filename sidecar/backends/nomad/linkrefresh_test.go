@@ -10,7 +10,6 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/hetgpu/hetgpu/model/cluster"
 	"github.com/hetgpu/hetgpu/sidecar/runtime/explainlink"
 )
 
@@ -36,9 +35,7 @@ func TestExplainLinkRefresh(t *testing.T) {
 		if j.ID == "stopped" {
 			node = "node-v100-00"
 		}
-		if res, err := f.b.Pin(context.Background(), []cluster.Decision{decide(snap, j, node)}); err != nil || !res[0].Applied {
-			t.Fatalf("pin %s: %+v %v", j.ID, res, err)
-		}
+		f.pin(t, snap, j, node)
 	}
 	stopped := f.srv.Job("default", "stopped")
 	stopped.Stop = ptr(true)

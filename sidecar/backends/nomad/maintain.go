@@ -3,6 +3,8 @@ package nomad
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -84,11 +86,7 @@ func (b *Backend) scan() ([]fault, []invalidJob, []cluster.Placement) {
 	var faults []fault
 	var invalid []invalidJob
 	var placed []cluster.Placement
-	keys := make([]string, 0, len(b.jobs))
-	for k := range b.jobs {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(b.jobs))
 	counts := b.groupCounts()
 	for _, k := range keys {
 		job := b.jobs[k].job

@@ -1,7 +1,6 @@
 package nomad
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -32,9 +31,7 @@ func TestParentAndSteps(t *testing.T) {
 	if j := got["plain"]; j.ParentID != "" || j.Hetgpu.Steps != 0 {
 		t.Errorf("pending plain job: parent %q, steps %v; want none", j.ParentID, j.Hetgpu.Steps)
 	}
-	if res, err := f.b.Pin(context.Background(), []cluster.Decision{decide(snap, got["nightly-1"], "node-a100-00")}); err != nil || !res[0].Applied {
-		t.Fatalf("pin = %+v, %v", res, err)
-	}
+	f.pin(t, snap, got["nightly-1"], "node-a100-00")
 	f.resync(t)
 	a := f.srv.Allocs("default", "nightly-1")[0]
 	f.srv.SetAllocStatus(a.ID, api.AllocClientStatusRunning, f.b.now().Add(-time.Minute), time.Time{})

@@ -83,16 +83,11 @@ func (b *Backend) registerHeld(ctx context.Context, job *api.Job, desc string) e
 	if err != nil {
 		return fmt.Errorf("register: %w", err)
 	}
-	job.JobModifyIndex = &resp.JobModifyIndex
-	mi := resp.JobModifyIndex
-	job.ModifyIndex = &mi
-	v := deref(job.Version, 0) + 1
-	job.Version = &v
-	b.storeJob(job)
+	b.storeRegistered(job, resp)
 	if tagInRegister(id) {
 		return nil // tagged by the register
 	}
-	if _, err := b.c.Jobs().TagVersion(id, v, fmt.Sprintf("hetgpu-rehold-%d", resp.JobModifyIndex), desc, wq); err != nil {
+	if _, err := b.c.Jobs().TagVersion(id, *job.Version, fmt.Sprintf("hetgpu-rehold-%d", resp.JobModifyIndex), desc, wq); err != nil {
 		b.log.Debug("tagging the re-held version failed", "job", jobKey(ns, id), "error", err)
 	}
 	return nil

@@ -180,9 +180,7 @@ func TestPreemptCarriesRan(t *testing.T) {
 		if len(snap.Pending) != 1 {
 			t.Fatalf("pending %+v, want ckpt", snap.Pending)
 		}
-		if res, err := f.b.Pin(context.Background(), []cluster.Decision{decide(snap, snap.Pending[0], "node-a100-00")}); err != nil || !res[0].Applied {
-			t.Fatalf("pin = %+v, %v", res, err)
-		}
+		f.pin(t, snap, snap.Pending[0], "node-a100-00")
 		for _, a := range f.srv.Allocs("default", "ckpt") {
 			if a.ClientStatus != api.AllocClientStatusComplete {
 				f.srv.SetAllocStatus(a.ID, api.AllocClientStatusRunning, now.Add(-ago), time.Time{})
@@ -299,9 +297,7 @@ func TestPreemptibleNotStartedYet(t *testing.T) {
 		"hetgpu.runtime": "1m", "hetgpu.preemptible": "true"}))
 	f.resync(t)
 	snap := f.snapshot(t)
-	if res, err := f.b.Pin(context.Background(), []cluster.Decision{decide(snap, snap.Pending[0], "node-v100-00")}); err != nil || !res[0].Applied {
-		t.Fatalf("pin = %+v, %v", res, err)
-	}
+	f.pin(t, snap, snap.Pending[0], "node-v100-00")
 	for _, a := range f.srv.Allocs("default", "short") {
 		f.srv.SetAllocNotStarted(a.ID)
 	}

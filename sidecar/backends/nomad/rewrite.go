@@ -188,7 +188,7 @@ func PinJob(job *api.Job, pins []GroupPin, ui UI) error {
 	lines := map[string]string{}
 	for _, p := range pins {
 		tg := findGroup(job, p.Group)
-		tg.Constraints = withoutPin(withoutHold(tg.Constraints))
+		tg.Constraints = withoutTarget(withoutHold(tg.Constraints), NodeTarget)
 		nodes := dedupe(append([]string(nil), p.NodeIDs...))
 		if len(nodes) == 1 {
 			tg.Constraints = append(tg.Constraints, api.NewConstraint(NodeTarget, "=", nodes[0]))
@@ -197,7 +197,7 @@ func PinJob(job *api.Job, pins []GroupPin, ui UI) error {
 		}
 		ids := strings.Join(dedupe(append([]string(nil), p.DeviceIDs...)), ",")
 		for _, d := range gpuDevices(tg) {
-			d.Constraints = append(withoutDeviceIDs(d.Constraints), api.NewConstraint(DeviceIDsTarget, api.ConstraintSetContainsAny, ids))
+			d.Constraints = append(withoutTarget(d.Constraints, DeviceIDsTarget), api.NewConstraint(DeviceIDsTarget, api.ConstraintSetContainsAny, ids))
 		}
 		lines[p.Group] = p.Line
 	}
@@ -205,21 +205,12 @@ func PinJob(job *api.Job, pins []GroupPin, ui UI) error {
 	return nil
 }
 
-func withoutPin(cs []*api.Constraint) []*api.Constraint {
+// withoutTarget drops the constraints on ltarget (the pin's NodeTarget, the device's
+// DeviceIDsTarget); nil entries stay.
+func withoutTarget(cs []*api.Constraint, ltarget string) []*api.Constraint {
 	var out []*api.Constraint
 	for _, c := range cs {
-		if c != nil && c.LTarget == NodeTarget {
-			continue
-		}
-		out = append(out, c)
-	}
-	return out
-}
-
-func withoutDeviceIDs(cs []*api.Constraint) []*api.Constraint {
-	var out []*api.Constraint
-	for _, c := range cs {
-		if c != nil && c.LTarget == DeviceIDsTarget {
+		if c != nil && c.LTarget == ltarget {
 			continue
 		}
 		out = append(out, c)
@@ -237,9 +228,9 @@ func ReholdJob(job *api.Job, group, line string, ui UI) error {
 	if groupHeld(job, tg) {
 		return fmt.Errorf("re-hold group %q: the group is held already", group)
 	}
-	tg.Constraints = append(withoutPin(tg.Constraints), holdConstraint())
+	tg.Constraints = append(withoutTarget(tg.Constraints, NodeTarget), holdConstraint())
 	for _, d := range gpuDevices(tg) {
-		d.Constraints = withoutDeviceIDs(d.Constraints)
+		d.Constraints = withoutTarget(d.Constraints, DeviceIDsTarget)
 	}
 	setUI(job, map[string]string{group: line}, ui)
 	return nil
@@ -454,12 +445,12 @@ func ReholdGang(job *api.Job, groups []string, jobLevel bool, lines map[string]s
 	}
 	for _, g := range groups {
 		tg := findGroup(job, g)
-		tg.Constraints = withoutPin(tg.Constraints)
+		tg.Constraints = withoutTarget(tg.Constraints, NodeTarget)
 		if !jobLevel {
 			tg.Constraints = append(tg.Constraints, holdConstraint())
 		}
 		for _, d := range gpuDevices(tg) {
-			d.Constraints = withoutDeviceIDs(d.Constraints)
+			d.Constraints = withoutTarget(d.Constraints, DeviceIDsTarget)
 		}
 	}
 	if jobLevel {

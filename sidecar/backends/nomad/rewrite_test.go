@@ -1,7 +1,6 @@
 package nomad
 
 import (
-	"bytes"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/hetgpu/hetgpu/internal/golden"
 	"github.com/hetgpu/hetgpu/model/cluster"
 )
 
@@ -32,26 +32,14 @@ func readJob(t *testing.T, path string) *api.Job {
 	return &j
 }
 
-func golden(t *testing.T, path string, job *api.Job) {
+func goldenJob(t *testing.T, path string, job *api.Job) {
 	t.Helper()
 	got, err := json.MarshalIndent(job, "", "  ")
 	if err != nil {
 		t.Fatal(err)
 	}
 	got = append(got, '\n')
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs from the rewrite (go test -update rewrites it); got:\n%s", path, got)
-	}
+	golden.Compare(t, path, got, *update)
 }
 
 func TestPinGolden(t *testing.T) {
@@ -72,7 +60,7 @@ func TestPinGolden(t *testing.T) {
 			if err := PinJob(job, tt.pins, UI{ExplainURL: explain}); err != nil {
 				t.Fatal(err)
 			}
-			golden(t, filepath.Join("testdata", "rewrite", tt.name+".pin.golden.json"), job)
+			goldenJob(t, filepath.Join("testdata", "rewrite", tt.name+".pin.golden.json"), job)
 			// Invariants independent of the golden file.
 			if !reflect.DeepEqual(job.Meta, before.Meta) {
 				t.Errorf("job meta changed: %v -> %v", before.Meta, job.Meta)
@@ -138,7 +126,7 @@ func TestReholdGolden(t *testing.T) {
 	if err := ReholdJob(job, "train", GroupLine("train", "**re-held**: pinned node node-a is down"), UI{}); err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "testdata/rewrite/single.rehold.golden.json", job)
+	goldenJob(t, "testdata/rewrite/single.rehold.golden.json", job)
 	if !groupHeld(job, findGroup(job, "train")) {
 		t.Error("not held after re-hold")
 	}
@@ -160,7 +148,7 @@ func TestReleaseGolden(t *testing.T) {
 	if !ReleaseJob(job, "**released** to plain Nomad scheduling") {
 		t.Fatal("release reported no hold")
 	}
-	golden(t, "testdata/rewrite/multigroup.release.golden.json", job)
+	goldenJob(t, "testdata/rewrite/multigroup.release.golden.json", job)
 	if ReleaseJob(job, "x") {
 		t.Error("second release found a hold")
 	}

@@ -1,14 +1,12 @@
 package nomad
 
 import (
-	"context"
 	"net/url"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/hetgpu/hetgpu/model/cluster"
 	"github.com/hetgpu/hetgpu/sidecar/runtime/explainlink"
 )
 
@@ -25,9 +23,7 @@ func TestPinWritesSignedExplainLink(t *testing.T) {
 	f.srv.Register(heldJob("resnet", 2, 1, nil))
 	f.resync(t)
 	snap := f.snapshot(t)
-	if res, err := f.b.Pin(context.Background(), []cluster.Decision{decide(snap, snap.Pending[0], "node-a100-00")}); err != nil || !res[0].Applied {
-		t.Fatalf("pin = %+v, %v", res, err)
-	}
+	f.pin(t, snap, snap.Pending[0], "node-a100-00")
 	job := f.srv.Job("default", "resnet")
 	link := job.UI.Links[0].URL
 	why := regexp.MustCompile(`\[why\]\(([^)]*)\)`).FindStringSubmatch(job.UI.Description)

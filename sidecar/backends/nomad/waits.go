@@ -203,13 +203,20 @@ func (b *Backend) registerUI(ctx context.Context, ns string, job *api.Job) (*api
 	if err != nil {
 		return nil, err
 	}
+	b.storeRegistered(job, resp)
+	return resp, nil
+}
+
+// storeRegistered tracks job as Nomad holds it after the register that answered resp: the
+// register raised both indices (a stale read in flight must not win over this) and the
+// version by one.
+func (b *Backend) storeRegistered(job *api.Job, resp *api.JobRegisterResponse) {
 	job.JobModifyIndex = &resp.JobModifyIndex
 	mi := resp.JobModifyIndex
 	job.ModifyIndex = &mi
 	v := deref(job.Version, 0) + 1
 	job.Version = &v
 	b.storeJob(job)
-	return resp, nil
 }
 
 // removeGroupLine drops one group's line from the ui description, keeping the others and the

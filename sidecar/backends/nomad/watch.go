@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/hetgpu/hetgpu/internal/parallel"
+	"github.com/hetgpu/hetgpu/internal/tick"
 )
 
 // Watch keeps the backend current: a full resync through the list APIs, then the event
@@ -198,21 +199,13 @@ func (b *Backend) openStream(ctx context.Context, from uint64) (<-chan *api.Even
 // said: the leader's address, "" while there is none (the agent answers with an error
 // status during an election), or an error when the agent does not answer at all.
 func (b *Backend) leaderProbe(ctx context.Context, out chan<- probeResult) {
-	t := time.NewTicker(b.cfg.LeaderProbe)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	tick.Every(ctx, b.cfg.LeaderProbe, func() {
 		r := b.askLeader(ctx)
 		select {
 		case out <- r:
 		case <-ctx.Done():
-			return
 		}
-	}
+	})
 }
 
 type probeResult struct {

@@ -246,15 +246,11 @@ func TestPinValidates(t *testing.T) {
 		t.Fatal(err)
 	}
 	jt := "ResNet-50 (batch size 32)"
-	if err := e.Submit(
+	snap := pending(t, e,
 		trace.Job{ID: "a", JobType: jt, Model: "ResNet-50", BatchSize: 32, GPUs: 2, TotalSteps: 1e4},
 		trace.Job{ID: "b", JobType: jt, Model: "ResNet-50", BatchSize: 32, GPUs: 2, TotalSteps: 1e4},
-	); err != nil {
-		t.Fatal(err)
-	}
-	e.AdvanceTo(0)
+	)
 	ctx := context.Background()
-	snap, _ := e.Snapshot(ctx)
 	if len(snap.Pending) != 2 || snap.Pending[0].Hetgpu.ModelName != "ResNet-50" || snap.Pending[0].Hetgpu.MaxNodes != 1 {
 		t.Fatalf("pending %+v", snap.Pending)
 	}

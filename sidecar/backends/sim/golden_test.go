@@ -5,10 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
-	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/hetgpu/hetgpu/internal/golden"
 	"github.com/hetgpu/hetgpu/model/trace"
 	"github.com/hetgpu/hetgpu/sidecar/backends/sim"
 )
@@ -58,17 +58,8 @@ func TestGolden(t *testing.T) {
 		t.Fatal("two runs with the same seed differ")
 	}
 	path := filepath.Join("testdata", "golden.json")
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Fatalf("results differ from %s (go test -run TestGolden -update to accept):\n%s", path, got)
+	if !golden.Compare(t, path, got, *update) {
+		t.FailNow()
 	}
 	var rs []*sim.Result
 	if err := json.Unmarshal(got, &rs); err != nil {

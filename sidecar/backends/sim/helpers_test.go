@@ -1,29 +1,34 @@
 package sim_test
 
 import (
+	"context"
 	"fmt"
-	"sync"
 	"testing"
 
 	"github.com/hetgpu/hetgpu/model/cluster"
 	"github.com/hetgpu/hetgpu/model/throughput"
+	"github.com/hetgpu/hetgpu/model/throughput/throughputtest"
 	"github.com/hetgpu/hetgpu/model/trace"
 	"github.com/hetgpu/hetgpu/sidecar/backends/sim"
 )
 
-var (
-	tabOnce sync.Once
-	tabVal  *throughput.Table
-	tabErr  error
-)
-
 func table(t testing.TB) *throughput.Table {
 	t.Helper()
-	tabOnce.Do(func() { tabVal, tabErr = throughput.Bundled() })
-	if tabErr != nil {
-		t.Fatalf("throughput.Bundled: %v", tabErr)
+	return throughputtest.Bundled(t)
+}
+
+// pending submits jobs to e, starts its clock at 0 and returns the snapshot in which they wait.
+func pending(t testing.TB, e *sim.Engine, jobs ...trace.Job) *cluster.Snapshot {
+	t.Helper()
+	if err := e.Submit(jobs...); err != nil {
+		t.Fatal(err)
 	}
-	return tabVal
+	e.AdvanceTo(0)
+	snap, err := e.Snapshot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snap
 }
 
 func spec(t testing.TB, src string) *sim.Spec {

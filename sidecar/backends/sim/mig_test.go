@@ -39,17 +39,13 @@ node_class "a" {
 	}
 	jt := "ResNet-18 (batch size 16)"
 	const steps = 1e5
-	if err := e.Submit(
+	snap := pending(t, e,
 		trace.Job{ID: "a", JobType: jt, Model: "ResNet-18", BatchSize: 16, GPUs: 1, TotalSteps: steps},
 		trace.Job{ID: "b", JobType: jt, Model: "ResNet-18", BatchSize: 16, GPUs: 1, TotalSteps: steps},
 		trace.Job{ID: "c", JobType: jt, Model: "ResNet-18", BatchSize: 16, GPUs: 1, TotalSteps: steps},
 		trace.Job{ID: "two", JobType: jt, Model: "ResNet-18", BatchSize: 16, GPUs: 2, TotalSteps: steps},
-	); err != nil {
-		t.Fatal(err)
-	}
-	e.AdvanceTo(0)
+	)
 	ctx := context.Background()
-	snap, _ := e.Snapshot(ctx)
 	if len(snap.Nodes) != 1 || len(snap.Nodes[0].Devices) != 1 {
 		t.Fatalf("nodes %+v", snap.Nodes)
 	}

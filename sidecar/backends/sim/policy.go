@@ -307,15 +307,8 @@ func (e *Engine) clusterJob(j *JobState) cluster.Job {
 func (e *Engine) pin(ds []cluster.Decision) []cluster.PinResult {
 	out := make([]cluster.PinResult, 0, len(ds))
 	for _, d := range ds {
-		res := cluster.PinResult{JobKey: d.JobKey()}
-		j := e.byKey[d.JobKey()]
-		switch {
-		case j == nil:
-			res.Err = fmt.Errorf("job %s does not exist in the simulation", d.JobKey())
-		case j.Status != StatusPending:
-			res.Conflict = true
-			res.Err = fmt.Errorf("job %s is not pending", d.JobKey())
-		default:
+		j, res := e.lookup(d.JobKey(), StatusPending, "pending")
+		if res.Err == nil {
 			p, err := e.placementOf(d)
 			// A job that allows sharing holds its GPU as shareable however it was placed,
 			// as a Nomad allocation of a sharing job does.
@@ -339,6 +332,22 @@ func (e *Engine) pin(ds []cluster.Decision) []cluster.PinResult {
 		out = append(out, res)
 	}
 	return out
+}
+
+// lookup finds the job of key for a pin or a preemption, which needs it in state want: the
+// result starts as that call's answer and says why not when the job does not exist (an error)
+// or is in another state, named (a conflict).
+func (e *Engine) lookup(key string, want Status, name string) (*JobState, cluster.PinResult) {
+	res := cluster.PinResult{JobKey: key}
+	j := e.byKey[key]
+	switch {
+	case j == nil:
+		res.Err = fmt.Errorf("job %s does not exist in the simulation", key)
+	case j.Status != want:
+		res.Conflict = true
+		res.Err = fmt.Errorf("job %s is not %s", key, name)
+	}
+	return j, res
 }
 
 func (e *Engine) placementOf(d cluster.Decision) (Placement, error) {
@@ -422,15 +431,8 @@ func (e *Engine) preemptAll(ps []cluster.Preemption) []cluster.PinResult {
 	}()
 	out := make([]cluster.PinResult, 0, len(ps))
 	for _, p := range ps {
-		res := cluster.PinResult{JobKey: p.JobKey()}
-		j := e.byKey[p.JobKey()]
-		switch {
-		case j == nil:
-			res.Err = fmt.Errorf("job %s does not exist in the simulation", p.JobKey())
-		case j.Status != StatusRunning:
-			res.Conflict = true
-			res.Err = fmt.Errorf("job %s is not running", p.JobKey())
-		default:
+		j, res := e.lookup(p.JobKey(), StatusRunning, "running")
+		if res.Err == nil {
 			if err := e.preempt(j); err != nil {
 				res.Err = err
 			} else {

@@ -17,11 +17,7 @@ func TestGPUReadings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.Submit(trace.Job{ID: "a", JobType: "ResNet-50 (batch size 32)", Model: "ResNet-50", BatchSize: 32, GPUs: 1, TotalSteps: 1e6}); err != nil {
-		t.Fatal(err)
-	}
-	e.AdvanceTo(0)
-	snap, _ := e.Snapshot(context.Background())
+	snap := pending(t, e, trace.Job{ID: "a", JobType: "ResNet-50 (batch size 32)", Model: "ResNet-50", BatchSize: 32, GPUs: 1, TotalSteps: 1e6})
 	grp := snap.Nodes[0].Devices[0].ID()
 	if res, err := e.Pin(context.Background(), []cluster.Decision{{Namespace: "default", JobID: "a", Group: sim.JobGroup,
 		Assign: []cluster.Assignment{{NodeID: "c-0", DeviceGroup: grp, InstanceIDs: []string{"GPU-c-0-1"}}}}}); err != nil || !res[0].Applied {

@@ -85,15 +85,11 @@ func TestSlotsLetTwoJobsShareAGPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	jt := "ResNet-18 (batch size 16)"
-	if err := e.Submit(
+	snap := pending(t, e,
 		trace.Job{ID: "a", JobType: jt, Model: "ResNet-18", BatchSize: 16, GPUs: 1, TotalSteps: 1e4, MinThroughput: 3},
 		trace.Job{ID: "b", JobType: jt, Model: "ResNet-18", BatchSize: 16, GPUs: 1, TotalSteps: 1e4},
-	); err != nil {
-		t.Fatal(err)
-	}
-	e.AdvanceTo(0)
+	)
 	ctx := context.Background()
-	snap, _ := e.Snapshot(ctx)
 	if len(snap.Pending) != 2 || !snap.Pending[0].Hetgpu.AllowSharing || snap.Pending[0].Hetgpu.MinThroughput != 3 {
 		t.Fatalf("pending %+v", snap.Pending)
 	}

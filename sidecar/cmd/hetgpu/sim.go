@@ -37,19 +37,14 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	asJSON := fs.Bool("json", false, "print a JSON array (one object per policy) instead of the table")
 	parallel := fs.Int("parallel", 0, "policies simulated at once (0: one per CPU)")
 	penalty := fs.Float64("restart-penalty", policies.DefaultRestartPenaltyS, "seconds of work a preempted job loses per restart (preemptive baselines)")
-	estimates := addEstimateFlags(fs)
-	guard := addGuardFlag(fs)
+	compare := addCompareFlags(fs)
 	logLevel := fs.String("log-level", "warn", "log level on stderr: trace, debug, info, warn, error")
 	queues := fs.String("queues", "", "queues for the hetgpu policies: auto (one per namespace, guarantees splitting 80 % of the cluster by demand), auto:F, or an HCL file of queue blocks; reports per queue")
 	setUsage(fs, fmt.Sprintf("Usage: hetgpu sim [flags]\n\nReplays a trace on a simulated GPU cluster under each policy and compares them.\nBundled traces: %s", strings.Join(trace.BundledNames(), ", ")))
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	replay, err := estimates.replay("hetgpu sim")
-	if err != nil {
-		return err
-	}
-	starvation, err := guard.value("hetgpu sim")
+	replay, starvation, err := compare.read("hetgpu sim")
 	if err != nil {
 		return err
 	}
@@ -193,6 +188,28 @@ func (f guardFlag) value(cmd string) (float64, error) {
 		return 0, fmt.Errorf("%w: %s --starvation: %v", errUsage, cmd, err)
 	}
 	return *f.k, nil
+}
+
+// compareFlags are the flags of the commands that compare policies on simulated replays:
+// how runtime estimates are replayed and the hetgpu rankers' starvation guard.
+type compareFlags struct {
+	estimates estimateFlags
+	guard     guardFlag
+}
+
+func addCompareFlags(fs *flag.FlagSet) compareFlags {
+	return compareFlags{estimates: addEstimateFlags(fs), guard: addGuardFlag(fs)}
+}
+
+// read reads the estimate replay and the starvation guard; errors name cmd, the flag, the
+// value and what is expected.
+func (f compareFlags) read(cmd string) (sim.EstimateReplay, float64, error) {
+	replay, err := f.estimates.replay(cmd)
+	if err != nil {
+		return replay, 0, err
+	}
+	starvation, err := f.guard.value(cmd)
+	return replay, starvation, err
 }
 
 // replay reads the flags; errors name cmd, the flag, the value and what is expected.

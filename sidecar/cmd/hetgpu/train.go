@@ -154,8 +154,7 @@ func runTrainEval(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	seed := fs.Uint64("seed", 1, "seed")
 	parallel := fs.Int("parallel", 0, "policies simulated at once (0: one per CPU)")
 	asJSON := fs.Bool("json", false, "print JSON")
-	estimates := addEstimateFlags(fs)
-	guard := addGuardFlag(fs)
+	compare := addCompareFlags(fs)
 	setUsage(fs, "Usage: hetgpu train eval [flags]\n\nCompares hetgpu with every baseline on held-out traces and checks the prioritiser's targets.")
 	if err := parseFlags(fs, args, "hetgpu train eval", ""); err != nil {
 		return err
@@ -163,11 +162,7 @@ func runTrainEval(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if len(splitList(*policyList)) == 0 {
 		return fmt.Errorf("%w: hetgpu train eval --policies is empty", errUsage)
 	}
-	replay, err := estimates.replay("hetgpu train eval")
-	if err != nil {
-		return err
-	}
-	starvation, err := guard.value("hetgpu train eval")
+	replay, starvation, err := compare.read("hetgpu train eval")
 	if err != nil {
 		return err
 	}
@@ -225,8 +220,7 @@ func runTrainCeiling(ctx context.Context, args []string, stdout, stderr io.Write
 	traces := fs.String("traces", strings.Join(rltrain.HeldOutTraces(), ","), "comma-separated held-out traces")
 	policyFile := fs.String("policy", "", "prioritiser checkpoint for hetgpu (default: the bundled policy)")
 	seedList := fs.String("seeds", "1,2,3", "comma-separated seeds (each draws new runtime-estimate errors)")
-	estimates := addEstimateFlags(fs)
-	guard := addGuardFlag(fs)
+	compare := addCompareFlags(fs)
 	parallel := fs.Int("parallel", 0, "policies simulated at once (0: one per CPU)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	setUsage(fs, fmt.Sprintf("Usage: hetgpu train ceiling [flags]\n\nRuns the learned order (hetgpu), the fallback heuristic (%s) and the heuristic shown exact runtimes (%s) on held-out traces once per seed, and reports the learned and oracle orders' ratios to the heuristic, the share of the gap to the oracle the learned order closes, and the heuristic's own spread over the seeds.", rltrain.HeuristicVariant, policies.HetgpuOracle))
@@ -237,11 +231,7 @@ func runTrainCeiling(ctx context.Context, args []string, stdout, stderr io.Write
 	if err != nil {
 		return fmt.Errorf("%w: hetgpu train ceiling --seeds: %v", errUsage, err)
 	}
-	replay, err := estimates.replay("hetgpu train ceiling")
-	if err != nil {
-		return err
-	}
-	starvation, err := guard.value("hetgpu train ceiling")
+	replay, starvation, err := compare.read("hetgpu train ceiling")
 	if err != nil {
 		return err
 	}

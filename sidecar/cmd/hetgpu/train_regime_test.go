@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,14 +17,7 @@ import (
 // `hetgpu train verdict --estimates R` writes regime R's verdict and keeps the others'.
 func TestTrainVerdictPerRegime(t *testing.T) {
 	dir := t.TempDir()
-	p, err := rank.NewResidualPolicy(rank.DefaultSchema(), []int{8}, rand.New(rand.NewPCG(1, 2)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	policyFile := filepath.Join(dir, "p.json")
-	if err := rank.PolicyCheckpoint(p).Save(policyFile); err != nil {
-		t.Fatal(err)
-	}
+	policyFile := zeroPolicyFile(t, filepath.Join(dir, "p.json"))
 	// An evaluation in which the learned order has ratio jct and bsld against the heuristic.
 	evalFile := func(name string, jct, bsld float64) string {
 		res := func(pol string, j, b float64) *sim.Result {

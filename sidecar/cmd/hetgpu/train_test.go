@@ -138,6 +138,20 @@ func TestTrainVerdict(t *testing.T) {
 
 // smallTraceFile writes a 30-job synthetic trace into dir and returns its path: --traces is a
 // comma-separated list, so a small simulated trace goes through a file.
+// zeroPolicyFile saves a freshly initialised residual policy (one hidden layer of 8, fixed
+// seed) at path: its correction is zero, so it orders exactly as the heuristic.
+func zeroPolicyFile(t *testing.T, path string) string {
+	t.Helper()
+	p, err := rank.NewResidualPolicy(rank.DefaultSchema(), []int{8}, rand.New(rand.NewPCG(1, 2)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rank.PolicyCheckpoint(p).Save(path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 func smallTraceFile(t *testing.T, dir string) string {
 	t.Helper()
 	tab, err := throughput.Bundled()
@@ -164,14 +178,7 @@ func smallTraceFile(t *testing.T, dir string) string {
 func TestTrainCeiling(t *testing.T) {
 	dir := t.TempDir()
 	traceFile := smallTraceFile(t, dir)
-	p, err := rank.NewResidualPolicy(rank.DefaultSchema(), []int{8}, rand.New(rand.NewPCG(1, 2)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	policyFile := filepath.Join(dir, "zero.json")
-	if err := rank.PolicyCheckpoint(p).Save(policyFile); err != nil {
-		t.Fatal(err)
-	}
+	policyFile := zeroPolicyFile(t, filepath.Join(dir, "zero.json"))
 	var stdout, stderr bytes.Buffer
 	args := []string{"train", "ceiling", "--policy", policyFile, "--seeds", "1,2", "--clusters", "modern-mix:scale=0.25",
 		"--traces", traceFile, "--parallel", "2", "--json"}

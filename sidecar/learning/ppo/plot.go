@@ -43,23 +43,13 @@ func PlotCurve(curve []EpochStats, title, path string) error {
 	poly.Color = color.NRGBA{R: 70, G: 130, B: 180, A: 60}
 	poly.LineStyle.Width = 0
 	p.Add(poly)
-	l, err := plotter.NewLine(mean)
-	if err != nil {
-		return fmt.Errorf("learning curve: %w", err)
+	if err := addLine(p, mean, color.RGBA{R: 70, G: 130, B: 180, A: 255}, "rollouts (mean, min-max)"); err != nil {
+		return err
 	}
-	l.Color = color.RGBA{R: 70, G: 130, B: 180, A: 255}
-	l.Width = vg.Points(1.5)
-	p.Add(l)
-	p.Legend.Add("rollouts (mean, min-max)", l)
 	if len(eval) > 0 {
-		e, err := plotter.NewLine(eval)
-		if err != nil {
-			return fmt.Errorf("learning curve: %w", err)
+		if err := addLine(p, eval, color.RGBA{R: 220, G: 90, B: 30, A: 255}, "greedy policy, evaluation episodes"); err != nil {
+			return err
 		}
-		e.Color = color.RGBA{R: 220, G: 90, B: 30, A: 255}
-		e.Width = vg.Points(1.5)
-		p.Add(e)
-		p.Legend.Add("greedy policy, evaluation episodes", e)
 	}
 	// Head room for the legend.
 	p.Y.Max += 0.25 * (p.Y.Max - p.Y.Min)
@@ -68,6 +58,19 @@ func PlotCurve(curve []EpochStats, title, path string) error {
 	if err := p.Save(7*vg.Inch, 4*vg.Inch, path); err != nil {
 		return fmt.Errorf("learning curve %s: %w", path, err)
 	}
+	return nil
+}
+
+// addLine draws xys on p as a 1.5 pt line of colour c, named legend in the legend.
+func addLine(p *plot.Plot, xys plotter.XYs, c color.Color, legend string) error {
+	l, err := plotter.NewLine(xys)
+	if err != nil {
+		return fmt.Errorf("learning curve: %w", err)
+	}
+	l.Color = c
+	l.Width = vg.Points(1.5)
+	p.Add(l)
+	p.Legend.Add(legend, l)
 	return nil
 }
 

@@ -308,6 +308,28 @@ func (t *Trainer) update(trajs []*trajectory, st *EpochStats, imitate bool) {
 	grad := make([]float64, len(t.Policy.Actor.Params))
 	gradV := make([]float64, len(t.Policy.Critic.Params))
 	mb := min(cfg.Minibatch, len(refs))
+	// minibatch computes batch's gradient into grad in gradChunks parallel pieces (part fills
+	// g for its share idx and returns its loss terms) and sums the pieces' loss terms. Both
+	// sums run in chunk order, whatever the workers, so training stays bit-reproducible.
+	minibatch := func(batch []int, grad []float64, part func(c int, idx []int, g []float64) [4]float64) [4]float64 {
+		parallel.For(gradChunks, w, func(c int) {
+			g := chunkGrad[c][:len(grad)]
+			clear(g)
+			lo, hi := c*len(batch)/gradChunks, (c+1)*len(batch)/gradChunks
+			chunkOut[c] = part(c, batch[lo:hi], g)
+		})
+		clear(grad)
+		var sum [4]float64
+		for c := 0; c < gradChunks; c++ {
+			for i, v := range chunkGrad[c][:len(grad)] {
+				grad[i] += v
+			}
+			for k := range sum {
+				sum[k] += chunkOut[c][k]
+			}
+		}
+		return sum
+	}
 
 	// Policy iterations.
 	stopped := false
@@ -322,24 +344,11 @@ func (t *Trainer) update(trajs []*trajectory, st *EpochStats, imitate bool) {
 		rng.Shuffle(len(perm), func(i, j int) { perm[i], perm[j] = perm[j], perm[i] })
 		for b := 0; b+mb <= len(perm); b += mb {
 			batch := perm[b : b+mb]
-			parallel.For(gradChunks, w, func(c int) {
-				g := chunkGrad[c][:len(grad)]
-				clear(g)
-				lo, hi := c*len(batch)/gradChunks, (c+1)*len(batch)/gradChunks
-				chunkOut[c] = t.actorGrad(chunkScratch[c], refs, advs, batch[lo:hi], float64(len(batch)), g, imitate)
+			out := minibatch(batch, grad, func(c int, idx []int, g []float64) [4]float64 {
+				return t.actorGrad(chunkScratch[c], refs, advs, idx, float64(len(batch)), g, imitate)
 			})
-			clear(grad)
-			var loss, kl, ent float64
-			for c := 0; c < gradChunks; c++ {
-				for i, v := range chunkGrad[c][:len(grad)] {
-					grad[i] += v
-				}
-				loss += chunkOut[c][0]
-				kl += chunkOut[c][1]
-				ent += chunkOut[c][2]
-			}
-			st.PolicyLoss, st.KL, st.Entropy = loss, kl, ent
-			if !imitate && kl > 1.5*cfg.TargetKL {
+			st.PolicyLoss, st.KL, st.Entropy = out[0], out[1], out[2]
+			if !imitate && out[1] > 1.5*cfg.TargetKL {
 				stopped = true
 				break
 			}
@@ -354,21 +363,10 @@ func (t *Trainer) update(trajs []*trajectory, st *EpochStats, imitate bool) {
 		rng.Shuffle(len(perm), func(i, j int) { perm[i], perm[j] = perm[j], perm[i] })
 		for b := 0; b+mb <= len(perm); b += mb {
 			batch := perm[b : b+mb]
-			parallel.For(gradChunks, w, func(c int) {
-				g := chunkGrad[c][:len(gradV)]
-				clear(g)
-				lo, hi := c*len(batch)/gradChunks, (c+1)*len(batch)/gradChunks
-				chunkOut[c][0] = t.criticGrad(chunkScratch[c], refs, batch[lo:hi], float64(len(batch)), g)
+			out := minibatch(batch, gradV, func(c int, idx []int, g []float64) [4]float64 {
+				return [4]float64{t.criticGrad(chunkScratch[c], refs, idx, float64(len(batch)), g)}
 			})
-			clear(gradV)
-			loss := 0.0
-			for c := 0; c < gradChunks; c++ {
-				for i, v := range chunkGrad[c][:len(gradV)] {
-					gradV[i] += v
-				}
-				loss += chunkOut[c][0]
-			}
-			st.ValueLoss = loss
+			st.ValueLoss = out[0]
 			t.AdamV.Step(t.Policy.Critic.Params, gradV)
 		}
 	}

@@ -2,18 +2,14 @@ package app
 
 import (
 	"context"
-	"path/filepath"
 	"sort"
 	"testing"
 	"time"
-
-	"github.com/hashicorp/go-hclog"
 
 	"github.com/hetgpu/hetgpu/model/throughput"
 	"github.com/hetgpu/hetgpu/model/trace"
 	"github.com/hetgpu/hetgpu/sidecar/backends/sim"
 	"github.com/hetgpu/hetgpu/sidecar/runtime/service"
-	"github.com/hetgpu/hetgpu/sidecar/runtime/store"
 )
 
 // BenchmarkDecisionRound is one sidecar decision round with the production stages (learned
@@ -42,20 +38,7 @@ func BenchmarkDecisionRound(b *testing.B) {
 			tr.Jobs[i].TotalSteps *= 1000 // keep them running
 		}
 	}
-	dir := b.TempDir()
-	cfg, err := LoadConfig("")
-	if err != nil {
-		b.Fatal(err)
-	}
-	stages, _, err := Stages(cfg, dir, hclog.NewNullLogger())
-	if err != nil {
-		b.Fatal(err)
-	}
-	st, err := store.Open(filepath.Join(dir, "sidecar.db"), store.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer st.Close()
+	stages, st := defaultStages(b)
 	ctx := context.Background()
 	var pipeline, rounds []time.Duration
 	pending, pinned := 0, 0

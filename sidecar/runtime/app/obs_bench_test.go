@@ -25,9 +25,9 @@ import (
 	"github.com/hetgpu/hetgpu/sidecar/runtime/store"
 )
 
-// obsAPI is the sidecar's API over the production stages (predictor with its catalog file,
-// bbolt store) on an idle simulated backend: what POST /v1/observations costs for real.
-func obsAPI(tb testing.TB) (*httptest.Server, *store.Store) {
+// defaultStages are the production stages of the default configuration with their state
+// (catalog file and bbolt store) in a fresh folder; the store closes when the test ends.
+func defaultStages(tb testing.TB) (service.Stages, *store.Store) {
 	tb.Helper()
 	dir := tb.TempDir()
 	cfg, err := LoadConfig("")
@@ -43,6 +43,14 @@ func obsAPI(tb testing.TB) (*httptest.Server, *store.Store) {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { st.Close() })
+	return stages, st
+}
+
+// obsAPI is the sidecar's API over the production stages (predictor with its catalog file,
+// bbolt store) on an idle simulated backend: what POST /v1/observations costs for real.
+func obsAPI(tb testing.TB) (*httptest.Server, *store.Store) {
+	tb.Helper()
+	stages, st := defaultStages(tb)
 	spec, err := sim.LoadSpec("modern-mix")
 	if err != nil {
 		tb.Fatal(err)

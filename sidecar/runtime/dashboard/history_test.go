@@ -17,10 +17,7 @@ import (
 
 // The Learning page and /v1/learning show the runtime history once a run finished.
 func TestLearningShowsRuntimeHistory(t *testing.T) {
-	h := servicetest.NewHarness(t, nil)
-	h.Stop()
-	h.HistoryConfig = &history.Config{}
-	h.Start()
+	h := servicetest.NewHarness(t, nil, func(h *servicetest.Harness) { h.HistoryConfig = &history.Config{} })
 	h.Nomad.Register(servicetest.HeldJob("resnet", 1, 1, nil))
 	h.Round()
 	end := time.Now().Add(-30 * time.Second)

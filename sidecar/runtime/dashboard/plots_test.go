@@ -5,7 +5,6 @@ import (
 	"encoding/xml"
 	"flag"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,6 +12,7 @@ import (
 
 	"gonum.org/v1/plot/plotter"
 
+	"github.com/hetgpu/hetgpu/internal/golden"
 	"github.com/hetgpu/hetgpu/sidecar/runtime/dashboard"
 )
 
@@ -74,22 +74,8 @@ func TestPlotsSVG(t *testing.T) {
 					t.Errorf("SVG lacks %q", w)
 				}
 			}
-			golden := filepath.Join("testdata", tc.name+".svg")
-			if *update {
-				if err := os.MkdirAll("testdata", 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(golden, svg, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run go test ./sidecar/runtime/dashboard -run PlotsSVG -update)", err)
-			}
-			if !bytes.Equal(svg, want) {
-				t.Errorf("%s differs from the golden file (%d bytes, want %d); if intended, rerun with -update and review", golden, len(svg), len(want))
-			}
+			path := filepath.Join("testdata", tc.name+".svg")
+			golden.Compare(t, path, svg, *update)
 		})
 	}
 }

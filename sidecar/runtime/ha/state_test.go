@@ -33,11 +33,18 @@ func randomBytes(n int, seed uint64) []byte {
 	return b
 }
 
-func TestBlobsRoundTripChunked(t *testing.T) {
+// stateBlobs is an unfenced Blobs under hetgpu/state in the default namespace of a fresh
+// fake Nomad, closed when the test ends.
+func stateBlobs(t *testing.T) (*nomadtest.Server, *ha.Blobs) {
+	t.Helper()
 	f := nomadtest.New()
-	defer f.Close()
+	t.Cleanup(f.Close)
+	return f, &ha.Blobs{Client: f.Client(), Namespace: "default", Prefix: "hetgpu/state"}
+}
+
+func TestBlobsRoundTripChunked(t *testing.T) {
+	f, b := stateBlobs(t)
 	ctx := context.Background()
-	b := &ha.Blobs{Client: f.Client(), Namespace: "default", Prefix: "hetgpu/state"}
 	if _, ok, err := b.Get(ctx, "runs"); ok || err != nil {
 		t.Fatalf("Get before any Put = ok %v, err %v; want nothing", ok, err)
 	}
@@ -96,22 +103,21 @@ func TestBlobsHalfWrittenSetNotRead(t *testing.T) {
 }
 
 func TestBlobsConcurrentWriterConflicts(t *testing.T) {
-	f := nomadtest.New()
-	defer f.Close()
+	_, other := stateBlobs(t)
 	ctx := context.Background()
-	other := &ha.Blobs{Client: f.Client(), Namespace: "default", Prefix: "hetgpu/state"}
 	if err := other.Put(ctx, "runs", []byte("v1")); err != nil {
 		t.Fatal(err)
 	}
 	calls := 0
 	// Between this writer's chunks and its manifest, another writer replaces the manifest.
-	b := &ha.Blobs{Client: f.Client(), Namespace: "default", Prefix: "hetgpu/state", Fence: fenceFunc(func(ctx context.Context) error {
+	b := *other
+	b.Fence = fenceFunc(func(ctx context.Context) error {
 		calls++
 		if calls == 2 {
 			return other.Put(ctx, "runs", []byte("v2 by the other writer"))
 		}
 		return nil
-	})}
+	})
 	err := b.Put(ctx, "runs", []byte("v2 by this writer"))
 	if !errors.Is(err, ha.ErrConflict) {
 		t.Fatalf("Put = %v, want ErrConflict", err)
@@ -123,10 +129,8 @@ func TestBlobsConcurrentWriterConflicts(t *testing.T) {
 }
 
 func TestBlobsFencedWriterWritesNothing(t *testing.T) {
-	f := nomadtest.New()
-	defer f.Close()
-	b := &ha.Blobs{Client: f.Client(), Namespace: "default", Prefix: "hetgpu/state",
-		Fence: fenceFunc(func(context.Context) error { return ha.ErrLeaseLost })}
+	f, b := stateBlobs(t)
+	b.Fence = fenceFunc(func(context.Context) error { return ha.ErrLeaseLost })
 	if err := b.Put(context.Background(), "runs", []byte("x")); !errors.Is(err, ha.ErrLeaseLost) {
 		t.Fatalf("Put = %v, want ErrLeaseLost", err)
 	}
@@ -150,10 +154,8 @@ func openStore(t *testing.T) *store.Store {
 }
 
 func TestSharedRunsCarryOverOnce(t *testing.T) {
-	f := nomadtest.New()
-	defer f.Close()
+	f, blobs := stateBlobs(t)
 	ctx := context.Background()
-	blobs := &ha.Blobs{Client: f.Client(), Namespace: "default", Prefix: "hetgpu/state"}
 	old := openStore(t)
 	// Enough runs that the shared set needs several chunks.
 	var recs []store.NewObservation
@@ -225,10 +227,8 @@ func randomHex(i int) string {
 
 // The tuned policy a leader adopted reaches the next leader's state directory, once.
 func TestSharedFileRoundTrip(t *testing.T) {
-	f := nomadtest.New()
-	defer f.Close()
+	_, blobs := stateBlobs(t)
 	ctx := context.Background()
-	blobs := &ha.Blobs{Client: f.Client(), Namespace: "default", Prefix: "hetgpu/state"}
 	src := filepath.Join(t.TempDir(), "ranker-tuned.json")
 	dst := filepath.Join(t.TempDir(), "ranker-tuned.json")
 	policy := randomBytes(150<<10, 3)

@@ -18,10 +18,9 @@ import (
 // throughput from the progress file) and calibrating the estimates, the stopped one partial,
 // neither learned nor calibrating.
 func TestAnyDriverRunsLearnedOnce(t *testing.T) {
-	h := servicetest.NewHarness(t, nil)
-	h.Stop()
-	h.Calibrate = &estimates.Config{Prior: cluster.EstimateModel{Sigma: 0.5}}
-	h.Start()
+	h := servicetest.NewHarness(t, nil, func(h *servicetest.Harness) {
+		h.Calibrate = &estimates.Config{Prior: cluster.EstimateModel{Sigma: 0.5}}
+	})
 	meta := map[string]string{"hetgpu.enable": "true", "hetgpu.model": "BERT", "hetgpu.runtime": "10m", "hetgpu.batch_size": "32"}
 	for _, id := range []string{"done", "stopped"} {
 		job := servicetest.HeldJob(id, 1, 1, meta)
@@ -86,10 +85,7 @@ func TestAnyDriverStoppedRunTeachesPartialLearner(t *testing.T) {
 		{"steps only", `{"steps": 120}`, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := servicetest.NewHarness(t, nil)
-			h.Stop()
-			h.Pred.Partial = true
-			h.Start()
+			h := servicetest.NewHarness(t, nil, func(h *servicetest.Harness) { h.Pred.Partial = true })
 			meta := map[string]string{"hetgpu.enable": "true", "hetgpu.model": "BERT", "hetgpu.runtime": "10m", "hetgpu.batch_size": "32"}
 			job := servicetest.HeldJob("stopped", 1, 1, meta)
 			job.TaskGroups[0].Tasks[0].Driver = "docker"

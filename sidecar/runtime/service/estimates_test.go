@@ -21,11 +21,8 @@ import (
 // metrics show it; a restart restores it from the store and does not count the runs again when
 // the backend reports them anew.
 func TestCalibrateFromFinishedRuns(t *testing.T) {
-	h := servicetest.NewHarness(t, nil)
-	h.Stop()
 	prior := cluster.EstimateModel{Sigma: 0.5}
-	h.Calibrate = &estimates.Config{Prior: prior}
-	h.Start()
+	h := servicetest.NewHarness(t, nil, func(h *servicetest.Harness) { h.Calibrate = &estimates.Config{Prior: prior} })
 	meta := map[string]string{"hetgpu.enable": "true", "hetgpu.model": "BERT", "hetgpu.runtime": "10m"}
 	for _, id := range []string{"c1", "c2"} {
 		h.Nomad.Register(servicetest.HeldJob(id, 1, 1, meta))

@@ -67,10 +67,7 @@ func pendingJob(t *testing.T, h *servicetest.Harness, id string) cluster.Job {
 // batch size and GPU count); explain, health and metrics say so. A restart restores the window
 // from the store, and the backend's second report of the two runs does not count them again.
 func TestHistoryFromFinishedRuns(t *testing.T) {
-	h := servicetest.NewHarness(t, nil)
-	h.Stop()
-	h.HistoryConfig = &history.Config{}
-	h.Start()
+	h := servicetest.NewHarness(t, nil, func(h *servicetest.Harness) { h.HistoryConfig = &history.Config{} })
 	for _, id := range []string{"r1", "r2"} {
 		h.Nomad.Register(servicetest.HeldJob(id, 1, 1, nil))
 	}
@@ -158,10 +155,7 @@ func TestHistoryFromFinishedRuns(t *testing.T) {
 // child of the same parent is read by its siblings' runs (level "job"), and its explanation
 // names the parent. hetgpu.steps, when declared, is preferred over the history.
 func TestHistoryParentFamily(t *testing.T) {
-	h := servicetest.NewHarness(t, nil)
-	h.Stop()
-	h.HistoryConfig = &history.Config{}
-	h.Start()
+	h := servicetest.NewHarness(t, nil, func(h *servicetest.Harness) { h.HistoryConfig = &history.Config{} })
 	child := func(id string, meta map[string]string) *api.Job {
 		j := servicetest.HeldJob(id, 1, 1, meta)
 		j.ParentID = ptr("nightly")
@@ -243,10 +237,7 @@ func TestHistoryBadSavedWindow(t *testing.T) {
 
 // Runs that did not finish their work teach the history nothing.
 func TestHistoryOnlyFinishedRuns(t *testing.T) {
-	h := servicetest.NewHarness(t, nil)
-	h.Stop()
-	h.HistoryConfig = &history.Config{}
-	h.Start()
+	h := servicetest.NewHarness(t, nil, func(h *servicetest.Harness) { h.HistoryConfig = &history.Config{} })
 	h.Nomad.Register(servicetest.HeldJob("failed", 1, 1, nil))
 	h.Round()
 	end := time.Now().Add(-30 * time.Second)

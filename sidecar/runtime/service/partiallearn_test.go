@@ -33,10 +33,9 @@ func TestLiveWorkloadLearnsOtherTypes(t *testing.T) {
 				t.Fatal(err)
 			}
 			tuner := &countingTuner{}
-			h := servicetest.NewHarness(t, nil)
-			h.Stop()
-			h.Stages = &service.Stages{Ranker: servicetest.FIFO{}, Predictor: pred, Placer: servicetest.FirstFit{}, Learner: pred, Tuner: tuner}
-			h.Start()
+			h := servicetest.NewHarness(t, nil, func(h *servicetest.Harness) {
+				h.Stages = &service.Stages{Ranker: servicetest.FIFO{}, Predictor: pred, Placer: servicetest.FirstFit{}, Learner: pred, Tuner: tuner}
+			})
 			job := &cluster.Job{Namespace: "default", ID: "wave", Group: "train",
 				Hetgpu: cluster.Annotations{Enabled: true, ModelFamily: "cnn", ModelName: "WaveNet-live", BatchSize: 32}}
 			// The workload runs 3x faster than P1 expects for it, on every slot.

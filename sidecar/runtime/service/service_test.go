@@ -252,10 +252,7 @@ func TestLearnFromFinishedRunUnlessDriverPosted(t *testing.T) {
 // A partial or failed run is stored but never reaches the learner or the tuner.
 func TestPartialRunsNotLearned(t *testing.T) {
 	tuner := &countingTuner{}
-	h := servicetest.NewHarness(t, nil)
-	h.Stop()
-	h.Tuner = tuner
-	h.Start()
+	h := servicetest.NewHarness(t, nil, func(h *servicetest.Harness) { h.Tuner = tuner })
 	base := cluster.Observation{Namespace: "default", JobID: "p", Group: "train", GPUType: "v100", GPUs: 1, Throughput: 10, RuntimeS: 60}
 	partial, failed, ok := base, base, base
 	partial.Partial, partial.AllocID = true, "A"
@@ -388,10 +385,7 @@ func (c *countingTuner) counts() (observed, tunes, nodes int) {
 // cluster's latest snapshot.
 func TestTunerStage(t *testing.T) {
 	tuner := &countingTuner{}
-	h := servicetest.NewHarness(t, func(c *service.Config, _ *nomad.Config) { c.TuneEvery = 10 * time.Millisecond })
-	h.Stop()
-	h.Tuner = tuner
-	h.Start()
+	h := servicetest.NewHarness(t, func(c *service.Config, _ *nomad.Config) { c.TuneEvery = 10 * time.Millisecond }, func(h *servicetest.Harness) { h.Tuner = tuner })
 	h.Round()
 	o := cluster.Observation{Namespace: "default", JobID: "t", Group: "train", GPUType: "v100", GPUs: 1, Throughput: 10, RuntimeS: 60}
 	if err := h.Service.Observe(context.Background(), o, service.SourceDriver); err != nil {

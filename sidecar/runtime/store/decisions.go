@@ -219,9 +219,14 @@ func (s *Store) Recent(limit int, afterSeq uint64) []DecisionRecord {
 
 // DecisionCount is the number of records in the history.
 func (s *Store) DecisionCount() int {
+	return s.count(bHistory)
+}
+
+// count is the number of keys in bucket.
+func (s *Store) count(bucket []byte) int {
 	n := 0
 	_ = s.db.View(func(tx *bolt.Tx) error {
-		n = tx.Bucket(bHistory).Stats().KeyN
+		n = tx.Bucket(bucket).Stats().KeyN
 		return nil
 	})
 	return n

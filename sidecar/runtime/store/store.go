@@ -369,12 +369,7 @@ func (s *Store) ObservationsNewest(fn func(ObservationRecord) error) error {
 
 // ObservationCount is the catalog size.
 func (s *Store) ObservationCount() int {
-	n := 0
-	_ = s.db.View(func(tx *bolt.Tx) error {
-		n = tx.Bucket(bObs).Stats().KeyN
-		return nil
-	})
-	return n
+	return s.count(bObs)
 }
 
 // MarkLearned records that a run was fed to the learner; it reports false when it already was.

@@ -4,14 +4,12 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
-	"os"
 	"testing"
 	"time"
 
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/hetgpu/hetgpu/model/cluster"
-	"github.com/hetgpu/hetgpu/model/throughput"
 )
 
 // TestALSRecoversLowRank fits a synthetic matrix of exactly rank 2 plus levels with a fifth
@@ -154,15 +152,7 @@ func TestCombineConvex(t *testing.T) {
 // trained without them, and held's cells.
 func liveSetup(t *testing.T, held string) (*Predictor, map[[2]any]float64, Features) {
 	t.Helper()
-	f, err := os.Open("testdata/small_throughputs.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	tab, err := throughput.ParseGavelJSON(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tab := smallTable(t)
 	hf, err := JobTypeFeatures(held)
 	if err != nil {
 		t.Fatal(err)

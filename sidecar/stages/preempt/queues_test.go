@@ -49,18 +49,8 @@ func TestGuaranteedJobsStopOnlyForTheirQueue(t *testing.T) {
 				snap.Tenancy = &cluster.Tenancy{Queue: map[string]string{"team-a": "a", "team-b": "b", "team-c": "c"}, DefaultQueue: "default",
 					Guaranteed: map[string]bool{"team-a/guaranteed/train": true}}
 			}
-			cfg := Default()
-			cfg.MinRun = 0
-			p, err := New(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
 			// The guaranteed job is ranked last: without the guard it is the one to stop.
-			plan, err := p.Plan(context.Background(), snap, rankAll(snap, "waiting", "borrowed", "guaranteed"), speeds{"a100": 1})
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, _ := ids(plan)
+			got := preemptedOnA100(t, snap, "waiting", "borrowed", "guaranteed")
 			if strings.Join(got, ",") != tt.want {
 				t.Errorf("preempted %v, want [%s]", got, tt.want)
 			}
@@ -142,20 +132,28 @@ func TestOwedQueueKeepsItsOrder(t *testing.T) {
 			if tt.owed {
 				snap.Tenancy.Owed = map[string]int{"a": 2}
 			}
-			cfg := Default()
-			cfg.MinRun = 0
-			p, err := New(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			plan, err := p.Plan(context.Background(), snap, rankAll(snap, "waiting", "borrowed", "long"), speeds{"a100": 1})
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, _ := ids(plan)
+			got := preemptedOnA100(t, snap, "waiting", "borrowed", "long")
 			if strings.Join(got, ",") != tt.want {
 				t.Errorf("preempted %v, want [%s]", got, tt.want)
 			}
 		})
 	}
+}
+
+// preemptedOnA100 is what a planner with the default configuration (MinRun off) stops for
+// snap ranked in the given order, the a100 at speed 1.
+func preemptedOnA100(t *testing.T, snap *cluster.Snapshot, order ...string) []string {
+	t.Helper()
+	cfg := Default()
+	cfg.MinRun = 0
+	p, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := p.Plan(context.Background(), snap, rankAll(snap, order...), speeds{"a100": 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := ids(plan)
+	return got
 }

@@ -63,12 +63,18 @@ func testSnapshot(now time.Time) *cluster.Snapshot {
 
 func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
 
+// extract runs x over the first n pending jobs of snap (with fakePred) and returns their
+// feature rows and the globals.
+func extract(x *Extractor, snap *cluster.Snapshot, n int) (rows, g []float64) {
+	rows, g = make([]float64, n*NumFeatures), make([]float64, NumGlobals)
+	x.Extract(snap, fakePred{}, n, rows, g)
+	return rows, g
+}
+
 func TestExtractorFeatures(t *testing.T) {
 	snap := testSnapshot(t0)
 	var x Extractor
-	rows := make([]float64, 4*NumFeatures)
-	g := make([]float64, NumGlobals)
-	x.Extract(snap, fakePred{}, 4, rows, g)
+	rows, g := extract(&x, snap, 4)
 	f := func(j, i int) float64 { return rows[j*NumFeatures+i] }
 	// supply: v100 4 (a) + 3 (d, one unhealthy; c is down) = 7, t4 8; free v100 2+3, t4 8.
 	// demand: v100 1+4+4+16 = 25, t4 (j0, j3; j1 wants V100, j2 OOMs on T4) 1+16 = 17.
@@ -121,9 +127,7 @@ func TestExtractorFeatures(t *testing.T) {
 func TestExtractorRemembersRuntimes(t *testing.T) {
 	snap := testSnapshot(t0)
 	var x Extractor
-	rows := make([]float64, 4*NumFeatures)
-	g := make([]float64, NumGlobals)
-	x.Extract(snap, fakePred{}, 4, rows, g)
+	rows, g := extract(&x, snap, 4)
 	// Later j0 runs on two T4s for 30 min: predicted runtime there is 1 h x 10/4 = 2.5 h, so the
 	// GPUs are not back within the 30 min horizon (Lindy would say they are).
 	later := testSnapshot(t0.Add(30 * time.Minute))
@@ -219,8 +223,7 @@ func TestExtractorSlotGroups(t *testing.T) {
 			{Namespace: "x", ID: "slot", Group: "g", SubmitTime: t0, GPUs: 1, DeviceName: "nvidia/gpu-slot"},
 		}}
 	var x Extractor
-	rows := make([]float64, 2*NumFeatures)
-	x.Extract(snap, fakePred{}, 2, rows, make([]float64, NumGlobals))
+	rows, _ := extract(&x, snap, 2)
 	f := func(j, i int) float64 { return rows[j*NumFeatures+i] }
 	cases := []struct {
 		name      string

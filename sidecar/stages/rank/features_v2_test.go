@@ -38,8 +38,7 @@ func TestExtractorFeaturesV2(t *testing.T) {
 	}
 	n := len(snap.Pending)
 	var x Extractor
-	rows := make([]float64, n*NumFeatures)
-	x.Extract(snap, fakePred{}, n, rows, make([]float64, NumGlobals))
+	rows, _ := extract(&x, snap, n)
 	names := DefaultSchema().Features
 	for _, c := range []struct {
 		job, feat int

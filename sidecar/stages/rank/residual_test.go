@@ -6,19 +6,29 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/hetgpu/hetgpu/model/cluster"
+	"github.com/hetgpu/hetgpu/sidecar/sched"
 )
+
+// rankOnce ranks snap with a fresh ranker on policy p (nil: the heuristic), explanations off.
+func rankOnce(t *testing.T, p *Policy, snap *cluster.Snapshot) []sched.Ranked {
+	t.Helper()
+	r, err := New(p, WithExplain(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ranked, err := r.Rank(context.Background(), snap, fakePred{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ranked
+}
 
 // A fresh residual policy orders exactly as the heuristic, and a correction moves the order.
 func TestResidualPolicy(t *testing.T) {
 	snap := bigSnapshot(100, 3)
-	heur, err := New(nil, WithExplain(false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err := heur.Rank(context.Background(), snap, fakePred{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	want := rankOnce(t, nil, snap)
 	p, err := NewResidualPolicy(DefaultSchema(), []int{32, 32}, rand.New(rand.NewPCG(1, 2)))
 	if err != nil {
 		t.Fatal(err)
@@ -36,14 +46,7 @@ func TestResidualPolicy(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			q := p.Clone()
 			c.edit(q)
-			r, err := New(q, WithExplain(false))
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := r.Rank(context.Background(), snap, fakePred{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			got := rankOnce(t, q, snap)
 			if slices.Equal(keys(got), keys(want)) != c.same {
 				t.Fatalf("residual order %v, heuristic order %v; want same = %v", keys(got)[:10], keys(want)[:10], c.same)
 			}

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"sync/atomic"
 	"time"
+
+	"github.com/hetgpu/hetgpu/internal/tick"
 )
 
 // What the real agent (Nomad 2.0) does on its event stream and status endpoint, as the
@@ -67,20 +69,11 @@ func (s *Server) startHeartbeat(ctx context.Context) *beat {
 	}
 	b := &beat{}
 	b.pending.Store(true) // Nomad sends one when the stream opens
-	go func() {
-		t := time.NewTicker(d)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				b.pending.Store(true)
-				s.mu.Lock()
-				s.wake.Broadcast()
-				s.mu.Unlock()
-			}
-		}
-	}()
+	go tick.Every(ctx, d, func() {
+		b.pending.Store(true)
+		s.mu.Lock()
+		s.wake.Broadcast()
+		s.mu.Unlock()
+	})
 	return b
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hetgpu/hetgpu/internal/golden"
 	"github.com/hetgpu/hetgpu/model/trace"
 	"github.com/hetgpu/hetgpu/sidecar/backends/sim"
 )
@@ -52,17 +53,8 @@ func TestHTMLGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := filepath.Join("testdata", "report.html")
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (go test -update creates it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Fatalf("report.html differs from %s; rerun with -update to accept:\n%s", path, got)
+	if !golden.Compare(t, path, got, *update) {
+		t.FailNow()
 	}
 	// The best average JCT and energy are highlighted on gavel's row, not fifo's.
 	for _, r := range strings.Split(string(got), "<tr><td>")[1:] {

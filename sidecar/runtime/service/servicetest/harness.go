@@ -52,8 +52,10 @@ type Harness struct {
 	History       *history.Model
 }
 
-// NewHarness builds the harness; mod may change the service and backend configuration.
-func NewHarness(t testing.TB, mod func(*service.Config, *nomad.Config)) *Harness {
+// NewHarness builds and starts the harness; mod may change the service and backend
+// configuration, and setup the fields read at Start (Tuner, Placer, Calibrate,
+// HistoryConfig, ...) before the first start.
+func NewHarness(t testing.TB, mod func(*service.Config, *nomad.Config), setup ...func(*Harness)) *Harness {
 	t.Helper()
 	h := &Harness{T: t, Nomad: nomadtest.New(), Pred: &Table{}, StatePath: filepath.Join(t.TempDir(), "sidecar.db")}
 	t.Cleanup(h.Nomad.Close)
@@ -64,6 +66,9 @@ func NewHarness(t testing.TB, mod func(*service.Config, *nomad.Config)) *Harness
 	h.bcfg = nomad.Config{Client: h.Nomad.Client(), ExplainBaseURL: "http://127.0.0.1:4656", RetryBackoff: 10 * time.Millisecond}
 	if mod != nil {
 		mod(&h.cfg, &h.bcfg)
+	}
+	for _, f := range setup {
+		f(h)
 	}
 	h.Start()
 	return h
