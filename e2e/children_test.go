@@ -51,17 +51,11 @@ func TestDispatchedChildrenPinned(t *testing.T) {
 		if *j.Version == 0 {
 			t.Errorf("%s: still at version 0; hetgpu never pinned it", id)
 		}
-		versions, _, _, err := c.API.Jobs().Versions(id, false, nil)
-		must(t, err)
-		tags := 0
-		for _, v := range versions {
-			if v.VersionTag != nil && strings.HasPrefix(v.VersionTag.Name, "hetgpu-pin-") {
-				tags++
-			}
-		}
-		if tags != 1 {
+		if tags := taggedVersions(t, c.API, id, "hetgpu-pin-"); tags != 1 {
 			t.Errorf("%s carries %d hetgpu-pin tags, want 1", id, tags)
 		}
+		versions, _, _, err := c.API.Jobs().Versions(id, false, nil)
+		must(t, err)
 		checkLinkedPin(t, versions, id, ".Payload")
 		stubs, _, err := c.API.Jobs().Allocations(id, true, nil)
 		must(t, err)
