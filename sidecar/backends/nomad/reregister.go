@@ -12,7 +12,8 @@ import (
 // TestReregisterRoundTrip): every field a job read from Jobs().Info comes back with, but
 //   - ParentID and Dispatched, which the HTTP API ignores on a register: a periodic child
 //     re-registered loses its link to its parent, and a dispatched child cannot be
-//     re-registered at all ("field 'Dispatched' is read-only");
+//     re-registered at all ("field 'Dispatched' is read-only"); such children go through the
+//     servers' RPC instead (rpc.go, linked.go);
 //   - the submitted source, which Nomad copies forward to the new version by itself;
 //   - the implicit `${attr.nomad.version} semver >= 1.7.0-a` group constraint, which Nomad's
 //     admission appends to a group with workload identities without looking for one already
