@@ -8,7 +8,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/hetgpu/hetgpu/model/cluster"
@@ -17,46 +16,6 @@ import (
 	"github.com/hetgpu/hetgpu/sidecar/sched"
 	"github.com/hetgpu/hetgpu/sidecar/stages/estimate"
 )
-
-// memo caches predictions for one round: ranker, placer and explanations ask the same
-// questions.
-type memo struct {
-	p  sched.Predictor
-	mu sync.Mutex
-	m  map[memoKey]sched.Estimate
-}
-
-type memoKey struct {
-	job  *cluster.Job
-	typ  string
-	gpus int
-}
-
-func newMemo(p sched.Predictor) *memo { return &memo{p: p, m: map[memoKey]sched.Estimate{}} }
-
-func (m *memo) Predict(job *cluster.Job, gpuType string, gpus int) sched.Estimate {
-	k := memoKey{job, gpuType, gpus}
-	m.mu.Lock()
-	e, ok := m.m[k]
-	m.mu.Unlock()
-	if ok {
-		return e
-	}
-	e = m.p.Predict(job, gpuType, gpus)
-	m.mu.Lock()
-	m.m[k] = e
-	m.mu.Unlock()
-	return e
-}
-
-// PredictPair forwards to the wrapped predictor when it predicts pairs (uncached: only
-// co-location options ask, a few per round).
-func (m *memo) PredictPair(a, b *cluster.Job, gpuType string) (float64, float64, bool) {
-	if pp, ok := m.p.(sched.PairPredictor); ok {
-		return pp.PredictPair(a, b, gpuType)
-	}
-	return 0, 0, false
-}
 
 // finite maps NaN and ±Inf (which JSON cannot carry) to 0: a predictor or ranker may produce
 // them for an unknown workload, and one must never keep a round's records from being stored.
