@@ -43,6 +43,10 @@ type capacity struct {
 	free   map[string]int            // per type
 	byNode map[string]map[string]int // type -> node -> free
 	names  map[string]string
+	// desc and nodes are, per type, the nodes' free counts from most to least and the node
+	// IDs sorted: built once a round, read for every decided job of it.
+	desc  map[string][]int
+	nodes map[string][]string
 }
 
 func freeCapacity(snap *cluster.Snapshot) capacity {
@@ -71,17 +75,23 @@ func freeCapacity(snap *cluster.Snapshot) capacity {
 		c.byNode[t][fg.Node.ID] += len(fg.IDs)
 	}
 	sort.Strings(c.types)
+	c.desc, c.nodes = make(map[string][]int, len(c.byNode)), make(map[string][]string, len(c.byNode))
+	for t, m := range c.byNode {
+		frees := make([]int, 0, len(m))
+		for _, f := range m {
+			frees = append(frees, f)
+		}
+		sort.Sort(sort.Reverse(sort.IntSlice(frees)))
+		c.desc[t] = frees
+		c.nodes[t] = slices.Sorted(maps.Keys(m))
+	}
 	return c
 }
 
 // fits reports whether the job's GPU count fits the free GPUs of one type now (capacity only:
 // constraints are the placer's business).
 func (c capacity) fits(job *cluster.Job, typ string) bool {
-	var frees []int
-	for _, f := range c.byNode[typ] {
-		frees = append(frees, f)
-	}
-	sort.Sort(sort.Reverse(sort.IntSlice(frees)))
+	frees := c.desc[typ]
 	if job.GPUsPerNode > 0 {
 		need := (job.GPUs + job.GPUsPerNode - 1) / job.GPUsPerNode
 		ok := 0
@@ -170,16 +180,15 @@ func alternatives(c capacity, job *cluster.Job, d *cluster.Decision, ests []stor
 		pinned[a.NodeID] = true
 	}
 	var nodes []string
-	for n, f := range c.byNode[d.GPUType] {
-		if !pinned[n] && f > 0 && (f >= job.GPUs || job.MaxNodes() > 1) {
+	for _, n := range c.nodes[d.GPUType] {
+		if f := c.byNode[d.GPUType][n]; !pinned[n] && f > 0 && (f >= job.GPUs || job.MaxNodes() > 1) {
 			nodes = append(nodes, n)
+			if len(nodes) == 3 {
+				break
+			}
 		}
 	}
-	sort.Strings(nodes)
-	for i, n := range nodes {
-		if i == 3 {
-			break
-		}
+	for _, n := range nodes {
 		out = append(out, store.Alternative{GPUType: d.GPUType, NodeIDs: []string{n}, NodeName: c.names[n],
 			Why: fmt.Sprintf("same GPU type with %d free; the placement preferred the chosen node (tighter packing, NVLink-connected GPUs, less fragmentation)", c.byNode[d.GPUType][n])})
 	}
