@@ -105,6 +105,15 @@ func (s *RoundState) Snapshot() *cluster.Snapshot {
 	return s.snap
 }
 
+// Free is the free-capacity index of the snapshot the round decided on (built once a round,
+// see cluster.Snapshot.Indexed); nil before the round decided.
+func (s *RoundState) Free() *cluster.FreeIndex {
+	if snap := s.Snapshot(); snap != nil {
+		return snap.Free()
+	}
+	return nil
+}
+
 // Memo caches a predictor's answers for one round, per (job, GPU type, count): ranker, placer
 // and explanations ask the same questions. Pair predictions are passed through uncached (only
 // co-location options ask, a few per round).
