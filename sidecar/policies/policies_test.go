@@ -477,3 +477,39 @@ func TestLivePlacementConfig(t *testing.T) {
 		t.Error("hetgpu-heuristic sim: PairIdleGPUs off; the simulator co-locates on its slots")
 	}
 }
+
+// Every step of a simulated round (queues, preemption, placement, verification) reads a job's
+// constraints from the round's state: under every registered policy each job is compiled at
+// most once a round (sim.PipelinePolicy.OnCompile counts them; OnRound ends a round).
+func TestSimulatedRoundsCompileOnce(t *testing.T) {
+	s, err := sim.LoadSpec("modern-mix:scale=0.25")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := trace.Load("synthetic:jobs=16,rate=6", sim.TraceOptions(tab(t), 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range Names() {
+		t.Run(name, func(t *testing.T) {
+			p, err := New(name, Options{Spec: s, Throughput: tab(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			round, total, twice := map[string]int{}, 0, 0
+			p.OnCompile = func(key string) {
+				round[key]++
+				total++
+				if round[key] == 2 {
+					twice++
+					t.Errorf("job %s compiled twice in one round", key)
+				}
+			}
+			p.OnRound = func(*sched.Round) { clear(round) }
+			simulate(t, s, tr.Jobs, p)
+			if total == 0 {
+				t.Fatal("no job was compiled: the hook is not called")
+			}
+		})
+	}
+}

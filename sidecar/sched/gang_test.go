@@ -102,7 +102,7 @@ type randomPlacer struct {
 	calls int
 }
 
-func (p *randomPlacer) Place(_ context.Context, _ *cluster.Snapshot, ranked []Ranked, _ Predictor) ([]cluster.Decision, PlaceStats, error) {
+func (p *randomPlacer) Place(_ context.Context, _ *RoundState, _ *cluster.Snapshot, ranked []Ranked, _ Predictor) ([]cluster.Decision, PlaceStats, error) {
 	p.calls++
 	var ds []cluster.Decision
 	for _, r := range ranked {

@@ -36,6 +36,6 @@ type Queues interface {
 	// jobs that may be reclaimed listed as preemptible.
 	Prepare(snap *cluster.Snapshot) *cluster.Snapshot
 	// Order adjusts the ranker's order for fair share and guarantees; it runs on the order of
-	// any ranker, before gangs are grouped.
-	Order(snap *cluster.Snapshot, ranked []Ranked) []Ranked
+	// any ranker, before gangs are grouped. st is the round's state (compiled constraints).
+	Order(st *RoundState, snap *cluster.Snapshot, ranked []Ranked) []Ranked
 }

@@ -15,7 +15,7 @@ type holdersFirst struct{ saw []int }
 
 func (q *holdersFirst) Prepare(snap *cluster.Snapshot) *cluster.Snapshot { return snap }
 
-func (q *holdersFirst) Order(snap *cluster.Snapshot, ranked []Ranked) []Ranked {
+func (q *holdersFirst) Order(_ *RoundState, snap *cluster.Snapshot, ranked []Ranked) []Ranked {
 	q.saw = append(q.saw, len(snap.Running))
 	holds := map[string]bool{}
 	for _, a := range snap.Running {

@@ -25,7 +25,7 @@ func node8() cluster.Node {
 // countPlacer places jobs in ranked order while their GPUs fit the free ones (one node).
 type countPlacer struct{}
 
-func (countPlacer) Place(_ context.Context, snap *cluster.Snapshot, ranked []Ranked, _ Predictor) ([]cluster.Decision, PlaceStats, error) {
+func (countPlacer) Place(_ context.Context, _ *RoundState, snap *cluster.Snapshot, ranked []Ranked, _ Predictor) ([]cluster.Decision, PlaceStats, error) {
 	busy := map[string]bool{}
 	for _, a := range snap.Running {
 		for _, id := range a.DeviceIDs {

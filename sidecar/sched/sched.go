@@ -101,7 +101,7 @@ type PlaceStats struct {
 
 // Placer maps ranked jobs to nodes and exact GPU instances, or leaves them waiting.
 type Placer interface {
-	Place(ctx context.Context, snap *cluster.Snapshot, ranked []Ranked, pred Predictor) ([]cluster.Decision, PlaceStats, error)
+	Place(ctx context.Context, st *RoundState, snap *cluster.Snapshot, ranked []Ranked, pred Predictor) ([]cluster.Decision, PlaceStats, error)
 }
 
 // Preemptor is the optional preemption stage: given every active job ranked together (the
@@ -140,29 +140,68 @@ type Round struct {
 	// unless a backend applies part of one job's decisions.
 	PartialGangPins int
 
+	// State is the round's state: what its steps computed once and read (compiled
+	// constraints, gangs, predictions).
+	State *RoundState
+
 	// gangs are the gangs of Snapshot.Pending (GangsOf), computed once for the round.
 	gangs Gangs
 }
 
-// Pipeline runs decision rounds against a cluster backend.
+// Pipeline runs decision rounds against a cluster backend. Its steps run in this order:
+// snapshot (Cluster), triage, estimates (UserEstimates, then Estimator), queues, rank, predict,
+// preempt, place, verify, pin (BeforePin, then Cluster.Pin) and record; a step left empty is
+// skipped. New builds one from a policy's stages and a backend's options; every backend and
+// policy goes through it.
 type Pipeline struct {
-	Cluster   cluster.Cluster
-	Ranker    Ranker
-	Predictor Predictor
-	Placer    Placer
+	Cluster cluster.Cluster
+	// Triage, when set, runs on every snapshot before anything else: it returns the snapshot
+	// without the pending jobs that must not be ranked (the live service sets aside the groups
+	// that can never run on the cluster).
+	Triage func(ctx context.Context, st *RoundState, snap *cluster.Snapshot) *cluster.Snapshot
+	// UserEstimates, when set, opens the estimates step: it writes into the snapshot's jobs the
+	// runtime estimates their users wrote (the simulator replays them; a live backend's
+	// snapshot carries them already).
+	UserEstimates func(snap *cluster.Snapshot)
 	// Estimator, when set, fills the runtime estimates of jobs without one before ranking.
 	Estimator Estimator
+	// Queues, when set, is the queue stage: caps, reclaim and the fair-share order.
+	Queues    Queues
+	Ranker    Ranker
+	Predictor Predictor
+	// Memoize, when set, caches each round's predictions per (job, GPU type, count) in its
+	// RoundState (the live service: ranker, placer and explanations ask the same questions).
+	Memoize bool
 	// Preemptor, when set and the backend is a cluster.Preempter, runs before placement.
 	Preemptor Preemptor
+	Placer    Placer
 	// ReserveAfter, when > 0, lets the best-ranked gang that has waited this long go first
 	// and, when it cannot be placed, reserve GPUs (see Reservation); 0 never reserves.
 	ReserveAfter time.Duration
-	// Queues, when set, is the queue stage: caps, reclaim and the fair-share order.
-	Queues Queues
+	// BeforePin, when set, sees the verified decisions just before they go to the backend.
+	BeforePin func(ds []cluster.Decision)
+	// Shadow, when set, decides without preempting, verifying or pinning (shadow mode).
+	Shadow bool
+	// Record, when set, sees every round that decided (also one whose verification or pins
+	// failed), after its pins.
+	Record func(ctx context.Context, r *Round)
 	// Reuse, when set, lends the round the arrays of earlier rounds for the snapshot it
 	// derives after preemptions. Set it only where nothing reads a round's snapshot after the
 	// next round starts (the simulator without an OnRound hook).
 	Reuse *Scratch
+	// OnCompile, when set, is handed to every round's state (RoundState.OnCompile).
+	OnCompile func(jobKey string)
+}
+
+// newState is a new round's state.
+func (p *Pipeline) newState() *RoundState {
+	pred := p.Predictor
+	if p.Memoize && pred != nil {
+		pred = NewMemo(pred)
+	}
+	st := NewRoundState(pred)
+	st.onCompile = p.OnCompile
+	return st
 }
 
 // Scratch holds arrays a Pipeline reuses from round to round (Pipeline.Reuse).
@@ -174,22 +213,20 @@ type Scratch struct {
 // RunRound takes one snapshot and carries it through every stage.
 func (p *Pipeline) RunRound(ctx context.Context) (*Round, error) {
 	start := time.Now()
+	st := p.newState()
 	snap, err := p.Cluster.Snapshot(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}
-	if err := p.estimate(ctx, snap); err != nil {
+	snap, err = p.open(ctx, st, snap)
+	if err != nil {
 		return nil, err
-	}
-	snap = snap.Indexed() // every stage reads this round's free capacity from one index
-	if p.Queues != nil {
-		snap = p.Queues.Prepare(snap)
 	}
 	var order []Ranked
 	var preempted []cluster.PinResult
 	// Plan even with nothing pending: a running job may move to GPUs that just freed up.
-	if pre, ok := p.Cluster.(cluster.Preempter); ok && p.Preemptor != nil && len(snap.Preemptible) > 0 {
-		plan, err := p.plan(ctx, snap)
+	if pre, ok := p.Cluster.(cluster.Preempter); ok && !p.Shadow && p.Preemptor != nil && len(snap.Preemptible) > 0 {
+		plan, err := p.plan(ctx, st, snap)
 		if err != nil {
 			return nil, err
 		}
@@ -208,66 +245,98 @@ func (p *Pipeline) RunRound(ctx context.Context) (*Round, error) {
 		order = keepPending(plan.Order, snap)
 		if p.Queues != nil && len(preempted) > 0 && order != nil {
 			// The preemptions changed what each queue holds: its guarantee admits other jobs now.
-			order = p.Queues.Order(snap, order)
+			order = p.Queues.Order(st, snap, order)
 		}
 	}
-	r, err := p.decide(ctx, snap, order)
+	r, err := p.decide(ctx, st, snap, order)
 	if err != nil {
 		return nil, err
 	}
 	r.Preempted = preempted
-	if v, ok := p.Placer.(Verifier); ok && len(r.Decisions) > 0 {
-		if err := v.Verify(r.Snapshot, r.Decisions); err != nil {
-			return r, fmt.Errorf("%w: %w", ErrUnverified, err)
-		}
-	}
-	if len(r.Decisions) > 0 {
-		r.Pins, err = p.Cluster.Pin(ctx, r.Decisions)
-		if err != nil {
-			return r, fmt.Errorf("pin %d decisions: %w", len(r.Decisions), err)
-		}
-		r.PartialGangPins = PartialGangPins(r.gangs, r.Pins)
-	}
+	err = p.pin(ctx, st, r)
 	r.Latency = time.Since(start)
-	return r, nil
+	if p.Record != nil {
+		p.Record(ctx, r)
+	}
+	return r, err
+}
+
+// pin verifies the round's decisions and pins them.
+func (p *Pipeline) pin(ctx context.Context, st *RoundState, r *Round) error {
+	if len(r.Decisions) == 0 || p.Shadow {
+		return nil
+	}
+	if v, ok := p.Placer.(Verifier); ok {
+		if err := v.Verify(st, r.Snapshot, r.Decisions); err != nil {
+			return fmt.Errorf("%w: %w", ErrUnverified, err)
+		}
+	}
+	if p.BeforePin != nil {
+		p.BeforePin(r.Decisions)
+	}
+	var err error
+	r.Pins, err = p.Cluster.Pin(ctx, r.Decisions)
+	if err != nil {
+		return fmt.Errorf("pin %d decisions: %w", len(r.Decisions), err)
+	}
+	r.PartialGangPins = PartialGangPins(r.gangs, r.Pins)
+	return nil
 }
 
 // Decide ranks and places the pending jobs of a snapshot without pinning (shadow mode; it
 // never preempts).
 func (p *Pipeline) Decide(ctx context.Context, snap *cluster.Snapshot) (*Round, error) {
-	if err := p.estimate(ctx, snap); err != nil {
+	start := time.Now()
+	st := p.newState()
+	snap, err := p.open(ctx, st, snap)
+	if err != nil {
 		return nil, err
 	}
-	snap = snap.Indexed()
+	r, err := p.decide(ctx, st, snap, nil)
+	if err != nil {
+		return nil, err
+	}
+	r.Latency = time.Since(start)
+	if p.Record != nil {
+		p.Record(ctx, r)
+	}
+	return r, nil
+}
+
+// open runs the steps before ranking: triage, estimates, the free-capacity index and the
+// queue stage's Prepare.
+func (p *Pipeline) open(ctx context.Context, st *RoundState, snap *cluster.Snapshot) (*cluster.Snapshot, error) {
+	if p.Triage != nil {
+		snap = p.Triage(ctx, st, snap)
+	}
+	if p.UserEstimates != nil {
+		p.UserEstimates(snap)
+	}
+	if p.Estimator != nil {
+		if err := p.Estimator.Estimate(ctx, snap, st.Predictor()); err != nil {
+			return nil, fmt.Errorf("runtime estimates: %w", err)
+		}
+	}
+	snap = snap.Indexed() // every stage reads this round's free capacity from one index
 	if p.Queues != nil {
 		snap = p.Queues.Prepare(snap)
 	}
-	return p.decide(ctx, snap, nil)
-}
-
-// estimate runs the estimates step, when the pipeline has one.
-func (p *Pipeline) estimate(ctx context.Context, snap *cluster.Snapshot) error {
-	if p.Estimator == nil {
-		return nil
-	}
-	if err := p.Estimator.Estimate(ctx, snap, p.Predictor); err != nil {
-		return fmt.Errorf("runtime estimates: %w", err)
-	}
-	return nil
+	return snap, nil
 }
 
 // plan ranks pending and preemptible running jobs together and asks the Preemptor.
-func (p *Pipeline) plan(ctx context.Context, snap *cluster.Snapshot) (Plan, error) {
+func (p *Pipeline) plan(ctx context.Context, st *RoundState, snap *cluster.Snapshot) (Plan, error) {
+	pred := st.Predictor()
 	active := *snap
 	active.Pending = snap.Active()
-	ranked, err := p.Ranker.Rank(ctx, &active, p.Predictor)
+	ranked, err := p.Ranker.Rank(ctx, &active, pred)
 	if err != nil {
 		return Plan{}, fmt.Errorf("rank %d active jobs: %w", len(active.Pending), err)
 	}
 	if p.Queues != nil {
-		ranked = p.Queues.Order(snap, ranked)
+		ranked = p.Queues.Order(st, snap, ranked)
 	}
-	plan, err := p.Preemptor.Plan(ctx, snap, ranked, p.Predictor)
+	plan, err := p.Preemptor.Plan(ctx, snap, ranked, pred)
 	if err != nil {
 		return Plan{}, fmt.Errorf("preemption plan: %w", err)
 	}
@@ -366,24 +435,26 @@ func keepPending(order []Ranked, snap *cluster.Snapshot) []Ranked {
 	return out
 }
 
-func (p *Pipeline) decide(ctx context.Context, snap *cluster.Snapshot, order []Ranked) (*Round, error) {
-	r := &Round{Snapshot: snap}
+func (p *Pipeline) decide(ctx context.Context, st *RoundState, snap *cluster.Snapshot, order []Ranked) (*Round, error) {
+	r := &Round{Snapshot: snap, State: st}
 	if len(snap.Pending) == 0 {
+		st.decided(snap, nil)
 		return r, nil
 	}
 	ranked := order
 	if ranked == nil {
 		var err error
-		ranked, err = p.Ranker.Rank(ctx, snap, p.Predictor)
+		ranked, err = p.Ranker.Rank(ctx, snap, st.Predictor())
 		if err != nil {
 			return nil, fmt.Errorf("rank %d pending jobs: %w", len(snap.Pending), err)
 		}
 		if p.Queues != nil {
-			ranked = p.Queues.Order(snap, ranked)
+			ranked = p.Queues.Order(st, snap, ranked)
 		}
 	}
 	gangs := GangsOf(snap.Pending)
 	r.gangs = gangs
+	st.decided(snap, gangs)
 	ranked = GroupGangs(ranked, gangs)
 	var res *Reservation
 	if p.ReserveAfter > 0 && len(gangs) > 0 {
@@ -400,12 +471,12 @@ func (p *Pipeline) decide(ctx context.Context, snap *cluster.Snapshot, order []R
 	r.Ranked = ranked
 	deferred := map[string]bool{}
 	var err error
-	r.Decisions, r.Place, err = p.placeWhole(ctx, snap, ranked, gangs, deferred)
+	r.Decisions, r.Place, err = p.placeWhole(ctx, st, snap, ranked, gangs, deferred)
 	if err != nil {
 		return nil, err
 	}
 	if res != nil && !decidesGang(r.Decisions, gangs, res.Gang) {
-		if err := p.reserve(ctx, snap, r, ranked, gangs, deferred, res); err != nil {
+		if err := p.reserve(ctx, st, snap, r, ranked, gangs, deferred, res); err != nil {
 			return nil, err
 		}
 	}
@@ -421,8 +492,8 @@ func (p *Pipeline) decide(ctx context.Context, snap *cluster.Snapshot, order []R
 // maxGangRetries solves what is still partial is dropped. Placers know nothing of gangs: this
 // keeps every solver (MILP, decomposed, greedy) all-or-nothing. Gangs taken out are added to
 // deferred.
-func (p *Pipeline) placeWhole(ctx context.Context, snap *cluster.Snapshot, ranked []Ranked, gangs Gangs, deferred map[string]bool) ([]cluster.Decision, PlaceStats, error) {
-	ds, st, err := p.Placer.Place(ctx, snap, ranked, p.Predictor)
+func (p *Pipeline) placeWhole(ctx context.Context, rs *RoundState, snap *cluster.Snapshot, ranked []Ranked, gangs Gangs, deferred map[string]bool) ([]cluster.Decision, PlaceStats, error) {
+	ds, st, err := p.Placer.Place(ctx, rs, snap, ranked, rs.Predictor())
 	if err != nil {
 		return nil, st, fmt.Errorf("place %d ranked jobs: %w", len(ranked), err)
 	}
@@ -444,7 +515,7 @@ func (p *Pipeline) placeWhole(ctx context.Context, snap *cluster.Snapshot, ranke
 			ds = nil
 			break
 		}
-		ds, st, err = p.Placer.Place(ctx, snap, ranked, p.Predictor)
+		ds, st, err = p.Placer.Place(ctx, rs, snap, ranked, rs.Predictor())
 		if err != nil {
 			return nil, st, fmt.Errorf("place %d ranked jobs without %d partly placed gangs: %w", len(ranked), len(out), err)
 		}
@@ -455,7 +526,7 @@ func (p *Pipeline) placeWhole(ctx context.Context, snap *cluster.Snapshot, ranke
 // reserve holds GPUs for the reserved gang that this round could not place: the decisions
 // that would delay it are dropped (see Reservation), and the round is placed once more
 // without those jobs, so that jobs that may backfill get the room they took.
-func (p *Pipeline) reserve(ctx context.Context, snap *cluster.Snapshot, r *Round, ranked []Ranked, gangs Gangs, deferred map[string]bool, res *Reservation) error {
+func (p *Pipeline) reserve(ctx context.Context, rs *RoundState, snap *cluster.Snapshot, r *Round, ranked []Ranked, gangs Gangs, deferred map[string]bool, res *Reservation) error {
 	at, extra, ok := shadowTime(snap, res.GPUs)
 	if ok {
 		res.Until = at
@@ -464,7 +535,7 @@ func (p *Pipeline) reserve(ctx context.Context, snap *cluster.Snapshot, r *Round
 	for _, rk := range ranked {
 		jobs[rk.Job.Key()] = rk.Job
 	}
-	kept, held := p.backfillWhole(snap, r.Decisions, jobs, gangs, res, extra)
+	kept, held := p.backfillWhole(rs.Predictor(), snap, r.Decisions, jobs, gangs, res, extra)
 	if len(held) > 0 {
 		out := map[string]bool{}
 		for _, k := range held {
@@ -476,12 +547,12 @@ func (p *Pipeline) reserve(ctx context.Context, snap *cluster.Snapshot, r *Round
 				rest = append(rest, rk)
 			}
 		}
-		ds, st, err := p.placeWhole(ctx, snap, rest, gangs, deferred)
+		ds, st, err := p.placeWhole(ctx, rs, snap, rest, gangs, deferred)
 		if err != nil {
 			return err
 		}
 		var more []string
-		kept, more = p.backfillWhole(snap, ds, jobs, gangs, res, extra)
+		kept, more = p.backfillWhole(rs.Predictor(), snap, ds, jobs, gangs, res, extra)
 		held = append(held, more...)
 		r.Place = st
 	}
@@ -493,7 +564,7 @@ func (p *Pipeline) reserve(ctx context.Context, snap *cluster.Snapshot, r *Round
 }
 
 // backfillWhole is backfill that holds a gang back whole when it holds back any member.
-func (p *Pipeline) backfillWhole(snap *cluster.Snapshot, ds []cluster.Decision, jobs map[string]*cluster.Job, gangs Gangs, res *Reservation, extra int) ([]cluster.Decision, []string) {
+func (p *Pipeline) backfillWhole(pred Predictor, snap *cluster.Snapshot, ds []cluster.Decision, jobs map[string]*cluster.Job, gangs Gangs, res *Reservation, extra int) ([]cluster.Decision, []string) {
 	// The reserved gang itself is never held back (it may fit once others were held).
 	var own, others []cluster.Decision
 	for _, d := range ds {
@@ -503,7 +574,7 @@ func (p *Pipeline) backfillWhole(snap *cluster.Snapshot, ds []cluster.Decision, 
 			others = append(others, d)
 		}
 	}
-	kept, held := backfill(snap, others, jobs, res, extra, p.Predictor)
+	kept, held := backfill(snap, others, jobs, res, extra, pred)
 	kept = append(own, kept...)
 	if part := PartialGangs(gangs, kept); len(part) > 0 {
 		drop := map[string]bool{}

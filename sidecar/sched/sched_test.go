@@ -73,7 +73,7 @@ func (stopAll) Plan(_ context.Context, snap *cluster.Snapshot, ranked []Ranked, 
 // recordPlacer places every job it is given, in order.
 type recordPlacer struct{ got [][]string }
 
-func (r *recordPlacer) Place(_ context.Context, snap *cluster.Snapshot, ranked []Ranked, _ Predictor) ([]cluster.Decision, PlaceStats, error) {
+func (r *recordPlacer) Place(_ context.Context, _ *RoundState, snap *cluster.Snapshot, ranked []Ranked, _ Predictor) ([]cluster.Decision, PlaceStats, error) {
 	var ids []string
 	var ds []cluster.Decision
 	for _, x := range ranked {

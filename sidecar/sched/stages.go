@@ -30,15 +30,45 @@ type Stages struct {
 	Estimator Estimator
 }
 
-// Pipeline is the pipeline that runs these stages against a backend (no reservations).
-func (s Stages) Pipeline(c cluster.Cluster) *Pipeline {
-	p := &Pipeline{Cluster: c, Ranker: s.Ranker, Predictor: s.Predictor, Placer: s.Placer, Preemptor: s.Preemptor,
-		Estimator: s.Estimator}
+// Options are what a backend adds to a policy's stages: the steps only it fills (triage,
+// the users' estimates, the pin and record hooks) and its settings. The zero value adds
+// nothing.
+type Options struct {
+	// Triage: Pipeline.Triage.
+	Triage func(ctx context.Context, st *RoundState, snap *cluster.Snapshot) *cluster.Snapshot
+	// UserEstimates: Pipeline.UserEstimates.
+	UserEstimates func(snap *cluster.Snapshot)
+	// Memoize: Pipeline.Memoize.
+	Memoize bool
+	// ReserveAfter: Pipeline.ReserveAfter.
+	ReserveAfter time.Duration
+	// Shadow: Pipeline.Shadow.
+	Shadow bool
+	// BeforePin: Pipeline.BeforePin.
+	BeforePin func(ds []cluster.Decision)
+	// Record: Pipeline.Record.
+	Record func(ctx context.Context, r *Round)
+	// Reuse: Pipeline.Reuse.
+	Reuse *Scratch
+	// OnCompile: Pipeline.OnCompile.
+	OnCompile func(jobKey string)
+}
+
+// New is the pipeline that runs a policy's stages against a backend with its options: the
+// one constructor of both backends (the live service and the simulator) for every policy.
+func New(c cluster.Cluster, s Stages, o Options) *Pipeline {
+	p := &Pipeline{Cluster: c, Triage: o.Triage, UserEstimates: o.UserEstimates, Estimator: s.Estimator,
+		Ranker: s.Ranker, Predictor: s.Predictor, Memoize: o.Memoize, Preemptor: s.Preemptor, Placer: s.Placer,
+		ReserveAfter: o.ReserveAfter, Shadow: o.Shadow, BeforePin: o.BeforePin, Record: o.Record, Reuse: o.Reuse,
+		OnCompile: o.OnCompile}
 	if s.Queues != nil {
 		p.Queues = s.Queues
 	}
 	return p
 }
+
+// Pipeline is New without options: the stages against a backend, no reservations.
+func (s Stages) Pipeline(c cluster.Cluster) *Pipeline { return New(c, s, Options{}) }
 
 // Tuner learns from finished runs in the background: Tune may train for a while and replaces
 // what the stages use only when it judges the result better.

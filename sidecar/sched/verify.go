@@ -12,7 +12,7 @@ import (
 // decisions fail: a wrong placement is a bug, and pinning it would start jobs on GPUs they must
 // not have. The check costs a few per cent of a placement (BenchmarkVerify* in sidecar/stages/place).
 type Verifier interface {
-	Verify(snap *cluster.Snapshot, decisions []cluster.Decision) error
+	Verify(st *RoundState, snap *cluster.Snapshot, decisions []cluster.Decision) error
 }
 
 // ErrUnverified wraps a Verifier's rejection of a round's decisions.

@@ -17,7 +17,7 @@ type checkedPlacer struct {
 	checked int
 }
 
-func (c *checkedPlacer) Verify(_ *cluster.Snapshot, ds []cluster.Decision) error {
+func (c *checkedPlacer) Verify(_ *RoundState, _ *cluster.Snapshot, ds []cluster.Decision) error {
 	c.checked++
 	for _, d := range ds {
 		if d.JobID == c.bad {

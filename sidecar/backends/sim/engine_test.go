@@ -144,7 +144,7 @@ func sharePolicy(t testing.TB) *sim.PipelinePolicy {
 
 type shareFirstGPU struct{}
 
-func (shareFirstGPU) Place(_ context.Context, snap *cluster.Snapshot, ranked []sched.Ranked, _ sched.Predictor) ([]cluster.Decision, sched.PlaceStats, error) {
+func (shareFirstGPU) Place(_ context.Context, _ *sched.RoundState, snap *cluster.Snapshot, ranked []sched.Ranked, _ sched.Predictor) ([]cluster.Decision, sched.PlaceStats, error) {
 	n := &snap.Nodes[0]
 	var out []cluster.Decision
 	for _, r := range ranked {

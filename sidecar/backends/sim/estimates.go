@@ -144,16 +144,14 @@ func (e Estimates) rand(key string) *rand.Rand {
 	return rand.New(rand.NewPCG(e.Seed, h.Sum64()))
 }
 
-// estimating is the engine inside a round, whose snapshots carry the configured estimates (the
-// engine, asked for oracle information, fills exact remaining runtimes; the wrapper perturbs or
-// hides them).
+// estimating writes the configured estimates into a round's snapshot (the pipeline's
+// UserEstimates step: the engine, asked for oracle information, fills exact remaining
+// runtimes; replay perturbs or hides them as the users of the replay would write them).
 type estimating struct {
 	e   *Engine
 	est Estimates
 	// factors, when set, memoises Factor by job key across rounds.
 	factors map[string]float64
-	// snap is the last snapshot taken (the round hands its arrays back, see Engine.recycle).
-	snap *cluster.Snapshot
 	// learn, when set, is the policy's estimates step, taught the runtime of every job that
 	// finishes, as the live sidecar teaches it from the runs it sees end.
 	learn sched.Estimator
@@ -251,9 +249,8 @@ func (c *estimating) skewed(key string) float64 {
 	return f
 }
 
-func (c *estimating) Snapshot(ctx context.Context) (*cluster.Snapshot, error) {
-	snap := c.e.snapshot()
-	c.snap = snap
+// replay writes the estimates into snap's pending and preemptible jobs.
+func (c *estimating) replay(snap *cluster.Snapshot) {
 	fixed := cluster.EstimateModel{Sigma: c.e.cfg.EstimateError}
 	model := func(string) cluster.EstimateModel { return fixed }
 	if cal := c.e.calib; cal != nil && c.e.cfg.LiveEstimates && !c.est.Off && c.est.sigma() > 0 {
@@ -293,16 +290,28 @@ func (c *estimating) Snapshot(ctx context.Context) (*cluster.Snapshot, error) {
 			j.Hetgpu.EstRuntime = time.Duration(float64(j.Hetgpu.EstRuntime) * c.factor(j.Key()))
 		}
 	}
-	return snap, nil
 }
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
+// inRound is the engine as a round's pipeline sees it: the round runs with the engine's lock
+// held, so these are the engine's methods without taking it.
+type inRound struct {
+	e *Engine
+	// snap is the last snapshot taken (the round hands its arrays back, see Engine.recycle).
+	snap *cluster.Snapshot
+}
+
+func (c *inRound) Snapshot(ctx context.Context) (*cluster.Snapshot, error) {
+	c.snap = c.e.snapshot()
+	return c.snap, nil
+}
+
 // Preempt implements cluster.Preempter.
-func (c *estimating) Preempt(ctx context.Context, ps []cluster.Preemption) ([]cluster.PinResult, error) {
+func (c *inRound) Preempt(ctx context.Context, ps []cluster.Preemption) ([]cluster.PinResult, error) {
 	return c.e.preemptAll(ps), nil
 }
 
-func (c *estimating) Pin(ctx context.Context, ds []cluster.Decision) ([]cluster.PinResult, error) {
+func (c *inRound) Pin(ctx context.Context, ds []cluster.Decision) ([]cluster.PinResult, error) {
 	return c.e.pin(ds), nil
 }

@@ -16,7 +16,8 @@ import (
 
 // PipelinePolicy is how the simulator runs a policy (sched.Stages, as sidecar/policies
 // registers them), and the only way: each round, after every batch of events, is
-// sched.Pipeline.RunRound against the engine (Snapshot -> Ranker -> Preemptor -> Placer -> Pin),
+// sched.Pipeline.RunRound of the pipeline sched.New builds (as for the live sidecar) against
+// the engine (Snapshot -> Ranker -> Preemptor -> Placer -> Pin),
 // the code the live sidecar runs against Nomad. The snapshots carry the runtime estimates
 // Estimates configures; the time-driven stages (sched.Waker) get the rounds they ask for, and
 // the learner every finished run.
@@ -28,6 +29,9 @@ type PipelinePolicy struct {
 	OnRound func(*sched.Round)
 	// Meter, when set, measures the run from outside the policy (per-queue outcomes).
 	Meter Meter
+	// OnCompile, when set, is told of every compilation of a job's constraints in a round
+	// (sched.RoundState.OnCompile; tests check that each job is compiled once a round).
+	OnCompile func(jobKey string)
 
 	partialGangPins int
 	// pinsView holds the snapshot the Wakers read after each round (reused arrays).
@@ -72,17 +76,12 @@ func (p *PipelinePolicy) round(ctx context.Context, e *Engine) error {
 		c.primeHindsight()
 		p.primed = true
 	}
-	pl := p.Stages.Pipeline(c)
+	view := &inRound{e: e}
+	o := sched.Options{UserEstimates: c.replay, Record: p.record, OnCompile: p.OnCompile}
 	if p.OnRound == nil {
-		pl.Reuse = &p.scratch // nothing reads a round's snapshots once the next starts
+		o.Reuse = &p.scratch // nothing reads a round's snapshots once the next starts
 	}
-	r, err := pl.RunRound(ctx)
-	if r != nil {
-		p.partialGangPins += r.PartialGangPins
-		if p.OnRound != nil {
-			p.OnRound(r)
-		}
-	}
+	r, err := sched.New(view, p.Stages, o).RunRound(ctx)
 	if err != nil {
 		return err
 	}
@@ -92,9 +91,18 @@ func (p *PipelinePolicy) round(ctx context.Context, e *Engine) error {
 	}
 	if p.OnRound == nil {
 		// Nothing outside the round saw its snapshot: the next one may reuse its arrays.
-		e.recycle(c.snap)
+		e.recycle(view.snap)
 	}
 	return nil
+}
+
+// record is the pipeline's record step: it counts the gangs pinned in part and hands the
+// round to OnRound.
+func (p *PipelinePolicy) record(_ context.Context, r *sched.Round) {
+	p.partialGangPins += r.PartialGangPins
+	if p.OnRound != nil {
+		p.OnRound(r)
+	}
 }
 
 // wake asks for the round the time-driven stages (sched.Waker) want, after this one.
@@ -145,8 +153,8 @@ func (e *Engine) wakeAt(t float64) {
 }
 
 var (
-	_ cluster.Cluster   = (*estimating)(nil)
-	_ cluster.Preempter = (*estimating)(nil)
+	_ cluster.Cluster   = (*inRound)(nil)
+	_ cluster.Preempter = (*inRound)(nil)
 	_ cluster.Cluster   = (*Engine)(nil)
 	_ cluster.Preempter = (*Engine)(nil)
 )

@@ -16,7 +16,7 @@ import (
 type wakeQueues struct{ t0 time.Time }
 
 func (q *wakeQueues) Prepare(snap *cluster.Snapshot) *cluster.Snapshot { return snap }
-func (q *wakeQueues) Order(_ *cluster.Snapshot, r []sched.Ranked) []sched.Ranked {
+func (q *wakeQueues) Order(_ *sched.RoundState, _ *cluster.Snapshot, r []sched.Ranked) []sched.Ranked {
 	return r
 }
 

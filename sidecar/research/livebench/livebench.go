@@ -499,10 +499,10 @@ type timedPlacer struct {
 	t *stageTimes
 }
 
-func (p timedPlacer) Place(ctx context.Context, snap *cluster.Snapshot, ranked []sched.Ranked, pred sched.Predictor) ([]cluster.Decision, sched.PlaceStats, error) {
+func (p timedPlacer) Place(ctx context.Context, st *sched.RoundState, snap *cluster.Snapshot, ranked []sched.Ranked, pred sched.Predictor) ([]cluster.Decision, sched.PlaceStats, error) {
 	t0 := time.Now()
 	defer func() { p.t.add("place", time.Since(t0)) }()
-	return p.Placer.Place(ctx, snap, ranked, pred)
+	return p.Placer.Place(ctx, st, snap, ranked, pred)
 }
 
 // HonorsMinThroughput forwards the placer's answer, so the service's feasibility check is the

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/hetgpu/hetgpu/model/cluster"
@@ -17,46 +16,6 @@ import (
 	"github.com/hetgpu/hetgpu/sidecar/sched"
 	"github.com/hetgpu/hetgpu/sidecar/stages/estimate"
 )
-
-// memo caches predictions for one round: ranker, placer and explanations ask the same
-// questions.
-type memo struct {
-	p  sched.Predictor
-	mu sync.Mutex
-	m  map[memoKey]sched.Estimate
-}
-
-type memoKey struct {
-	job  *cluster.Job
-	typ  string
-	gpus int
-}
-
-func newMemo(p sched.Predictor) *memo { return &memo{p: p, m: map[memoKey]sched.Estimate{}} }
-
-func (m *memo) Predict(job *cluster.Job, gpuType string, gpus int) sched.Estimate {
-	k := memoKey{job, gpuType, gpus}
-	m.mu.Lock()
-	e, ok := m.m[k]
-	m.mu.Unlock()
-	if ok {
-		return e
-	}
-	e = m.p.Predict(job, gpuType, gpus)
-	m.mu.Lock()
-	m.m[k] = e
-	m.mu.Unlock()
-	return e
-}
-
-// PredictPair forwards to the wrapped predictor when it predicts pairs (uncached: only
-// co-location options ask, a few per round).
-func (m *memo) PredictPair(a, b *cluster.Job, gpuType string) (float64, float64, bool) {
-	if pp, ok := m.p.(sched.PairPredictor); ok {
-		return pp.PredictPair(a, b, gpuType)
-	}
-	return 0, 0, false
-}
 
 // finite maps NaN and ±Inf (which JSON cannot carry) to 0: a predictor or ranker may produce
 // them for an unknown workload, and one must never keep a round's records from being stored.
@@ -84,6 +43,10 @@ type capacity struct {
 	free   map[string]int            // per type
 	byNode map[string]map[string]int // type -> node -> free
 	names  map[string]string
+	// desc and nodes are, per type, the nodes' free counts from most to least and the node
+	// IDs sorted: built once a round, read for every decided job of it.
+	desc  map[string][]int
+	nodes map[string][]string
 }
 
 func freeCapacity(snap *cluster.Snapshot) capacity {
@@ -112,18 +75,23 @@ func freeCapacity(snap *cluster.Snapshot) capacity {
 		c.byNode[t][fg.Node.ID] += len(fg.IDs)
 	}
 	sort.Strings(c.types)
+	c.desc, c.nodes = make(map[string][]int, len(c.byNode)), make(map[string][]string, len(c.byNode))
+	for t, m := range c.byNode {
+		frees := make([]int, 0, len(m))
+		for _, f := range m {
+			frees = append(frees, f)
+		}
+		sort.Sort(sort.Reverse(sort.IntSlice(frees)))
+		c.desc[t] = frees
+		c.nodes[t] = slices.Sorted(maps.Keys(m))
+	}
 	return c
 }
 
 // fits reports whether the job's GPU count fits the free GPUs of one type now (capacity only:
 // constraints are the placer's business).
 func (c capacity) fits(job *cluster.Job, typ string) bool {
-	var frees []int
-	for _, f := range c.byNode[typ] {
-		frees = append(frees, f)
-	}
-	sort.Sort(sort.Reverse(sort.IntSlice(frees)))
-	return job.FitsFree(frees)
+	return job.FitsFree(c.desc[typ]) // each type's free counts, sorted fullest first once a round
 }
 
 // typeEstimates predicts the job on every GPU type of the cluster.
@@ -194,16 +162,15 @@ func alternatives(c capacity, job *cluster.Job, d *cluster.Decision, ests []stor
 		pinned[a.NodeID] = true
 	}
 	var nodes []string
-	for n, f := range c.byNode[d.GPUType] {
-		if !pinned[n] && f > 0 && (f >= job.GPUs || job.MaxNodes() > 1) {
+	for _, n := range c.nodes[d.GPUType] {
+		if f := c.byNode[d.GPUType][n]; !pinned[n] && f > 0 && (f >= job.GPUs || job.MaxNodes() > 1) {
 			nodes = append(nodes, n)
+			if len(nodes) == 3 {
+				break
+			}
 		}
 	}
-	sort.Strings(nodes)
-	for i, n := range nodes {
-		if i == 3 {
-			break
-		}
+	for _, n := range nodes {
 		out = append(out, store.Alternative{GPUType: d.GPUType, NodeIDs: []string{n}, NodeName: c.names[n],
 			Why: fmt.Sprintf("same GPU type with %d free; the placement preferred the chosen node (tighter packing, NVLink-connected GPUs, less fragmentation)", c.byNode[d.GPUType][n])})
 	}

@@ -62,6 +62,9 @@ type Config struct {
 	// in the store (and shared with the runs), so a restart or a new leader starts where it
 	// stopped.
 	History *history.Model
+	// OnCompile, when set, is told of every compilation of a job's constraints in a round
+	// (sched.RoundState.OnCompile; tests check that each job is compiled once a round).
+	OnCompile func(jobKey string)
 }
 
 // RankerStatus is the ranking policy in use and why.
@@ -279,45 +282,32 @@ func (s *Service) Round(ctx context.Context) (*sched.Round, error) {
 		s.maintenance(ctx, round, m)
 	}
 
-	memo := newMemo(s.stages.Predictor)
 	tri := &roundTriage{}
-	noter := pinNoter{Backend: s.backend, s: s, tri: tri, pred: memo}
-	pipe := &sched.Pipeline{Cluster: noter, Ranker: s.stages.Ranker, Predictor: memo, Placer: s.stages.Placer,
-		Estimator: s.stages.Estimator, ReserveAfter: s.cfg.GangReserveAfter}
-	if s.stages.Queues != nil {
-		pipe.Queues = s.stages.Queues
+	pipe := sched.New(s.backend, s.stages, sched.Options{
+		Triage: func(_ context.Context, st *sched.RoundState, snap *cluster.Snapshot) *cluster.Snapshot {
+			if s.cfg.Shadow {
+				snap = s.withoutShadowDone(snap)
+			}
+			return s.triage(st, snap, tri)
+		},
+		Memoize:      true,
+		ReserveAfter: s.cfg.GangReserveAfter,
+		Shadow:       s.cfg.Shadow,
+		BeforePin:    s.notePinning,
+		Record:       func(ctx context.Context, r *sched.Round) { s.record(ctx, round, r, tri) },
+		OnCompile:    s.cfg.OnCompile,
+	})
+	r, err := pipe.RunRound(ctx)
+	if r == nil {
+		return nil, s.roundFailed(err)
 	}
-	if pre, ok := s.backend.(cluster.Preempter); ok && s.stages.Preemptor != nil {
-		pipe.Cluster = preemptNoter{noter, pre}
-		pipe.Preemptor = s.stages.Preemptor
+	if errors.Is(err, sched.ErrUnverified) {
+		// A placement that breaks the rules is a bug: nothing was pinned; say so loudly.
+		s.log.Error("placement rejected before pinning", "error", err)
+	} else if err != nil {
+		// Pinning failed as a whole (backend error): what was decided is recorded; retry next round.
+		s.log.Warn("pinning failed", "error", err)
 	}
-	var r *sched.Round
-	if s.cfg.Shadow {
-		start := time.Now()
-		snap, err := s.backend.Snapshot(ctx)
-		if err != nil {
-			return nil, s.roundFailed(fmt.Errorf("snapshot: %w", err))
-		}
-		snap = s.triage(s.withoutShadowDone(snap), tri, memo)
-		r, err = pipe.Decide(ctx, snap)
-		if err != nil {
-			return nil, s.roundFailed(err)
-		}
-		r.Latency = time.Since(start)
-	} else {
-		r, err = pipe.RunRound(ctx)
-		if err != nil && (r == nil || r.Snapshot == nil) {
-			return nil, s.roundFailed(err)
-		}
-		if errors.Is(err, sched.ErrUnverified) {
-			// A placement that breaks the rules is a bug: nothing was pinned; say so loudly.
-			s.log.Error("placement rejected before pinning", "error", err)
-		} else if err != nil {
-			// Pinning failed as a whole (backend error): record what was decided, retry next round.
-			s.log.Warn("pinning failed", "error", err)
-		}
-	}
-	s.record(ctx, round, r, memo, tri)
 	s.metrics.Rounds.WithLabelValues("ok").Inc()
 	s.mu.Lock()
 	s.lastRound, s.lastErr = s.cfg.Now(), ""
@@ -351,41 +341,15 @@ func (s *Service) tuneLoop(ctx context.Context) {
 	})
 }
 
-// preemptNoter is a pinNoter whose backend can preempt.
-type preemptNoter struct {
-	pinNoter
-	pre cluster.Preempter
-}
-
-func (p preemptNoter) Preempt(ctx context.Context, ps []cluster.Preemption) ([]cluster.PinResult, error) {
-	return p.pre.Preempt(ctx, ps)
-}
-
-// pinNoter notes decisions as they go to the backend, so the explain API can answer for a
-// job Nomad already shows as pinned before the round's records are written. It also sets
-// aside, from every snapshot, the groups that can never run on the cluster (see triage).
-type pinNoter struct {
-	cluster.Backend
-	s    *Service
-	tri  *roundTriage
-	pred sched.Predictor
-}
-
-func (p pinNoter) Snapshot(ctx context.Context) (*cluster.Snapshot, error) {
-	snap, err := p.Backend.Snapshot(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return p.s.triage(snap, p.tri, p.pred), nil
-}
-
-func (p pinNoter) Pin(ctx context.Context, ds []cluster.Decision) ([]cluster.PinResult, error) {
-	p.s.mu.Lock()
+// notePinning notes decisions as they go to the backend (the pipeline's pin hook), so the
+// explain API can answer for a job Nomad already shows as pinned before the round's records
+// are written.
+func (s *Service) notePinning(ds []cluster.Decision) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	for _, d := range ds {
-		p.s.pinning[d.JobKey()] = d
+		s.pinning[d.JobKey()] = d
 	}
-	p.s.mu.Unlock()
-	return p.Backend.Pin(ctx, ds)
 }
 
 func (s *Service) roundFailed(err error) error {
@@ -486,9 +450,12 @@ func newRecord(round uint64, now time.Time, key, status string) *store.DecisionR
 	return &store.DecisionRecord{Round: round, Time: now, JobKey: key, Namespace: ns, JobID: id, Group: group, Status: status}
 }
 
-// record stores a round's decisions and pin results and refreshes the queue view.
-func (s *Service) record(ctx context.Context, round uint64, r *sched.Round, pred sched.Predictor, tri *roundTriage) {
+// record stores a round's decisions and pin results and refreshes the queue view (the
+// pipeline's record step). Explanations read the round's own state: its predictions, gangs
+// and the snapshot it decided on.
+func (s *Service) record(ctx context.Context, round uint64, r *sched.Round, tri *roundTriage) {
 	now := s.cfg.Now()
+	pred := r.State.Predictor()
 	snap := r.Snapshot
 	queue := make([]QueueEntry, 0, len(r.Ranked))
 	rankOf := map[string]int{}
@@ -619,7 +586,7 @@ func (s *Service) record(ctx context.Context, round uint64, r *sched.Round, pred
 	}
 	s.classify(queue, r, decided, pred)
 	queue = append(queue, heldEntries(tri, snap)...)
-	setGangs(queue, snap, tri)
+	setGangs(queue, r, tri)
 	full := snap
 	if len(tri.held) > 0 {
 		// Explanations of the groups set aside read their estimates from the snapshot.

@@ -40,13 +40,14 @@ type heldGroup struct {
 }
 
 // triage checks every pending group against the cluster and returns the snapshot without the
-// groups that can never run on it or cannot be evaluated, which it notes in tri.
-func (s *Service) triage(snap *cluster.Snapshot, tri *roundTriage, pred sched.Predictor) *cluster.Snapshot {
+// groups that can never run on it or cannot be evaluated, which it notes in tri (the
+// pipeline's triage step).
+func (s *Service) triage(st *sched.RoundState, snap *cluster.Snapshot, tri *roundTriage) *cluster.Snapshot {
 	tri.held = nil
 	if len(snap.Pending) == 0 {
 		return snap
 	}
-	vs := gangVerdicts(snap.Pending, s.feas.Triage(snap, pred))
+	vs := gangVerdicts(snap.Pending, s.feas.Triage(st, snap, st.Predictor()))
 	out := *snap
 	out.Pending = make([]cluster.Job, 0, len(snap.Pending))
 	for i, v := range vs {
@@ -97,16 +98,17 @@ func gangVerdicts(jobs []cluster.Job, vs []feasible.Verdict) []feasible.Verdict 
 }
 
 // setGangs names the gang of every queue entry that belongs to one (over the ranked groups and
-// those set aside).
-func setGangs(queue []QueueEntry, snap *cluster.Snapshot, tri *roundTriage) {
-	jobs := snap.Pending
+// those set aside): the round's gangs, unless triage set groups aside.
+func setGangs(queue []QueueEntry, r *sched.Round, tri *roundTriage) {
+	gangs := r.State.Gangs()
 	if len(tri.held) > 0 {
-		jobs = append(make([]cluster.Job, 0, len(snap.Pending)+len(tri.held)), snap.Pending...)
+		snap := r.Snapshot
+		jobs := append(make([]cluster.Job, 0, len(snap.Pending)+len(tri.held)), snap.Pending...)
 		for _, h := range tri.held {
 			jobs = append(jobs, h.job)
 		}
+		gangs = sched.GangsOf(jobs)
 	}
-	gangs := sched.GangsOf(jobs)
 	if len(gangs) == 0 {
 		return
 	}
@@ -119,6 +121,7 @@ func setGangs(queue []QueueEntry, snap *cluster.Snapshot, tri *roundTriage) {
 // free at the start of the round waits behind the jobs ranked ahead, one that does not waits
 // for capacity. The queue is in r.Ranked's order.
 func (s *Service) classify(queue []QueueEntry, r *sched.Round, decided map[string]bool, pred sched.Predictor) {
+	st := r.State
 	pos := make(map[string]int, len(queue))
 	for i := range queue {
 		pos[queue[i].JobKey] = i
@@ -132,13 +135,12 @@ func (s *Service) classify(queue []QueueEntry, r *sched.Round, decided map[strin
 	if len(jobs) == 0 {
 		return
 	}
-	vs := s.feas.Now(r.Snapshot, jobs, pred)
-	types := s.feas.Types(r.Snapshot, jobs, pred)
+	vs := s.feas.Now(st, r.Snapshot, jobs, pred)
 	deferred := map[string]bool{}
 	for _, g := range r.DeferredGangs {
 		deferred[g] = true
 	}
-	gangs := sched.GangsOf(r.Snapshot.Pending)
+	gangs := st.Gangs()
 	held := map[string]bool{}
 	if r.Reservation != nil {
 		for _, k := range r.Reservation.Held {
@@ -146,7 +148,10 @@ func (s *Service) classify(queue []QueueEntry, r *sched.Round, decided map[strin
 		}
 	}
 	placedAhead, next := 0, 0
-	var soon *cluster.FreeSoon // built at the first group that waits for GPUs
+	// The groups that wait for GPUs get a free estimate, from the GPU types they can use
+	// (asked once, for them alone).
+	var waiting []*QueueEntry
+	var waitJobs []*cluster.Job
 	for _, rk := range r.Ranked {
 		if rk.Job == nil {
 			continue
@@ -197,11 +202,16 @@ func (s *Service) classify(queue []QueueEntry, r *sched.Round, decided map[strin
 			q.Reason = "it fits the GPUs free at the start of the round, but the placement found no option it accepts or preferred the jobs ranked ahead"
 		}
 		if q.Wait == cluster.WaitCapacity || q.Wait == cluster.WaitBehind {
-			if soon == nil {
-				soon = cluster.NewFreeSoon(r.Snapshot, r.Decisions, speedup(pred))
-			}
-			freeEstimate(q, r, rk.Job, types[next-1], gangs, soon, pred)
+			waiting, waitJobs = append(waiting, q), append(waitJobs, rk.Job)
 		}
+	}
+	if len(waiting) == 0 {
+		return
+	}
+	types := s.feas.Types(st, r.Snapshot, waitJobs, pred)
+	soon := cluster.NewFreeSoon(r.Snapshot, r.Decisions, speedup(pred))
+	for i, q := range waiting {
+		freeEstimate(q, r, waitJobs[i], types[i], gangs, soon, pred)
 	}
 }
 

@@ -40,8 +40,9 @@ type cached struct {
 func NewChecker(opts Options) *Checker { return &Checker{opts: opts, cache: map[string]cached{}} }
 
 // Triage checks every pending job of snap in the Ever view; verdicts are in snap.Pending's
-// order.
-func (c *Checker) Triage(snap *cluster.Snapshot, pred sched.Predictor) []Verdict {
+// order. rs is the round's state (compiled constraints; nil compiles afresh), as for Types
+// and Now.
+func (c *Checker) Triage(rs *sched.RoundState, snap *cluster.Snapshot, pred sched.Predictor) []Verdict {
 	shape := Shape(snap)
 	c.mu.Lock()
 	if shape != c.shape || len(c.cache) > maxCached {
@@ -51,7 +52,7 @@ func (c *Checker) Triage(snap *cluster.Snapshot, pred sched.Predictor) []Verdict
 	out := make([]Verdict, len(snap.Pending))
 	for i := range snap.Pending {
 		j := &snap.Pending[i]
-		e := c.ever(snap, shape, j)
+		e := c.ever(rs, snap, shape, j)
 		if e.err != nil {
 			out[i] = Verdict{Invalid: true, Reason: e.err.Error()}
 			continue
@@ -63,7 +64,7 @@ func (c *Checker) Triage(snap *cluster.Snapshot, pred sched.Predictor) []Verdict
 
 // ever is job's request and its Ever-view capacity on snap (of the given Shape), from the
 // cache or computed and cached.
-func (c *Checker) ever(snap *cluster.Snapshot, shape uint64, j *cluster.Job) cached {
+func (c *Checker) ever(rs *sched.RoundState, snap *cluster.Snapshot, shape uint64, j *cluster.Job) cached {
 	sig := signature(j)
 	c.mu.Lock()
 	e, ok := c.cache[sig]
@@ -71,7 +72,7 @@ func (c *Checker) ever(snap *cluster.Snapshot, shape uint64, j *cluster.Job) cac
 	if ok {
 		return e
 	}
-	e.req, e.err = compile(j)
+	e.req, e.err = compile(rs, j)
 	if e.err == nil {
 		e.cap = capacityOf(snap, e.req, Ever)
 	}
@@ -88,7 +89,7 @@ func (c *Checker) ever(snap *cluster.Snapshot, shape uint64, j *cluster.Job) cac
 // type alone holds its request with every healthy GPU free, and meets its T_min where the
 // options ask), sorted; nil for a job that fits none or cannot be evaluated. It shares
 // Triage's cache, so after a round's Triage it costs a lookup and the T_min predictions.
-func (c *Checker) Types(snap *cluster.Snapshot, jobs []*cluster.Job, pred sched.Predictor) [][]string {
+func (c *Checker) Types(rs *sched.RoundState, snap *cluster.Snapshot, jobs []*cluster.Job, pred sched.Predictor) [][]string {
 	shape := Shape(snap)
 	c.mu.Lock()
 	if shape != c.shape || len(c.cache) > maxCached {
@@ -97,7 +98,7 @@ func (c *Checker) Types(snap *cluster.Snapshot, jobs []*cluster.Job, pred sched.
 	c.mu.Unlock()
 	out := make([][]string, len(jobs))
 	for i, j := range jobs {
-		if e := c.ever(snap, shape, j); e.err == nil {
+		if e := c.ever(rs, snap, shape, j); e.err == nil {
 			out[i] = e.req.types(e.cap, j, pred, c.opts)
 		}
 	}
@@ -106,14 +107,14 @@ func (c *Checker) Types(snap *cluster.Snapshot, jobs []*cluster.Job, pred sched.
 
 // Now checks jobs against what is free in snap now: nodes open to new work, healthy GPUs no
 // running allocation holds. Jobs with the same request share the work.
-func (c *Checker) Now(snap *cluster.Snapshot, jobs []*cluster.Job, pred sched.Predictor) []Verdict {
+func (c *Checker) Now(rs *sched.RoundState, snap *cluster.Snapshot, jobs []*cluster.Job, pred sched.Predictor) []Verdict {
 	memo := map[string]cached{}
 	out := make([]Verdict, len(jobs))
 	for i, j := range jobs {
 		sig := signature(j)
 		e, ok := memo[sig]
 		if !ok {
-			e.req, e.err = compile(j)
+			e.req, e.err = compile(rs, j)
 			if e.err == nil {
 				e.cap = capacityOf(snap, e.req, Now)
 			}

@@ -81,7 +81,7 @@ type Options struct {
 
 // Check answers whether job can be placed on snap in the view.
 func Check(snap *cluster.Snapshot, job *cluster.Job, view View, pred sched.Predictor, opts Options) Verdict {
-	req, err := compile(job)
+	req, err := compile(nil, job)
 	if err != nil {
 		return Verdict{Invalid: true, Reason: err.Error()}
 	}
@@ -97,8 +97,9 @@ type request struct {
 	sig     string
 }
 
-// compile validates a job's request as the placer does and compiles its constraints.
-func compile(j *cluster.Job) (*request, error) {
+// compile validates a job's request as the placer does and compiles its constraints (read
+// from the round's state rs; nil compiles afresh).
+func compile(rs *sched.RoundState, j *cluster.Job) (*request, error) {
 	r := &request{job: j, g: j.GPUs, k: j.MaxNodes(), sig: signature(j)}
 	if j.GPUs < 1 {
 		return nil, fmt.Errorf("requests %d GPUs; expected at least 1", j.GPUs)
@@ -116,7 +117,7 @@ func compile(j *cluster.Job) (*request, error) {
 	if t := j.Hetgpu.MinThroughput; t < 0 || math.IsNaN(t) {
 		return nil, fmt.Errorf("hetgpu.min_throughput = %v; expected a number >= 0", t)
 	}
-	cj, err := constraint.CompileJob(j)
+	cj, err := rs.Compiled(j)
 	if err != nil {
 		return nil, err
 	}

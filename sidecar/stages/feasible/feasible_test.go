@@ -183,7 +183,7 @@ func TestCheckNowCountsRunningAllocations(t *testing.T) {
 func TestTriageCachesPerShape(t *testing.T) {
 	c := NewChecker(Options{})
 	snap := &cluster.Snapshot{Nodes: issueCluster(), Pending: []cluster.Job{*job(16, 0, 0, nil), *job(8, 4, 2, nil), *job(16, 0, 0, func(j *cluster.Job) { j.ID = "same-request" })}}
-	vs := c.Triage(snap, nil)
+	vs := c.Triage(nil, snap, nil)
 	if vs[0].Kind() != Infeasible || vs[1].Kind() != Infeasible || vs[2].Reason != vs[0].Reason {
 		t.Fatalf("verdicts %+v", vs)
 	}
@@ -192,19 +192,19 @@ func TestTriageCachesPerShape(t *testing.T) {
 	}
 	// A drain does not change the shape: nothing is computed again.
 	snap.Nodes[1].Draining, snap.Nodes[1].Eligible = true, false
-	c.Triage(snap, nil)
+	c.Triage(nil, snap, nil)
 	if c.misses != 2 {
 		t.Fatalf("a drain recomputed: %d", c.misses)
 	}
 	// A node joins: re-checked, and the data-parallel group fits now.
 	snap.Nodes = append(snap.Nodes, node("v100b", "ready", group{name: "Tesla V100-SXM2-16GB", n: 8}))
-	vs = c.Triage(snap, nil)
+	vs = c.Triage(nil, snap, nil)
 	if c.misses != 4 || !vs[1].Fits || vs[0].Fits {
 		t.Fatalf("after a node joined: %d computations, verdicts %+v", c.misses, vs)
 	}
 	// A GPU turns unhealthy: re-checked.
 	snap.Nodes[3].Devices[0].Instances[0].Healthy = false
-	vs = c.Triage(snap, nil)
+	vs = c.Triage(nil, snap, nil)
 	if c.misses != 6 || !vs[1].Fits {
 		t.Fatalf("after a GPU failed: %d computations, verdicts %+v", c.misses, vs)
 	}
@@ -235,15 +235,15 @@ func BenchmarkTriage(b *testing.B) {
 	}
 	b.Run("cached", func(b *testing.B) {
 		c := NewChecker(Options{})
-		c.Triage(snap, nil)
+		c.Triage(nil, snap, nil)
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
-			c.Triage(snap, nil)
+			c.Triage(nil, snap, nil)
 		}
 	})
 	b.Run("cold", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
-			NewChecker(Options{}).Triage(snap, nil)
+			NewChecker(Options{}).Triage(nil, snap, nil)
 		}
 	})
 }
@@ -271,8 +271,8 @@ func TestTypes(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := NewChecker(tt.opts)
 			snap.Pending = []cluster.Job{*tt.job}
-			c.Triage(snap, fast)
-			got := c.Types(snap, []*cluster.Job{tt.job}, fast)
+			c.Triage(nil, snap, fast)
+			got := c.Types(nil, snap, []*cluster.Job{tt.job}, fast)
 			if fmt.Sprint(got[0]) != fmt.Sprint(tt.want) {
 				t.Errorf("Types = %v, want %v", got[0], tt.want)
 			}

@@ -201,7 +201,7 @@ func TestMILPMatchesBruteForce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m, st, err := newModel(cfg, snap, ranked, NewPriorPredictor(), cfg.EnergyWeight)
+		m, st, err := newModel(cfg, nil, snap, ranked, NewPriorPredictor(), cfg.EnergyWeight)
 		if err != nil {
 			t.Fatal(err)
 		}

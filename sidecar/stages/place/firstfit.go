@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/hetgpu/hetgpu/model/cluster"
-	"github.com/hetgpu/hetgpu/model/constraint"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
 )
 
@@ -23,9 +22,9 @@ type FirstFit struct {
 }
 
 // Place implements sched.Placer.
-func (f FirstFit) Place(_ context.Context, snap *cluster.Snapshot, ranked []sched.Ranked, pred sched.Predictor) ([]cluster.Decision, sched.PlaceStats, error) {
+func (f FirstFit) Place(_ context.Context, st *sched.RoundState, snap *cluster.Snapshot, ranked []sched.Ranked, pred sched.Predictor) ([]cluster.Decision, sched.PlaceStats, error) {
 	t0 := time.Now()
-	pk := NewPacker(snap)
+	pk := NewPacker(snap).In(st)
 	var out []cluster.Decision
 	for _, r := range ranked {
 		j := r.Job
@@ -70,6 +69,14 @@ type Packer struct {
 	types  []string       // GPU types of the groups, sorted
 	free   int            // GPUs left: a job that needs more cannot fit anywhere
 	byType map[string]int // GPUs left per GPU type
+	rs     *sched.RoundState
+}
+
+// In makes the packer read the jobs' compiled constraints from the round's state (nil:
+// compile afresh) and returns it.
+func (p *Packer) In(st *sched.RoundState) *Packer {
+	p.rs = st
+	return p
 }
 
 type packNode struct {
@@ -107,7 +114,7 @@ func (p *Packer) Fit(j *cluster.Job, canRun func(gpuType string) bool) (d cluste
 	if j.GPUs > p.free {
 		return d, false, nil
 	}
-	cj, err := constraint.CompileJob(j)
+	cj, err := p.rs.Compiled(j)
 	if err != nil {
 		return d, false, err
 	}

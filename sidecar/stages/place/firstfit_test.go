@@ -50,7 +50,7 @@ func TestFirstFit(t *testing.T) {
 			for i := range snap.Pending {
 				ranked[i] = sched.Ranked{Job: &snap.Pending[i]}
 			}
-			ds, _, err := FirstFit{Backfill: c.backfill}.Place(context.Background(), snap, ranked, anyType{})
+			ds, _, err := FirstFit{Backfill: c.backfill}.Place(context.Background(), nil, snap, ranked, anyType{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -283,7 +283,7 @@ func (g *Gavel) Plan(_ context.Context, snap *cluster.Snapshot, ranked []sched.R
 
 // Place implements sched.Placer: at a round boundary the granted jobs start on their granted
 // type; then every waiting job takes free GPUs of its pairs' types, in pair priority order.
-func (g *Gavel) Place(_ context.Context, snap *cluster.Snapshot, ranked []sched.Ranked, pred sched.Predictor) ([]cluster.Decision, sched.PlaceStats, error) {
+func (g *Gavel) Place(_ context.Context, st *sched.RoundState, snap *cluster.Snapshot, ranked []sched.Ranked, pred sched.Predictor) ([]cluster.Decision, sched.PlaceStats, error) {
 	t0 := time.Now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -292,7 +292,7 @@ func (g *Gavel) Place(_ context.Context, snap *cluster.Snapshot, ranked []sched.
 	for _, r := range ranked {
 		waiting[r.Job.Key()] = r.Job
 	}
-	pk := NewPacker(snap)
+	pk := NewPacker(snap).In(st)
 	var out []cluster.Decision
 	fit := func(p *gavelPair) {
 		j := waiting[p.key]

@@ -117,7 +117,7 @@ func TestGavelRound(t *testing.T) {
 	// share, so b gets the V100 and a the K80.
 	snap := &cluster.Snapshot{Now: t0, Nodes: nodes, Pending: []cluster.Job{a, b}}
 	ranked, _ := g.Rank(ctx, snap, pred)
-	ds, _, err := g.Place(ctx, snap, ranked, pred)
+	ds, _, err := g.Place(ctx, nil, snap, ranked, pred)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +144,7 @@ func TestGavelRound(t *testing.T) {
 		t.Fatalf("round 2 preempts %v, want both jobs (each granted the other type)", plan.Preempt)
 	}
 	after := &cluster.Snapshot{Now: at, Nodes: nodes, Pending: []cluster.Job{a, b}}
-	ds, _, _ = g.Place(ctx, after, mustRank(t, g, after, pred), pred)
+	ds, _, _ = g.Place(ctx, nil, after, mustRank(t, g, after, pred), pred)
 	if got := typesOf(ds); got["a"] != "v100" || got["b"] == "v100" {
 		t.Fatalf("round 2 placed %v, want a on v100, b not there", got)
 	}

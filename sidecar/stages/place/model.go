@@ -19,6 +19,8 @@ type model struct {
 	cfg  Config
 	snap *cluster.Snapshot
 	pred sched.Predictor
+	// rs is the round's state (compiled constraints); nil compiles afresh.
+	rs *sched.RoundState
 
 	nodes []nodeInfo
 	units []unitInfo
@@ -159,8 +161,8 @@ func (s *state) clone() *state {
 func allocKey(ns, job string) string { return cluster.JobKey(ns, job) }
 
 // newModel indexes the snapshot and the ranked jobs. lambda is the round's base energy weight.
-func newModel(cfg Config, snap *cluster.Snapshot, ranked []sched.Ranked, pred sched.Predictor, lambda float64) (*model, *state, error) {
-	m := &model{cfg: cfg, snap: snap, pred: pred, typeIdx: map[string]int{}, nsIdx: map[string]int{},
+func newModel(cfg Config, rs *sched.RoundState, snap *cluster.Snapshot, ranked []sched.Ranked, pred sched.Predictor, lambda float64) (*model, *state, error) {
+	m := &model{cfg: cfg, snap: snap, pred: pred, rs: rs, typeIdx: map[string]int{}, nsIdx: map[string]int{},
 		shapes: map[string]*shape{}, nv: map[[2]int]bool{}, groupFeas: map[groupFeasKey]bool{}, lambda: lambda}
 	groupSigs := map[string]int{}
 	st := &state{}
@@ -441,7 +443,7 @@ func (m *model) initJob(ji *jobInfo) error {
 	if m.cfg.HonorMinThroughput {
 		ji.tmin = j.Hetgpu.MinThroughput
 	}
-	cj, err := constraint.CompileJob(j)
+	cj, err := m.rs.Compiled(j)
 	if err != nil {
 		return err
 	}

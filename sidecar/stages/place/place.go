@@ -217,8 +217,8 @@ func (p *Placer) Config() Config {
 }
 
 // Place implements sched.Placer.
-func (p *Placer) Place(ctx context.Context, snap *cluster.Snapshot, ranked []sched.Ranked, pred sched.Predictor) ([]cluster.Decision, sched.PlaceStats, error) {
-	d, s, err := p.PlaceDetailed(ctx, snap, ranked, pred)
+func (p *Placer) Place(ctx context.Context, st *sched.RoundState, snap *cluster.Snapshot, ranked []sched.Ranked, pred sched.Predictor) ([]cluster.Decision, sched.PlaceStats, error) {
+	d, s, err := p.placeDetailed(ctx, st, snap, ranked, pred)
 	return d, s.PlaceStats, err
 }
 
@@ -259,6 +259,11 @@ func meanStd(xs []float64) (float64, float64) {
 
 // PlaceDetailed is Place with the detailed statistics.
 func (p *Placer) PlaceDetailed(ctx context.Context, snap *cluster.Snapshot, ranked []sched.Ranked, pred sched.Predictor) ([]cluster.Decision, Stats, error) {
+	return p.placeDetailed(ctx, nil, snap, ranked, pred)
+}
+
+// placeDetailed is PlaceDetailed reading the jobs' compiled constraints from the round's state.
+func (p *Placer) placeDetailed(ctx context.Context, rs *sched.RoundState, snap *cluster.Snapshot, ranked []sched.Ranked, pred sched.Predictor) ([]cluster.Decision, Stats, error) {
 	start := time.Now()
 	var stats Stats
 	if snap == nil {
@@ -279,7 +284,7 @@ func (p *Placer) PlaceDetailed(ctx context.Context, snap *cluster.Snapshot, rank
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	m, st0, err := newModel(p.cfg, snap, ranked, pred, p.cfg.EnergyWeight)
+	m, st0, err := newModel(p.cfg, rs, snap, ranked, pred, p.cfg.EnergyWeight)
 	if err != nil {
 		return nil, stats, err
 	}

@@ -79,13 +79,13 @@ func BenchmarkPlace64Jobs256GPUs(b *testing.B) {
 // pinning), to compare with the placement's own time above.
 func benchVerify(b *testing.B, spec BenchSpec) {
 	snap, ranked, pred, pl := benchRound(b, spec, Default())
-	ds, _, err := pl.Place(context.Background(), snap, ranked, pred)
+	ds, _, err := pl.Place(context.Background(), nil, snap, ranked, pred)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if err := pl.Verify(snap, ds); err != nil {
+		if err := pl.Verify(nil, snap, ds); err != nil {
 			b.Fatal(err)
 		}
 	}

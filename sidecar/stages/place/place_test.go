@@ -660,7 +660,7 @@ func TestDecisionsExplained(t *testing.T) {
 func TestWarmStartShim(t *testing.T) {
 	snap, _ := RandomSnapshot(BenchSpec{Jobs: 40, GPUs: 64, Types: 2, Seed: 4})
 	ranked, _ := FIFO{}.Rank(context.Background(), snap, nil)
-	m, st, _ := newModel(Default(), snap, ranked, NewPriorPredictor(), 0.3)
+	m, st, _ := newModel(Default(), nil, snap, ranked, NewPriorPredictor(), 0.3)
 	var order []int
 	for ji := 0; ji < m.window; ji++ {
 		if m.jobs[ji].err == nil {
@@ -697,15 +697,15 @@ func TestWarmStartShim(t *testing.T) {
 
 func TestPlaceErrors(t *testing.T) {
 	pl, _ := New(Default(), nil)
-	if _, _, err := pl.Place(context.Background(), nil, nil, nil); err == nil {
+	if _, _, err := pl.Place(context.Background(), nil, nil, nil, nil); err == nil {
 		t.Error("nil snapshot accepted")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, _, err := pl.Place(ctx, &cluster.Snapshot{}, nil, nil); err == nil {
+	if _, _, err := pl.Place(ctx, nil, &cluster.Snapshot{}, nil, nil); err == nil {
 		t.Error("cancelled context ignored")
 	}
-	if _, _, err := pl.Place(context.Background(), &cluster.Snapshot{}, []sched.Ranked{{}}, nil); err == nil {
+	if _, _, err := pl.Place(context.Background(), nil, &cluster.Snapshot{}, []sched.Ranked{{}}, nil); err == nil {
 		t.Error("ranked job nil accepted")
 	}
 	bad := Default()

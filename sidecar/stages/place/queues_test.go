@@ -82,7 +82,7 @@ func TestQueueCapsHoldInEverySolution(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 77))
 			snap.Caps = randomCaps(rng, snap)
 			ranked, _ := FIFO{}.Rank(context.Background(), snap, NewPriorPredictor())
-			ds, _, err := pl.Place(context.Background(), snap, ranked, NewPriorPredictor())
+			ds, _, err := pl.Place(context.Background(), nil, snap, ranked, NewPriorPredictor())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -133,7 +133,7 @@ func TestQueueCapRowsInTheMILP(t *testing.T) {
 		snap.Caps = []cluster.GPUCap{{Name: "queue team-a", Namespaces: []string{"team-a"}, GPUs: capGPUs}}
 		cfg := Default()
 		ranked, _ := FIFO{}.Rank(context.Background(), snap, NewPriorPredictor())
-		m, st, err := newModel(cfg, snap, ranked, NewPriorPredictor(), cfg.EnergyWeight)
+		m, st, err := newModel(cfg, nil, snap, ranked, NewPriorPredictor(), cfg.EnergyWeight)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/hetgpu/hetgpu/model/cluster"
 	"github.com/hetgpu/hetgpu/model/constraint"
+	"github.com/hetgpu/hetgpu/sidecar/sched"
 )
 
 // Verify checks decisions against a snapshot independently of how they were found: every job
@@ -17,6 +18,11 @@ import (
 // sched.Pipeline.RunRound runs it (Placer.Verify) before pinning, in the sidecar and the
 // simulator, and pins nothing of a round it rejects; tests run it on every placement.
 func Verify(snap *cluster.Snapshot, decisions []cluster.Decision, cfg Config) error {
+	return verify(nil, snap, decisions, cfg)
+}
+
+// verify is Verify reading the jobs' compiled constraints from the round's state.
+func verify(rs *sched.RoundState, snap *cluster.Snapshot, decisions []cluster.Decision, cfg Config) error {
 	pending := map[string]*cluster.Job{}
 	for i := range snap.Pending {
 		pending[snap.Pending[i].Key()] = &snap.Pending[i]
@@ -127,7 +133,7 @@ func Verify(snap *cluster.Snapshot, decisions []cluster.Decision, cfg Config) er
 			return fmt.Errorf("job %s decided twice", key)
 		}
 		decided[key] = true
-		cj, err := constraint.CompileJob(j)
+		cj, err := rs.Compiled(j)
 		if err != nil {
 			return fmt.Errorf("job %s was placed although its constraints do not compile: %w", key, err)
 		}
@@ -267,6 +273,6 @@ func Verify(snap *cluster.Snapshot, decisions []cluster.Decision, cfg Config) er
 
 // Verify checks decisions with the placer's own configuration (sched.Verifier): the pipeline
 // calls it before pinning and pins nothing of a round it rejects.
-func (p *Placer) Verify(snap *cluster.Snapshot, decisions []cluster.Decision) error {
-	return Verify(snap, decisions, p.cfg)
+func (p *Placer) Verify(st *sched.RoundState, snap *cluster.Snapshot, decisions []cluster.Decision) error {
+	return verify(st, snap, decisions, p.cfg)
 }

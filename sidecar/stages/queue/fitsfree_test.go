@@ -10,7 +10,7 @@ import (
 func TestFitsLikeFitsFree(t *testing.T) {
 	for _, c := range clustertest.FitCases {
 		snap, j := c.Snapshot()
-		if got, want := newNodeRoom(snap, nil).fits(&j), j.FitsFree(c.Free); got != want {
+		if got, want := newNodeRoom(nil, snap, nil).fits(&j), j.FitsFree(c.Free); got != want {
 			t.Errorf("%v: fits %v, FitsFree %v", c, got, want)
 		}
 	}

@@ -558,7 +558,7 @@ func (s *Set) reclaimable(snap *cluster.Snapshot, r *round) []cluster.Job {
 // queues took the H100 and A100 nodes of modern-mix one GPU at a time and its 8-GPU jobs
 // waited for whole nodes (philly-tenants-2k, auto:0.5: +19.2 % average JCT over the run
 // without queues, -0.8 % with this; README, Queues).
-func (s *Set) Order(snap *cluster.Snapshot, ranked []sched.Ranked) []sched.Ranked {
+func (s *Set) Order(st *sched.RoundState, snap *cluster.Snapshot, ranked []sched.Ranked) []sched.Ranked {
 	if len(ranked) < 2 {
 		return ranked
 	}
@@ -584,14 +584,14 @@ func (s *Set) Order(snap *cluster.Snapshot, ranked []sched.Ranked) []sched.Ranke
 			taken[s.QueueOf(rk.Job.Namespace)] += rk.Job.GPUs
 		}
 	}
-	room := newNodeRoom(snap, s.reclaimable(snap, r))
+	room := newNodeRoom(st, snap, s.reclaimable(snap, r))
 	// capacity is every healthy GPU of the ready nodes, as if none ran: the last resort below
 	// goes only to a job that some node set could hold at all, not to one asking for a GPU
 	// type or count the cluster lacks.
 	var capRoom *nodeRoom
 	capacity := func() *nodeRoom {
 		if capRoom == nil {
-			capRoom = newNodeRoom(&cluster.Snapshot{Now: snap.Now, Nodes: snap.Nodes}, nil)
+			capRoom = newNodeRoom(st, &cluster.Snapshot{Now: snap.Now, Nodes: snap.Nodes}, nil)
 		}
 		return capRoom
 	}

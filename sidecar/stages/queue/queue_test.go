@@ -120,7 +120,7 @@ func TestOrder(t *testing.T) {
 		Running: []cluster.Alloc{alloc("b", "rb", "n", "a100", 0, 6, t0), alloc("c", "rc", "n", "a100", 6, 4, t0)}}
 	pend := func(ns, id string, g int) cluster.Job { return cluster.Job{Namespace: ns, ID: id, Group: "g", GPUs: g} }
 	snap.Pending = []cluster.Job{pend("b", "b-big", 4), pend("c", "c1", 1), pend("b", "b-small", 2), pend("a", "a1", 2), pend("c", "c2", 1)}
-	got := keys(s.Order(snap, ranked(snap.Pending...)))
+	got := keys(s.Order(nil, snap, ranked(snap.Pending...)))
 	// a1: under guarantee; b-big: 6 + 4 > max 8; no usage yet, so the rest keep their order.
 	if want := "a1,c1,b-small,c2,b-big"; got != want {
 		t.Errorf("order %s, want %s", got, want)
@@ -147,7 +147,7 @@ func TestOrder(t *testing.T) {
 	}
 	// Factors sqrt 2 (b) and 1/sqrt 2 (c); positions: b1 0, b2 1.41, b3 2.83, c1 3 x 0.71 = 2.12:
 	// c1 passes b3 but not b2 (with the old factors 2 and 1/2 it passed b2 as well).
-	if got, want := keys(s.Order(snap, ranked(snap.Pending...))), "b1,b2,c1,b3"; got != want {
+	if got, want := keys(s.Order(nil, snap, ranked(snap.Pending...))), "b1,b2,c1,b3"; got != want {
 		t.Errorf("order by share %s, want %s", got, want)
 	}
 }
@@ -247,7 +247,7 @@ func TestOrderFillsTheGuaranteeOnly(t *testing.T) {
 		Running: []cluster.Alloc{alloc("a", "run", "n", "a100", 0, 1, t0)}}
 	snap.Pending = []cluster.Job{pend("b", "b1", 1), pend("a", "a1", 2), pend("b", "b2", 1), pend("a", "a2", 2), pend("a", "a3", 1)}
 	// a holds 1 of 4: a1 (2) fits, a2 (2) would make 5, a3 (1) makes 4.
-	if got, want := keys(s.Order(snap, ranked(snap.Pending...))), "a1,a3,b1,b2,a2"; got != want {
+	if got, want := keys(s.Order(nil, snap, ranked(snap.Pending...))), "a1,a3,b1,b2,a2"; got != want {
 		t.Errorf("order %s, want %s", got, want)
 	}
 }
@@ -275,7 +275,7 @@ func TestRelocatedJobsLead(t *testing.T) {
 			snap.Tenancy = &cluster.Tenancy{Relocated: map[string]bool{"b/moved/g": true}}
 		}
 		out := s.Prepare(snap)
-		if got := keys(s.Order(out, ranked(out.Pending...))); got != tt.order {
+		if got := keys(s.Order(nil, out, ranked(out.Pending...))); got != tt.order {
 			t.Errorf("moved %v: order %s, want %s", tt.moved, got, tt.order)
 		}
 		if got := out.Tenancy.Owed["b"]; got != tt.owedB {
@@ -302,8 +302,8 @@ func TestOrderKeepsRankerPos(t *testing.T) {
 	snap := &cluster.Snapshot{Now: t0, Nodes: []cluster.Node{node("n", "a100", 8)},
 		Pending: []cluster.Job{pend("c", "c1", 1), pend("c", "c2", 1), pend("a", "a1", 2), pend("c", "c3", 1), pend("a", "a2", 2)}}
 	want := map[string]int{"a1": 3, "a2": 5}
-	first := s.Order(snap, ranked(snap.Pending...))
-	for round, out := range [][]sched.Ranked{first, s.Order(snap, first)} {
+	first := s.Order(nil, snap, ranked(snap.Pending...))
+	for round, out := range [][]sched.Ranked{first, s.Order(nil, snap, first)} {
 		if got := keys(out); got != "a1,a2,c1,c2,c3" {
 			t.Fatalf("order %d: %s, want a1,a2,c1,c2,c3", round, got)
 		}

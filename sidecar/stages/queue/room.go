@@ -6,6 +6,7 @@ import (
 
 	"github.com/hetgpu/hetgpu/model/cluster"
 	"github.com/hetgpu/hetgpu/model/constraint"
+	"github.com/hetgpu/hetgpu/sidecar/sched"
 )
 
 // nodeRoom is, per device group of a ready node, the GPUs a job owed its queue's guarantee
@@ -19,6 +20,8 @@ import (
 // and constraints accept: an A100 job does not take tier 0 on a node full of free T4s.
 type nodeRoom struct {
 	groups []roomGroup
+	// rs is the round's state (compiled constraints); nil compiles afresh.
+	rs *sched.RoundState
 }
 
 // roomGroup is one device group's room: the instance IDs still unclaimed this round.
@@ -29,9 +32,9 @@ type roomGroup struct {
 	ids   []string
 }
 
-func newNodeRoom(snap *cluster.Snapshot, borrowed []cluster.Job) *nodeRoom {
+func newNodeRoom(rs *sched.RoundState, snap *cluster.Snapshot, borrowed []cluster.Job) *nodeRoom {
 	free := snap.Free()
-	r := &nodeRoom{}
+	r := &nodeRoom{rs: rs}
 	byNode := map[string][]int{}
 	for _, fg := range free.Groups() {
 		byNode[fg.Node.ID] = append(byNode[fg.Node.ID], len(r.groups))
@@ -121,7 +124,7 @@ func (r *nodeRoom) plan(j *cluster.Job) ([]roomCand, *constraint.Job, bool) {
 	if per > 0 {
 		nodes = (need + per - 1) / per
 	}
-	cj, err := constraint.CompileJob(j)
+	cj, err := r.rs.Compiled(j)
 	if err != nil {
 		cj = nil
 	}

@@ -50,7 +50,7 @@ func TestOrderRoomFitsNodes(t *testing.T) {
 				Running: tt.running, Preemptible: tt.preemptible}
 			snap.Pending = []cluster.Job{tt.big, pend("b", "b1", 1), pend("b", "b2", 1), pend("a", "a1", 1), pend("a", "a2", 1)}
 			snap = s.Prepare(snap.Indexed())
-			if got := keys(s.Order(snap, ranked(snap.Pending...))); got != tt.want {
+			if got := keys(s.Order(nil, snap, ranked(snap.Pending...))); got != tt.want {
 				t.Errorf("order %s, want %s", got, tt.want)
 			}
 		})
@@ -82,7 +82,7 @@ func TestOrderLastResort(t *testing.T) {
 				Running: []cluster.Alloc{alloc("b", "r1", "n1", "a100", 0, 4, t0), alloc("b", "r2", "n2", "a100", 0, 4, t0)},
 				Pending: tt.pending}
 			snap = s.Prepare(snap.Indexed())
-			if got := keys(s.Order(snap, ranked(snap.Pending...))); got != tt.want {
+			if got := keys(s.Order(nil, snap, ranked(snap.Pending...))); got != tt.want {
 				t.Errorf("order %s, want %s", got, tt.want)
 			}
 		})
@@ -158,7 +158,7 @@ func TestOrderRoomGPUTypes(t *testing.T) {
 			snap := &cluster.Snapshot{Now: t0, Nodes: tt.nodes, Running: tt.running, Preemptible: tt.preemptible}
 			snap.Pending = []cluster.Job{tt.first, job("b", "b1", "nvidia/gpu", 8), job("a", "a1", "nvidia/gpu", 1)}
 			snap = s.Prepare(snap.Indexed())
-			if got := keys(s.Order(snap, ranked(snap.Pending...))); got != tt.want {
+			if got := keys(s.Order(nil, snap, ranked(snap.Pending...))); got != tt.want {
 				t.Errorf("order %s, want %s", got, tt.want)
 			}
 		})

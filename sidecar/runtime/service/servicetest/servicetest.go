@@ -73,7 +73,7 @@ func (t *Table) Learned() []cluster.Observation {
 type FirstFit struct{ Pred sched.Predictor }
 
 // Place implements sched.Placer.
-func (f FirstFit) Place(_ context.Context, snap *cluster.Snapshot, ranked []sched.Ranked, pred sched.Predictor) ([]cluster.Decision, sched.PlaceStats, error) {
+func (f FirstFit) Place(_ context.Context, _ *sched.RoundState, snap *cluster.Snapshot, ranked []sched.Ranked, pred sched.Predictor) ([]cluster.Decision, sched.PlaceStats, error) {
 	t0 := time.Now()
 	groups := slices.Clone(snap.Free().Groups())
 	sort.SliceStable(groups, func(a, b int) bool { return Speeds[groups[a].Group.GPUType][0] > Speeds[groups[b].Group.GPUType][0] })
