@@ -109,7 +109,7 @@ type Placer interface {
 // the running jobs to stop so that better-ranked jobs can start or running jobs can move to
 // much faster GPUs, and the order in which the placer takes the queue afterwards.
 type Preemptor interface {
-	Plan(ctx context.Context, snap *cluster.Snapshot, ranked []Ranked, pred Predictor) (Plan, error)
+	Plan(ctx context.Context, st *RoundState, snap *cluster.Snapshot, ranked []Ranked, pred Predictor) (Plan, error)
 }
 
 // Plan is a Preemptor's answer.
@@ -336,7 +336,7 @@ func (p *Pipeline) plan(ctx context.Context, st *RoundState, snap *cluster.Snaps
 	if p.Queues != nil {
 		ranked = p.Queues.Order(st, snap, ranked)
 	}
-	plan, err := p.Preemptor.Plan(ctx, snap, ranked, pred)
+	plan, err := p.Preemptor.Plan(ctx, st, snap, ranked, pred)
 	if err != nil {
 		return Plan{}, fmt.Errorf("preemption plan: %w", err)
 	}

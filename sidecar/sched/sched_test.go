@@ -57,7 +57,7 @@ func (r *byID) Rank(_ context.Context, snap *cluster.Snapshot, _ Predictor) ([]R
 // stopAll preempts every running job the ranker placed before a pending one, plus "refused".
 type stopAll struct{}
 
-func (stopAll) Plan(_ context.Context, snap *cluster.Snapshot, ranked []Ranked, _ Predictor) (Plan, error) {
+func (stopAll) Plan(_ context.Context, _ *RoundState, snap *cluster.Snapshot, ranked []Ranked, _ Predictor) (Plan, error) {
 	var p Plan
 	for i := range snap.Preemptible {
 		j := snap.Preemptible[i]

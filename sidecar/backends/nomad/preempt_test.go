@@ -307,4 +307,11 @@ func TestPreemptibleNotStartedYet(t *testing.T) {
 	if len(snap.Preemptible) != 1 || snap.Preemptible[0].Hetgpu.EstRuntime != want || snap.Preemptible[0].AttainedGPUSeconds != 0 {
 		t.Fatalf("preemptible %+v; want %v left and nothing attained", snap.Preemptible, want)
 	}
+	// The allocation the waiting note reads (FreeSoon): all of it left too, preemptible or
+	// not, so a job waiting behind it says when its GPUs free up before its task started.
+	for _, a := range snap.Running {
+		if a.JobID == "short" && a.Hetgpu.EstRuntime != want {
+			t.Errorf("running allocation not started: %v left, want %v", a.Hetgpu.EstRuntime, want)
+		}
+	}
 }

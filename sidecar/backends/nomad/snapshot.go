@@ -138,12 +138,15 @@ func (b *Backend) snapshotRunning(snap *cluster.Snapshot, shadowOnly map[string]
 			if tg := findGroup(jr.job, a.Group); tg != nil {
 				if an, err := annot.Parse(jr.job.Meta, tg.Meta, a.Group); err == nil {
 					// As for a preemptible group: EstRuntime is what is left of hetgpu.runtime,
-					// read the same way, so a waiting job can say when these GPUs free up.
+					// read the same way, so a waiting job can say when these GPUs free up; an
+					// allocation placed but not started yet has all of it left (under load a
+					// task starts seconds after its placement, and the first waiting note
+					// would say no time at all, e2e TestWaitingJobSaysWhenGPUsFree).
+					var ran time.Duration
 					if !a.Start.IsZero() {
-						b.readRuntime(a.Namespace, &an, max(0, snap.Now.Sub(a.Start)))
-					} else {
-						an.DeclaredRuntime, an.EstRuntime = an.EstRuntime, 0
+						ran = max(0, snap.Now.Sub(a.Start))
 					}
+					b.readRuntime(a.Namespace, &an, ran)
 					ca.Shared, ca.Hetgpu = an.AllowSharing, an
 				}
 			}

@@ -194,7 +194,7 @@ type preemptOnce struct {
 	done bool
 }
 
-func (p *preemptOnce) Plan(_ context.Context, snap *cluster.Snapshot, ranked []sched.Ranked, _ sched.Predictor) (sched.Plan, error) {
+func (p *preemptOnce) Plan(_ context.Context, _ *sched.RoundState, snap *cluster.Snapshot, ranked []sched.Ranked, _ sched.Predictor) (sched.Plan, error) {
 	plan := sched.Plan{Order: ranked}
 	if !p.done && len(snap.Preemptible) == 1 && !snap.Now.Before(p.t0.Add(500*time.Second)) {
 		p.done = true

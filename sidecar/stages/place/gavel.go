@@ -261,7 +261,7 @@ func (g *Gavel) account(snap *cluster.Snapshot) {
 
 // Plan implements sched.Preemptor: at a round boundary, the running jobs not granted the GPU
 // type they run on stop.
-func (g *Gavel) Plan(_ context.Context, snap *cluster.Snapshot, ranked []sched.Ranked, _ sched.Predictor) (sched.Plan, error) {
+func (g *Gavel) Plan(_ context.Context, _ *sched.RoundState, snap *cluster.Snapshot, ranked []sched.Ranked, _ sched.Predictor) (sched.Plan, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	plan := sched.Plan{Order: ranked}

@@ -136,7 +136,7 @@ func TestGavelRound(t *testing.T) {
 		{ID: "b0", Namespace: "default", JobID: "b", Group: "g", NodeID: "v", DeviceIDs: []string{"v-gpu0"}, GPUType: "v100", StartTime: t0},
 	}
 	snap = &cluster.Snapshot{Now: at, Nodes: nodes, Running: running, Preemptible: []cluster.Job{a, b}}
-	plan, err := p.Preemptor.Plan(ctx, snap, mustRank(t, g, withPending(snap, a, b), pred), pred)
+	plan, err := p.Preemptor.Plan(ctx, nil, snap, mustRank(t, g, withPending(snap, a, b), pred), pred)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +151,7 @@ func TestGavelRound(t *testing.T) {
 
 	// Between rounds nothing is preempted.
 	mid := &cluster.Snapshot{Now: at.Add(time.Minute), Nodes: nodes, Running: running, Preemptible: []cluster.Job{a, b}}
-	plan, _ = g.Plan(ctx, mid, mustRank(t, g, withPending(mid, a, b), pred), pred)
+	plan, _ = g.Plan(ctx, nil, mid, mustRank(t, g, withPending(mid, a, b), pred), pred)
 	if len(plan.Preempt) != 0 {
 		t.Fatalf("between rounds preempts %v", plan.Preempt)
 	}

@@ -33,7 +33,6 @@ import (
 	"time"
 
 	"github.com/hetgpu/hetgpu/model/cluster"
-	"github.com/hetgpu/hetgpu/model/constraint"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
 )
 
@@ -123,6 +122,8 @@ type unit struct {
 type spot struct{ unit, gpus int }
 
 type state struct {
+	// rs is the round's state: each job's constraints compiled once (nil compiles afresh).
+	rs    *sched.RoundState
 	units []unit
 	// byInst finds a unit by node ID and instance ID: a node may hold several groups of one GPU
 	// type (a slot group per shared GPU next to its whole GPUs), each counted on its own.
@@ -141,8 +142,9 @@ func (st *state) unitOf(a *cluster.Alloc) (int, bool) {
 }
 
 // Plan implements sched.Preemptor.
-func (p *Planner) Plan(ctx context.Context, snap *cluster.Snapshot, ranked []sched.Ranked, pred sched.Predictor) (sched.Plan, error) {
+func (p *Planner) Plan(ctx context.Context, rs *sched.RoundState, snap *cluster.Snapshot, ranked []sched.Ranked, pred sched.Predictor) (sched.Plan, error) {
 	st := newState(snap)
+	st.rs = rs
 	total := st.gpus()
 	pending := make(map[string]bool, len(snap.Pending))
 	for i := range snap.Pending {
@@ -405,12 +407,12 @@ func newState(snap *cluster.Snapshot) *state {
 }
 
 // feasible marks the units a job's device request and constraints allow, compiled as the
-// placer compiles them (constraint.CompileJob). A constraint or affinity that does not compile
+// placer compiles them (the round state's compiled constraints). A constraint or affinity that does not compile
 // makes every unit infeasible: the placer reports it, and the plan never stops a job for one
 // it cannot judge.
 func (st *state) feasible(j *cluster.Job) []bool {
 	ok := make([]bool, len(st.units))
-	cj, err := constraint.CompileJob(j)
+	cj, err := st.rs.Compiled(j) // once a round, shared with the placer
 	if err != nil {
 		return ok
 	}

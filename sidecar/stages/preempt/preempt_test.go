@@ -347,7 +347,7 @@ func TestPlan(t *testing.T) {
 				t.Fatal(err)
 			}
 			snap := tc.build()
-			plan, err := p.Plan(context.Background(), snap, rankAll(snap, tc.rank...), speeds{"k80": 1, "v100": 3})
+			plan, err := p.Plan(context.Background(), nil, snap, rankAll(snap, tc.rank...), speeds{"k80": 1, "v100": 3})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -92,7 +92,7 @@ func TestOwedQueueReclaimsYoungBorrowedJobs(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			plan, err := p.Plan(context.Background(), snap, rankAll(snap, "waiting", "young"), speeds{"a100": 1})
+			plan, err := p.Plan(context.Background(), nil, snap, rankAll(snap, "waiting", "young"), speeds{"a100": 1})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -150,7 +150,7 @@ func preemptedOnA100(t *testing.T, snap *cluster.Snapshot, order ...string) []st
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan, err := p.Plan(context.Background(), snap, rankAll(snap, order...), speeds{"a100": 1})
+	plan, err := p.Plan(context.Background(), nil, snap, rankAll(snap, order...), speeds{"a100": 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -69,7 +69,7 @@ func TestGuaranteedJobsMoveToMakeRoom(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			plan, err := p.Plan(context.Background(), snap, rankAll(snap, "w", "g", "h", "h2"), speeds{"a100": 1})
+			plan, err := p.Plan(context.Background(), nil, snap, rankAll(snap, "w", "g", "h", "h2"), speeds{"a100": 1})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -114,7 +114,7 @@ func TestSpreadJobRelocation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan, err := p.Plan(context.Background(), snap, rankAll(snap, "w", "g", "g2"), speeds{"a100": 1})
+	plan, err := p.Plan(context.Background(), nil, snap, rankAll(snap, "w", "g", "g2"), speeds{"a100": 1})
 	if err != nil {
 		t.Fatal(err)
 	}

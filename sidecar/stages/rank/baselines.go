@@ -331,7 +331,7 @@ func (l *LAS) Rank(ctx context.Context, snap *cluster.Snapshot, _ sched.Predicto
 
 // Plan implements sched.Preemptor: the running jobs outside the prefix of ranked that fits in
 // the cluster's GPUs are stopped; the waiting jobs keep ranked's order.
-func (l *LAS) Plan(_ context.Context, snap *cluster.Snapshot, ranked []sched.Ranked, _ sched.Predictor) (sched.Plan, error) {
+func (l *LAS) Plan(_ context.Context, _ *sched.RoundState, snap *cluster.Snapshot, ranked []sched.Ranked, _ sched.Predictor) (sched.Plan, error) {
 	running := runningKeys(snap)
 	capacity := gpuCapacity(snap, func(yield func(string) bool) {
 		for _, r := range ranked {

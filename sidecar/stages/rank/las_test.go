@@ -92,7 +92,7 @@ func TestLAS(t *testing.T) {
 			if got := ids(r); !reflect.DeepEqual(got, c.order) {
 				t.Fatalf("order %v, want %v", got, c.order)
 			}
-			plan, err := las.Plan(context.Background(), snap, r, nil)
+			plan, err := las.Plan(context.Background(), nil, snap, r, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
