@@ -17,14 +17,7 @@ func TestRegisteredPoliciesDriveTheService(t *testing.T) {
 	for _, name := range policies.Names() {
 		for _, shadow := range []bool{false, true} {
 			t.Run(name+map[bool]string{false: "", true: "/shadow"}[shadow], func(t *testing.T) {
-				h := servicetest.NewHarness(t, func(c *service.Config, b *nomad.Config) { c.Shadow, b.Shadow = shadow, shadow })
-				st, err := policies.Live(name, policies.Options{Predictor: h.Pred})
-				if err != nil {
-					t.Fatal(err)
-				}
-				h.Stop()
-				h.Stages = &st
-				h.Start()
+				h := servicetest.NewHarness(t, func(c *service.Config, b *nomad.Config) { c.Shadow, b.Shadow = shadow, shadow }, withPolicy(t, name))
 				h.Nomad.Register(servicetest.HeldJob("resnet", 2, 1, nil))
 				h.Nomad.Register(servicetest.HeldJob("small", 1, 1, nil))
 				h.Round()
@@ -47,5 +40,17 @@ func TestRegisteredPoliciesDriveTheService(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// withPolicy is a harness setup that runs the service on the named registered policy, with
+// the harness's predictor, from its first start.
+func withPolicy(t *testing.T, name string) func(*servicetest.Harness) {
+	return func(h *servicetest.Harness) {
+		st, err := policies.Live(name, policies.Options{Predictor: h.Pred})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.Stages = &st
 	}
 }

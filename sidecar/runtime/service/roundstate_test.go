@@ -43,14 +43,7 @@ func TestConstraintsCompiledOncePerRound(t *testing.T) {
 	for _, name := range policies.Names() {
 		t.Run(name, func(t *testing.T) {
 			cc := &compileCounter{round: map[string]int{}}
-			h := servicetest.NewHarness(t, func(c *service.Config, _ *nomad.Config) { c.OnCompile = cc.note })
-			st, err := policies.Live(name, policies.Options{Predictor: h.Pred})
-			if err != nil {
-				t.Fatal(err)
-			}
-			h.Stop()
-			h.Stages = &st
-			h.Start()
+			h := servicetest.NewHarness(t, func(c *service.Config, _ *nomad.Config) { c.OnCompile = cc.note }, withPolicy(t, name))
 			linux := servicetest.HeldJob("linux", 2, 1, nil)
 			linux.TaskGroups[0].Constraints = append(linux.TaskGroups[0].Constraints,
 				&api.Constraint{LTarget: "${attr.kernel.name}", Operand: "=", RTarget: "linux"})
