@@ -143,9 +143,6 @@ type Round struct {
 	// State is the round's state: what its steps computed once and read (compiled
 	// constraints, gangs, predictions).
 	State *RoundState
-
-	// gangs are the gangs of Snapshot.Pending (GangsOf), computed once for the round.
-	gangs Gangs
 }
 
 // Pipeline runs decision rounds against a cluster backend. Its steps run in this order:
@@ -279,7 +276,7 @@ func (p *Pipeline) pin(ctx context.Context, st *RoundState, r *Round) error {
 	if err != nil {
 		return fmt.Errorf("pin %d decisions: %w", len(r.Decisions), err)
 	}
-	r.PartialGangPins = PartialGangPins(r.gangs, r.Pins)
+	r.PartialGangPins = PartialGangPins(st.Gangs(), r.Pins)
 	return nil
 }
 
@@ -453,7 +450,6 @@ func (p *Pipeline) decide(ctx context.Context, st *RoundState, snap *cluster.Sna
 		}
 	}
 	gangs := GangsOf(snap.Pending)
-	r.gangs = gangs
 	st.decided(snap, gangs)
 	ranked = GroupGangs(ranked, gangs)
 	var res *Reservation
