@@ -115,13 +115,15 @@ func ReadJobspec(path string) (*Jobspec, error) {
 }
 
 // ParseJobspec parses an HCL2 jobspec (native syntax; Nomad's JSON job format is not read).
+// Input variables resolve to their defaults, locals to their values, and dynamic blocks expand
+// as Nomad expands them, so validate sees the groups, tasks and devices Nomad would register.
 func ParseJobspec(filename string, src []byte) (*Jobspec, error) {
 	f, diags := hclsyntax.ParseConfig(src, filename, hcl.InitialPos)
 	if diags.HasErrors() {
 		return nil, fmt.Errorf("parse %s: %w", filename, diags)
 	}
 	body := f.Body.(*hclsyntax.Body)
-	r := &reader{src: src, vars: map[string]cty.Value{}}
+	r := &reader{src: src, vars: map[string]cty.Value{}, locals: map[string]cty.Value{}, iters: map[string]cty.Value{}}
 	// Input variables first: their defaults feed var.x references.
 	for _, b := range body.Blocks {
 		if b.Type == "variable" && len(b.Labels) == 1 {
@@ -132,6 +134,7 @@ func ParseJobspec(filename string, src []byte) (*Jobspec, error) {
 			}
 		}
 	}
+	r.readLocals(body)
 	var jobs []*hclsyntax.Block
 	for _, b := range body.Blocks {
 		if b.Type == "job" {
@@ -150,49 +153,39 @@ func ParseJobspec(filename string, src []byte) (*Jobspec, error) {
 	js.Type = r.str(jb.Body, "type").Text
 	js.Meta = r.meta(jb.Body, "")
 	js.Constraints = r.constraints(jb.Body, "constraint")
-	for _, pb := range jb.Body.Blocks {
-		if pb.Type == "parameterized" {
-			js.Parameterized = &SpecParameterized{Payload: r.str(pb.Body, "payload"), Range: pb.DefRange()}
+	r.each(jb.Body, "parameterized", func(_ []string, pb *hclsyntax.Body, rng hcl.Range) {
+		js.Parameterized = &SpecParameterized{Payload: r.str(pb, "payload"), Range: rng}
+	})
+	r.each(jb.Body, "group", func(labels []string, gb *hclsyntax.Body, rng hcl.Range) {
+		if len(labels) != 1 {
+			return
 		}
-	}
-	for _, gb := range jb.Body.Blocks {
-		if gb.Type != "group" || len(gb.Labels) != 1 {
-			continue
-		}
-		g := SpecGroup{Name: gb.Labels[0], Range: gb.DefRange()}
-		var err error
-		if g.Count, err = r.count(gb.Body, "group", g.Name); err != nil {
-			return nil, err
-		}
-		g.Meta = r.meta(gb.Body, g.Name)
-		g.Constraints = r.constraints(gb.Body, "constraint")
-		for _, tb := range gb.Body.Blocks {
-			if tb.Type != "task" || len(tb.Labels) != 1 {
-				continue
+		g := SpecGroup{Name: labels[0], Range: rng}
+		g.Count = r.count(gb, "group", g.Name)
+		g.Meta = r.meta(gb, g.Name)
+		g.Constraints = r.constraints(gb, "constraint")
+		r.each(gb, "task", func(labels []string, tb *hclsyntax.Body, rng hcl.Range) {
+			if len(labels) != 1 {
+				return
 			}
-			t := SpecTask{Name: tb.Labels[0], Driver: r.str(tb.Body, "driver").Text, Range: tb.DefRange()}
-			t.Constraints = r.constraints(tb.Body, "constraint")
-			for _, rb := range tb.Body.Blocks {
-				if rb.Type != "resources" {
-					continue
-				}
-				for _, db := range rb.Body.Blocks {
-					if db.Type != "device" || len(db.Labels) != 1 {
-						continue
+			t := SpecTask{Name: labels[0], Driver: r.str(tb, "driver").Text, Range: rng}
+			t.Constraints = r.constraints(tb, "constraint")
+			r.each(tb, "resources", func(_ []string, rb *hclsyntax.Body, _ hcl.Range) {
+				r.each(rb, "device", func(labels []string, db *hclsyntax.Body, rng hcl.Range) {
+					if len(labels) != 1 {
+						return
 					}
-					d := SpecDevice{Name: db.Labels[0], Range: db.DefRange()}
-					if d.Count, err = r.count(db.Body, "device", d.Name); err != nil {
-						return nil, err
-					}
-					d.Constraints = r.constraints(db.Body, "constraint")
-					d.Affinities = r.constraints(db.Body, "affinity")
+					d := SpecDevice{Name: labels[0], Range: rng}
+					d.Count = r.count(db, "device", d.Name)
+					d.Constraints = r.constraints(db, "constraint")
+					d.Affinities = r.constraints(db, "affinity")
 					t.Devices = append(t.Devices, d)
-				}
-			}
+				})
+			})
 			g.Tasks = append(g.Tasks, t)
-		}
+		})
 		js.Groups = append(js.Groups, g)
-	}
+	})
 	if r.err != nil {
 		return nil, r.err
 	}
@@ -200,29 +193,141 @@ func ParseJobspec(filename string, src []byte) (*Jobspec, error) {
 	return js, nil
 }
 
+// readLocals evaluates the locals blocks. A local may name another written further down, so
+// evaluation repeats until a pass adds nothing; a local validate cannot evaluate (it needs a
+// variable without a default, or a function) stays out and what reads it is not exact.
+func (r *reader) readLocals(body *hclsyntax.Body) {
+	pending := map[string]hclsyntax.Expression{}
+	for _, b := range body.Blocks {
+		if b.Type != "locals" {
+			continue
+		}
+		for name, a := range b.Body.Attributes {
+			pending[name] = a.Expr
+		}
+	}
+	for progress := true; progress && len(pending) > 0; {
+		progress = false
+		for name, expr := range pending {
+			v, d := expr.Value(r.ctx())
+			if d.HasErrors() || !v.IsWhollyKnown() {
+				continue
+			}
+			r.locals[name] = v
+			delete(pending, name)
+			progress = true
+		}
+	}
+}
+
+// each calls fn for every block of type typ in body: those written out, then one per element of
+// each `dynamic "typ"` block, whose content is read with its iterator (typ, or the block's
+// iterator attribute) in scope, as Nomad's parser expands it.
+func (r *reader) each(body *hclsyntax.Body, typ string, fn func(labels []string, body *hclsyntax.Body, rng hcl.Range)) {
+	for _, b := range body.Blocks {
+		switch {
+		case b.Type == typ:
+			fn(b.Labels, b.Body, b.DefRange())
+		case b.Type == "dynamic" && len(b.Labels) == 1 && b.Labels[0] == typ:
+			r.dynamic(b, fn)
+		}
+	}
+}
+
+func (r *reader) dynamic(b *hclsyntax.Block, fn func(labels []string, body *hclsyntax.Body, rng hcl.Range)) {
+	typ := b.Labels[0]
+	where := fmt.Sprintf("%s: dynamic %q", b.DefRange(), typ)
+	var content *hclsyntax.Block
+	for _, cb := range b.Body.Blocks {
+		if cb.Type == "content" {
+			content = cb
+		}
+	}
+	if content == nil {
+		r.fail(fmt.Errorf("%s: expected a content block", where))
+		return
+	}
+	iter := typ
+	if a, ok := b.Body.Attributes["iterator"]; ok {
+		if iter = hcl.ExprAsKeyword(a.Expr); iter == "" {
+			r.fail(fmt.Errorf("%s: iterator = %s: expected a bare name", where, a.Expr.Range().SliceBytes(r.src)))
+			return
+		}
+	}
+	fe, ok := b.Body.Attributes["for_each"]
+	if !ok {
+		r.fail(fmt.Errorf("%s: expected a for_each attribute", where))
+		return
+	}
+	coll, d := fe.Expr.Value(r.ctx())
+	if d.HasErrors() || !coll.IsWhollyKnown() || coll.IsNull() || !coll.CanIterateElements() {
+		r.fail(fmt.Errorf("%s: for_each = %s: expected a list, set or map that validate can evaluate from variables' defaults and locals (it cannot see the blocks this makes otherwise)",
+			where, fe.Expr.Range().SliceBytes(r.src)))
+		return
+	}
+	outer, had := r.iters[iter]
+	defer func() {
+		if had {
+			r.iters[iter] = outer
+		} else {
+			delete(r.iters, iter)
+		}
+	}()
+	for it := coll.ElementIterator(); it.Next(); {
+		k, v := it.Element()
+		r.iters[iter] = cty.ObjectVal(map[string]cty.Value{"key": k, "value": v})
+		var labels []string
+		if la, ok := b.Body.Attributes["labels"]; ok {
+			lv, d := la.Expr.Value(r.ctx())
+			if d.HasErrors() || !lv.IsWhollyKnown() || lv.IsNull() || !lv.CanIterateElements() {
+				r.fail(fmt.Errorf("%s: labels = %s: expected a list of strings", where, la.Expr.Range().SliceBytes(r.src)))
+				return
+			}
+			for li := lv.ElementIterator(); li.Next(); {
+				_, l := li.Element()
+				s, ok := ctyString(l)
+				if !ok {
+					r.fail(fmt.Errorf("%s: labels = %s: expected a list of strings", where, la.Expr.Range().SliceBytes(r.src)))
+					return
+				}
+				labels = append(labels, s)
+			}
+		}
+		fn(labels, content.Body, content.DefRange())
+	}
+}
+
 // count reads the count of a group or device block (1 when absent); what and name say which
 // block in the error.
-func (r *reader) count(body *hclsyntax.Body, what, name string) (int, error) {
+func (r *reader) count(body *hclsyntax.Body, what, name string) int {
 	c := r.str(body, "count")
 	if c.Text == "" {
-		return 1, nil
+		return 1
 	}
 	n, err := strconv.Atoi(c.Text)
 	if err != nil || n < 0 {
-		return 0, fmt.Errorf("%s: %s %q count = %q: expected a non-negative integer", c.Range, what, name, c.Text)
+		r.fail(fmt.Errorf("%s: %s %q count = %q: expected a non-negative integer", c.Range, what, name, c.Text))
+		return 0
 	}
-	return n, nil
+	return n
 }
 
 type reader struct {
-	src  []byte
-	vars map[string]cty.Value
-	err  error
-	dups []MetaDup
+	src    []byte
+	vars   map[string]cty.Value
+	locals map[string]cty.Value
+	// iters are the iterators of the dynamic blocks being expanded (group.key, group.value).
+	iters map[string]cty.Value
+	err   error
+	dups  []MetaDup
 }
 
 func (r *reader) ctx() *hcl.EvalContext {
-	return &hcl.EvalContext{Variables: map[string]cty.Value{"var": cty.ObjectVal(r.vars)}}
+	vars := map[string]cty.Value{"var": cty.ObjectVal(r.vars), "local": cty.ObjectVal(r.locals)}
+	for name, v := range r.iters {
+		vars[name] = v
+	}
+	return &hcl.EvalContext{Variables: vars}
 }
 
 // runtimeRoots are Nomad's runtime interpolation roots, kept verbatim in the job.
@@ -296,14 +401,11 @@ func (r *reader) meta(body *hclsyntax.Body, group string) map[string]Value {
 		}
 		out[k] = v
 	}
-	for _, b := range body.Blocks {
-		if b.Type != "meta" {
-			continue
-		}
-		for name, a := range b.Body.Attributes {
+	r.each(body, "meta", func(_ []string, mb *hclsyntax.Body, _ hcl.Range) {
+		for name, a := range mb.Attributes {
 			put(name, r.value(a.Expr))
 		}
-	}
+	})
 	if a, ok := body.Attributes["meta"]; ok {
 		obj, ok := a.Expr.(*hclsyntax.ObjectConsExpr)
 		if !ok {
@@ -323,27 +425,48 @@ func (r *reader) meta(body *hclsyntax.Body, group string) map[string]Value {
 	return out
 }
 
+// shorthands are the operators a constraint or affinity block may name as an attribute
+// (`distinct_hosts = true`, `regexp = "..."`), in the order Nomad's parser applies them.
+func shorthands(typ string) []string {
+	if typ == "affinity" {
+		return []string{"version", "semver", "regexp", "set_contains_any", "set_contains_all", "set_contains"}
+	}
+	return []string{"version", "semver", "regexp", "set_contains", "distinct_hosts", "distinct_property"}
+}
+
 func (r *reader) constraints(body *hclsyntax.Body, typ string) []SpecConstraint {
 	var out []SpecConstraint
-	for _, b := range body.Blocks {
-		if b.Type != typ {
-			continue
-		}
+	r.each(body, typ, func(_ []string, cb *hclsyntax.Body, rng hcl.Range) {
 		c := SpecConstraint{
-			LTarget: r.str(b.Body, "attribute").Text,
-			Operand: r.str(b.Body, "operator").Text,
-			RTarget: r.str(b.Body, "value").Text,
-			Range:   b.DefRange(),
+			LTarget: r.str(cb, "attribute").Text,
+			Operand: r.str(cb, "operator").Text,
+			RTarget: r.str(cb, "value").Text,
+			Range:   rng,
 		}
-		if w := r.str(b.Body, "weight").Text; w != "" {
+		// Nomad's shorthand attributes set the operator (the last one in Nomad's order wins);
+		// distinct_property names the attribute instead of the value.
+		for _, op := range shorthands(typ) {
+			if v := r.str(cb, op).Text; v != "" {
+				c.Operand = op
+				if op == "distinct_property" {
+					c.LTarget = v
+				} else {
+					c.RTarget = v
+				}
+			}
+		}
+		if c.Operand == "" {
+			c.Operand = HoldOperand // Nomad's default
+		}
+		if w := r.str(cb, "weight").Text; w != "" {
 			n, err := strconv.Atoi(w)
 			if err != nil {
-				r.fail(fmt.Errorf("%s: weight = %q: expected an integer from -100 to 100", b.DefRange(), w))
+				r.fail(fmt.Errorf("%s: weight = %q: expected an integer from -100 to 100", rng, w))
 			}
 			c.Weight = n
 		}
 		out = append(out, c)
-	}
+	})
 	return out
 }
 

@@ -311,6 +311,7 @@ func TestIsGPU(t *testing.T) {
 
 func FuzzParseJobspec(f *testing.F) {
 	f.Add(goodSpec)
+	f.Add(string(dynamicSpec(f)))
 	f.Add(`job "x" { meta = { "hetgpu.batch_size" = "${meta.x}" } }`)
 	f.Add(`job "x" { group "g" { count = 3 task "t" { resources { device "gpu" { count = 2 } } } } }`)
 	f.Fuzz(func(t *testing.T, src string) {

@@ -1,0 +1,156 @@
+package annot
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+)
+
+// dynamicSpec writes its groups with dynamic blocks (testdata/dynamic.nomad.hcl says how).
+func dynamicSpec(t testing.TB) []byte {
+	src, err := os.ReadFile("testdata/dynamic.nomad.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src
+}
+
+func TestParseJobspecDynamicBlocks(t *testing.T) {
+	js, err := ParseJobspec("dyn.nomad.hcl", dynamicSpec(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]SpecGroup{}
+	for _, g := range js.Groups {
+		got[g.Name] = g
+	}
+	if len(js.Groups) != 3 || len(got) != 3 {
+		t.Fatalf("groups = %+v, want lm, resnet18 (from the dynamic block) and static", js.Groups)
+	}
+	for name, batch := range map[string]string{"resnet18": "16", "lm": "20"} {
+		g, ok := got[name]
+		if !ok {
+			t.Fatalf("group %q missing: %+v", name, js.Groups)
+		}
+		if v := g.Meta[KeyBatchSize]; v.Text != batch || !v.Exact {
+			t.Errorf("group %q batch size = %+v, want exact %s (from the iterator's value)", name, v, batch)
+		}
+		if v := g.Meta[KeyModel]; v.Text != "model/"+name || !v.Exact {
+			t.Errorf("group %q model = %+v, want exact model/%s (from the iterator's key)", name, v, name)
+		}
+		if len(g.Tasks) != 1 || len(g.Tasks[0].Devices) != 1 {
+			t.Fatalf("group %q tasks = %+v", name, g.Tasks)
+		}
+		d := g.Tasks[0].Devices[0]
+		if d.Count != 2 || len(d.Constraints) != 1 || d.Constraints[0].RTarget != "16 GiB" ||
+			d.Constraints[0].LTarget != "${device.attr.memory}" || d.Constraints[0].Operand != ">=" {
+			t.Errorf("group %q device = %+v, want 2 GPUs with the constraint from the nested dynamic block", name, d)
+		}
+	}
+	// The iterators are gone after their blocks: a later value naming one is not exact.
+	if len(got["static"].Tasks) != 1 {
+		t.Errorf("static group = %+v", got["static"])
+	}
+	// Check sees the groups Nomad would register: the job-level hold covers both GPU groups.
+	for _, f := range Check(js) {
+		if f.Severity == "error" {
+			t.Errorf("unexpected finding: %s", f)
+		}
+	}
+}
+
+func TestParseJobspecDynamicErrors(t *testing.T) {
+	wrap := func(dyn string) string {
+		return "variable \"nodefault\" {}\njob \"j\" {\n" + dyn + "\n}\n"
+	}
+	for _, tc := range []struct {
+		name, spec string
+		want       []string
+	}{
+		{"no for_each", wrap(`dynamic "group" {
+  labels = ["a"]
+  content {}
+}`), []string{`dynamic "group"`, "expected a for_each attribute"}},
+		{"for_each not evaluable", wrap(`dynamic "group" {
+  for_each = var.nodefault
+  labels   = [group.key]
+  content {}
+}`), []string{`dynamic "group"`, "for_each = var.nodefault", "variables' defaults and locals"}},
+		{"no content", wrap(`dynamic "group" {
+  for_each = ["a"]
+  labels   = [group.value]
+}`), []string{`dynamic "group"`, "expected a content block"}},
+		{"iterator not a name", wrap(`dynamic "group" {
+  for_each = ["a"]
+  iterator = "g"
+  labels   = [group.value]
+  content {}
+}`), []string{`iterator = "g"`, "expected a bare name"}},
+		{"labels not strings", wrap(`dynamic "group" {
+  for_each = ["a"]
+  labels   = [[group.value]]
+  content {}
+}`), []string{"labels = [[group.value]]", "expected a list of strings"}},
+		{"bad count inside", wrap(`dynamic "group" {
+  for_each = ["a"]
+  labels   = [group.value]
+  content {
+    count = "two"
+  }
+}`), []string{`group "a" count = "two"`, "non-negative integer"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseJobspec("bad.nomad.hcl", []byte(tc.spec))
+			if err == nil {
+				t.Fatalf("no error for\n%s", tc.spec)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// TestParseJobspecShorthands: an operator named as an attribute sets the operand as Nomad's
+// parser does; the hold written with the default operator stays the hold.
+func TestParseJobspecShorthands(t *testing.T) {
+	js, err := ReadJobspec("testdata/shorthand.nomad.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type c struct{ l, op, r string }
+	get := func(cs []SpecConstraint) []c {
+		var out []c
+		for _, x := range cs {
+			out = append(out, c{x.LTarget, x.Operand, x.RTarget})
+		}
+		return out
+	}
+	g := js.Groups[0]
+	d := g.Tasks[0].Devices[0]
+	for _, tc := range []struct {
+		what      string
+		got, want []c
+	}{
+		{"job", get(js.Constraints), []c{{HoldAttribute, "=", HoldValue}, {"${attr.kernel.version}", "version", ">= 5.10"}, {"${meta.rack}", "distinct_property", ""}}},
+		{"group", get(g.Constraints), []c{{"", "distinct_hosts", "true"}, {"${attr.unique.hostname}", "regexp", "^gpu-"}}},
+		{"task", get(g.Tasks[0].Constraints), []c{{"${attr.os.name}", "semver", ">= 1.0.0"}}},
+		{"device", get(d.Constraints), []c{{"${device.attr.features}", "set_contains", "nvlink"}}},
+		{"affinity", get(d.Affinities), []c{{"${device.model}", "set_contains_any", "NVIDIA A100-SXM4-40GB,NVIDIA H100"}, {"${device.attr.memory}", ">=", "40 GiB"}}},
+	} {
+		if fmt.Sprint(tc.got) != fmt.Sprint(tc.want) {
+			t.Errorf("%s constraints = %v, want %v", tc.what, tc.got, tc.want)
+		}
+	}
+	if d.Affinities[0].Weight != 50 || d.Affinities[1].Weight != -20 {
+		t.Errorf("affinity weights = %d, %d", d.Affinities[0].Weight, d.Affinities[1].Weight)
+	}
+	for _, f := range Check(js) {
+		if f.Severity == "error" {
+			t.Errorf("unexpected finding: %s", f)
+		}
+	}
+}
