@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/hetgpu/hetgpu/internal/tick"
 	"github.com/hetgpu/hetgpu/plugin/proto/device"
 )
 
@@ -88,15 +89,9 @@ func (m *monitor) run(ctx context.Context) {
 		} else {
 			delay = retryMin
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if _, ok := tick.Sleep(ctx, wait, m.wake); !ok {
 			return
-		case <-m.wake:
-		case <-t.C:
 		}
-		t.Stop()
 	}
 }
 

@@ -58,23 +58,17 @@ func (d *Driver) Fingerprint(_ *drivers.FingerprintRequest, stream grpc.ServerSt
 	}
 	t := time.NewTicker(fingerprintPeriod)
 	defer t.Stop()
-	for {
-		select {
-		case <-stream.Context().Done():
+	return serveStream(d, stream.Context(), t.C, func(time.Time) error {
+		fp := d.fingerprint()
+		if fingerprintEqual(fp, last) {
 			return nil
-		case <-d.ctx.Done():
-			return nil
-		case <-t.C:
-			fp := d.fingerprint()
-			if fingerprintEqual(fp, last) {
-				continue
-			}
-			if err := stream.Send(fp); err != nil {
-				return err
-			}
-			last = fp
 		}
-	}
+		if err := stream.Send(fp); err != nil {
+			return err
+		}
+		last = fp
+		return nil
+	})
 }
 
 func fingerprintEqual(a, b *drivers.FingerprintResponse) bool {

@@ -244,14 +244,20 @@ func (d *Driver) TaskStats(req *drivers.TaskStatsRequest, stream grpc.ServerStre
 func (d *Driver) TaskEvents(_ *drivers.TaskEventsRequest, stream grpc.ServerStreamingServer[drivers.DriverTaskEvent]) error {
 	ch, cancel := d.events.subscribe()
 	defer cancel()
+	return serveStream(d, stream.Context(), ch, stream.Send)
+}
+
+// serveStream calls send with each value of ch until the stream (its context ctx) or the driver
+// ends, which is no error, or send fails, which ends the stream with send's error.
+func serveStream[T any](d *Driver, ctx context.Context, ch <-chan T, send func(T) error) error {
 	for {
 		select {
-		case <-stream.Context().Done():
+		case <-ctx.Done():
 			return nil
 		case <-d.ctx.Done():
 			return nil
-		case ev := <-ch:
-			if err := stream.Send(ev); err != nil {
+		case v := <-ch:
+			if err := send(v); err != nil {
 				return err
 			}
 		}

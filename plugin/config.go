@@ -158,25 +158,26 @@ func assign(dst reflect.Value, v any, path string) error {
 		dst.Set(out)
 		return nil
 	case reflect.String:
-		s, ok := v.(string)
-		if !ok {
-			return &ConfigError{path, v, "a string"}
-		}
-		dst.SetString(s)
-		return nil
+		return assignAs(v, path, "a string", dst.SetString)
 	case reflect.Bool:
-		b, ok := v.(bool)
-		if !ok {
-			return &ConfigError{path, v, "true or false"}
-		}
-		dst.SetBool(b)
-		return nil
+		return assignAs(v, path, "true or false", dst.SetBool)
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
 		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64,
 		reflect.Float32, reflect.Float64:
 		return assignNumber(dst, v, path)
 	}
 	return fmt.Errorf("plugin: config field %q has unsupported Go type %s", path, dst.Type())
+}
+
+// assignAs sets a value decoded as a T with set; any other value is a ConfigError that says
+// what was wanted.
+func assignAs[T any](v any, path, want string, set func(T)) error {
+	x, ok := v.(T)
+	if !ok {
+		return &ConfigError{path, v, want}
+	}
+	set(x)
+	return nil
 }
 
 func fieldName(f reflect.StructField) string {

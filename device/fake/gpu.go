@@ -114,46 +114,40 @@ func (g *GPU) pciInfo() nvml.PciInfo {
 	return nvml.PciInfo{Domain: dom, Bus: bus, Device: dev, PciDeviceId: g.model.PciDeviceID, BusId: busID(nv)}
 }
 
+// lock takes the fleet's lock for an NVML query of kind and says what the query returns
+// (SetError's error for kind, else SUCCESS); the caller unlocks.
+func (g *GPU) lock(kind string) (unlock func(), r nvml.Return) {
+	g.fleet.mu.Lock()
+	return g.fleet.mu.Unlock, g.errFor(kind)
+}
+
+// answer is an NVML query of kind that returns what reads, under the fleet's lock.
+func answer[T any](g *GPU, kind string, what func() T) func() (T, nvml.Return) {
+	return func() (T, nvml.Return) {
+		unlock, r := g.lock(kind)
+		defer unlock()
+		return what(), r
+	}
+}
+
 func (g *GPU) setFuncs() {
 	f, d, m := g.fleet, g.dev, g.model
-	lock := func(query string) (func(), nvml.Return) {
-		f.mu.Lock()
-		return f.mu.Unlock, g.errFor(query)
-	}
-	d.GetNameFunc = func() (string, nvml.Return) {
-		unlock, r := lock("identity")
-		defer unlock()
-		return m.Name, r
-	}
-	d.GetUUIDFunc = func() (string, nvml.Return) {
-		unlock, r := lock("identity")
-		defer unlock()
-		return d.UUID, r
-	}
+	d.GetNameFunc = answer(g, "identity", func() string { return m.Name })
+	d.GetUUIDFunc = answer(g, "identity", func() string { return d.UUID })
 	d.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {
-		unlock, r := lock("memory")
+		unlock, r := g.lock("memory")
 		defer unlock()
 		total := g.memTotalMiB << 20
 		used := g.memUsedMiB << 20
 		return nvml.Memory{Total: total, Used: used, Free: total - used}, r
 	}
-	d.GetBAR1MemoryInfoFunc = func() (nvml.BAR1Memory, nvml.Return) {
-		unlock, r := lock("memory")
-		defer unlock()
-		return nvml.BAR1Memory{Bar1Total: m.BAR1MiB << 20, Bar1Free: m.BAR1MiB << 20}, r
-	}
-	d.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) {
-		unlock, r := lock("pcie")
-		defer unlock()
-		return g.pciInfo(), r
-	}
-	d.GetNumGpuCoresFunc = func() (int, nvml.Return) {
-		unlock, r := lock("identity")
-		defer unlock()
-		return m.SMs * arch.CoresPerSM(m.CCMajor, m.CCMinor), r
-	}
+	d.GetBAR1MemoryInfoFunc = answer(g, "memory", func() nvml.BAR1Memory {
+		return nvml.BAR1Memory{Bar1Total: m.BAR1MiB << 20, Bar1Free: m.BAR1MiB << 20}
+	})
+	d.GetPciInfoFunc = answer(g, "pcie", func() nvml.PciInfo { return g.pciInfo() })
+	d.GetNumGpuCoresFunc = answer(g, "identity", func() int { return m.SMs * arch.CoresPerSM(m.CCMajor, m.CCMinor) })
 	d.GetMaxClockInfoFunc = func(c nvml.ClockType) (uint32, nvml.Return) {
-		unlock, r := lock("clocks")
+		unlock, r := g.lock("clocks")
 		defer unlock()
 		if c == nvml.CLOCK_MEM {
 			return m.MaxMemMHz, r
@@ -161,7 +155,7 @@ func (g *GPU) setFuncs() {
 		return m.MaxSMMHz, r
 	}
 	d.GetClockInfoFunc = func(c nvml.ClockType) (uint32, nvml.Return) {
-		unlock, r := lock("clocks")
+		unlock, r := g.lock("clocks")
 		defer unlock()
 		if c == nvml.CLOCK_MEM {
 			return m.MaxMemMHz, r
@@ -169,24 +163,14 @@ func (g *GPU) setFuncs() {
 		// Idle GPUs drop to a base clock; busy ones boost.
 		return uint32(float64(m.MaxSMMHz) * (0.3 + 0.7*min(1, g.util*4))), r
 	}
-	d.GetMemoryBusWidthFunc = func() (uint32, nvml.Return) {
-		unlock, r := lock("identity")
-		defer unlock()
-		return m.BusWidth, r
-	}
-	pcie := func(v int) func() (int, nvml.Return) {
-		return func() (int, nvml.Return) {
-			unlock, r := lock("pcie")
-			defer unlock()
-			return v, r
-		}
-	}
+	d.GetMemoryBusWidthFunc = answer(g, "identity", func() uint32 { return m.BusWidth })
+	pcie := func(v int) func() (int, nvml.Return) { return answer(g, "pcie", func() int { return v }) }
 	d.GetMaxPcieLinkGenerationFunc = pcie(m.PCIeGen)
 	d.GetCurrPcieLinkGenerationFunc = pcie(m.PCIeGen)
 	d.GetMaxPcieLinkWidthFunc = pcie(m.PCIeWidth)
 	d.GetCurrPcieLinkWidthFunc = pcie(m.PCIeWidth)
 	d.GetNvLinkStateFunc = func(link int) (nvml.EnableState, nvml.Return) {
-		unlock, r := lock("topology")
+		unlock, r := g.lock("topology")
 		defer unlock()
 		if r != nvml.SUCCESS {
 			return 0, r
@@ -200,7 +184,7 @@ func (g *GPU) setFuncs() {
 		return nvml.FEATURE_ENABLED, nvml.SUCCESS
 	}
 	d.GetNvLinkRemoteDeviceTypeFunc = func(link int) (nvml.IntNvLinkDeviceType, nvml.Return) {
-		unlock, r := lock("topology")
+		unlock, r := g.lock("topology")
 		defer unlock()
 		if m.NVSwitch {
 			return nvml.NVLINK_DEVICE_TYPE_SWITCH, r
@@ -208,7 +192,7 @@ func (g *GPU) setFuncs() {
 		return nvml.NVLINK_DEVICE_TYPE_GPU, r
 	}
 	d.GetNvLinkRemotePciInfoFunc = func(link int) (nvml.PciInfo, nvml.Return) {
-		unlock, r := lock("topology")
+		unlock, r := g.lock("topology")
 		defer unlock()
 		if r != nvml.SUCCESS {
 			return nvml.PciInfo{}, r
@@ -224,7 +208,7 @@ func (g *GPU) setFuncs() {
 		return g.peers[link].pciInfo(), nvml.SUCCESS
 	}
 	d.GetNumaNodeIdFunc = func() (int, nvml.Return) {
-		unlock, r := lock("topology")
+		unlock, r := g.lock("topology")
 		defer unlock()
 		// The first half of a box hangs off socket 0, the second half off socket 1.
 		if g.boxSize > 1 && g.inBox >= (g.boxSize+1)/2 {
@@ -233,7 +217,7 @@ func (g *GPU) setFuncs() {
 		return 0, r
 	}
 	d.GetTopologyCommonAncestorFunc = func(other nvml.Device) (nvml.GpuTopologyLevel, nvml.Return) {
-		unlock, r := lock("topology")
+		unlock, r := g.lock("topology")
 		defer unlock()
 		var o *GPU
 		for _, x := range f.gpus {
@@ -256,43 +240,33 @@ func (g *GPU) setFuncs() {
 		return nvml.TOPOLOGY_SYSTEM, nvml.SUCCESS
 	}
 	limit := func(get func() uint32) func() (uint32, nvml.Return) {
-		return func() (uint32, nvml.Return) {
-			unlock, r := lock("power")
-			defer unlock()
-			return get() * 1000, r
-		}
+		return answer(g, "power", func() uint32 { return get() * 1000 })
 	}
 	d.GetPowerManagementLimitFunc = limit(func() uint32 { return g.powerLimitW })
 	d.GetEnforcedPowerLimitFunc = limit(func() uint32 { return g.powerLimitW })
 	d.GetPowerManagementDefaultLimitFunc = limit(func() uint32 { return uint32(g.ds.TDPW) })
 	d.GetPowerManagementLimitConstraintsFunc = func() (uint32, uint32, nvml.Return) {
-		unlock, r := lock("power")
+		unlock, r := g.lock("power")
 		defer unlock()
 		return m.MinPowerW * 1000, uint32(g.ds.TDPW) * 1000, r
 	}
-	d.GetPowerUsageFunc = func() (uint32, nvml.Return) {
-		unlock, r := lock("power")
-		defer unlock()
-		return uint32(g.powerW() * 1000), r
-	}
+	d.GetPowerUsageFunc = answer(g, "power", func() uint32 { return uint32(g.powerW() * 1000) })
 	d.GetTotalEnergyConsumptionFunc = func() (uint64, nvml.Return) {
-		unlock, r := lock("energy")
+		unlock, r := g.lock("energy")
 		defer unlock()
 		g.integrate(f.now())
 		return uint64(g.energyMJ), r
 	}
 	d.GetTemperatureFunc = func(nvml.TemperatureSensors) (uint32, nvml.Return) {
-		unlock, r := lock("temperature")
+		unlock, r := g.lock("temperature")
 		defer unlock()
 		return uint32(32 + 45*g.util), r
 	}
-	d.GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) {
-		unlock, r := lock("utilization")
-		defer unlock()
-		return nvml.Utilization{Gpu: uint32(g.util*100 + 0.5), Memory: uint32(g.memUtil*100 + 0.5)}, r
-	}
+	d.GetUtilizationRatesFunc = answer(g, "utilization", func() nvml.Utilization {
+		return nvml.Utilization{Gpu: uint32(g.util*100 + 0.5), Memory: uint32(g.memUtil*100 + 0.5)}
+	})
 	d.GetProcessUtilizationFunc = func(lastSeen uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
-		unlock, r := lock("utilization")
+		unlock, r := g.lock("utilization")
 		defer unlock()
 		if r != nvml.SUCCESS {
 			return nil, r
@@ -312,7 +286,7 @@ func (g *GPU) setFuncs() {
 		return out, nvml.SUCCESS
 	}
 	reasons := func() (uint64, nvml.Return) {
-		unlock, r := lock("clocks")
+		unlock, r := g.lock("clocks")
 		defer unlock()
 		if g.util == 0 {
 			return nvml.ClocksEventReasonGpuIdle, r
@@ -325,7 +299,7 @@ func (g *GPU) setFuncs() {
 	d.GetCurrentClocksEventReasonsFunc = reasons
 	d.GetCurrentClocksThrottleReasonsFunc = reasons
 	d.GetEccModeFunc = func() (nvml.EnableState, nvml.EnableState, nvml.Return) {
-		unlock, r := lock("ecc")
+		unlock, r := g.lock("ecc")
 		defer unlock()
 		// Consumer-class memory (GDDR on T4/A10/L4) ships with ECC off by default.
 		if m.Key == "T4" || m.Key == "A10" || m.Key == "L4" {
@@ -334,7 +308,7 @@ func (g *GPU) setFuncs() {
 		return nvml.FEATURE_ENABLED, nvml.FEATURE_ENABLED, r
 	}
 	d.GetTotalEccErrorsFunc = func(nvml.MemoryErrorType, nvml.EccCounterType) (uint64, nvml.Return) {
-		unlock, r := lock("ecc")
+		unlock, r := g.lock("ecc")
 		defer unlock()
 		return 0, r
 	}
@@ -361,7 +335,7 @@ func (g *GPU) setFuncs() {
 		return 7, nvml.SUCCESS
 	}
 	d.GetMigDeviceHandleByIndexFunc = func(i int) (nvml.Device, nvml.Return) {
-		unlock, r := lock("handle")
+		unlock, r := g.lock("handle")
 		defer unlock()
 		if r != nvml.SUCCESS {
 			return nil, r

@@ -59,35 +59,21 @@ func (g *GPU) enableMIG(profiles []string, seed string) error {
 
 func (g *GPU) addMIG(p nvml.GpuInstanceProfileInfo, i int, seed string) {
 	md := &migDevice{dev: &mockDevice{}, profile: p, uuid: deterministicUUID("MIG", seed, g.index, i, ProfileName(p))}
-	f, parent := g.fleet, g.h
+	parent := g.h
 	name := g.model.Name + " MIG " + ProfileName(p)
-	lock := func(query string) (func(), nvml.Return) {
-		f.mu.Lock()
-		return f.mu.Unlock, g.errFor(query)
-	}
 	d := md.dev
 	d.IsMigDeviceHandleFunc = func() (bool, nvml.Return) { return true, nvml.SUCCESS }
 	d.GetDeviceHandleFromMigDeviceHandleFunc = func() (nvml.Device, nvml.Return) { return parent, nvml.SUCCESS }
-	d.GetUUIDFunc = func() (string, nvml.Return) {
-		unlock, r := lock("identity")
-		defer unlock()
-		return md.uuid, r
-	}
-	d.GetNameFunc = func() (string, nvml.Return) {
-		unlock, r := lock("identity")
-		defer unlock()
-		return name, r
-	}
+	d.GetUUIDFunc = answer(g, "identity", func() string { return md.uuid })
+	d.GetNameFunc = answer(g, "identity", func() string { return name })
 	d.GetGpuInstanceIdFunc = func() (int, nvml.Return) { return i, nvml.SUCCESS }
 	d.GetComputeInstanceIdFunc = func() (int, nvml.Return) { return 0, nvml.SUCCESS }
-	d.GetAttributesFunc = func() (nvml.DeviceAttributes, nvml.Return) {
-		unlock, r := lock("identity")
-		defer unlock()
+	d.GetAttributesFunc = answer(g, "identity", func() nvml.DeviceAttributes {
 		return nvml.DeviceAttributes{MultiprocessorCount: p.MultiprocessorCount, GpuInstanceSliceCount: p.SliceCount,
-			ComputeInstanceSliceCount: p.SliceCount, MemorySizeMB: p.MemorySizeMB}, r
-	}
+			ComputeInstanceSliceCount: p.SliceCount, MemorySizeMB: p.MemorySizeMB}
+	})
 	d.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {
-		unlock, r := lock("memory")
+		unlock, r := g.lock("memory")
 		defer unlock()
 		total := p.MemorySizeMB << 20
 		return nvml.Memory{Total: total, Free: total}, r

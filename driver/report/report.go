@@ -27,6 +27,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/hetgpu/hetgpu/internal/tick"
 	"github.com/hetgpu/hetgpu/model/cluster"
 )
 
@@ -184,28 +185,14 @@ func (r *Reporter) Run(ctx context.Context) {
 			// nanoseconds that Nomad re-logs as a float ("1.6688645394e+10").
 			r.cfg.Logger.Warn("sidecar unreachable; observations stay spooled", "error", err, "retry_in", wait.String())
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		kicked, ok := tick.Sleep(ctx, wait, r.kick)
+		if !ok {
 			return
-		case <-r.kick:
-			t.Stop()
-			// A new record while backing off waits for the backoff; when idle, go now.
-			if backoff > 0 {
-				r.sleep(ctx, backoff)
-			}
-		case <-t.C:
 		}
-	}
-}
-
-func (r *Reporter) sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
+		// A new record while backing off waits for the backoff; when idle, go now.
+		if kicked && backoff > 0 {
+			tick.Sleep(ctx, backoff, nil)
+		}
 	}
 }
 

@@ -27,3 +27,18 @@ func Every(ctx context.Context, period time.Duration, fn func()) {
 		fn()
 	}
 }
+
+// Sleep waits d, or less when wake has a value first (woken; a nil wake never has one). It
+// reports false, at once, when ctx ends first.
+func Sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) (woken, ok bool) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false, false
+	case <-wake:
+		return true, true
+	case <-t.C:
+		return false, true
+	}
+}

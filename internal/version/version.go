@@ -71,3 +71,14 @@ func IsVersionFlag(args []string) bool {
 	}
 	return false
 }
+
+// AnswerVersionFlag prints "<binary> <version>" on stdout when args (os.Args[1:]) ask a plugin
+// binary for its version (IsVersionFlag), and reports whether they did: the binary then exits
+// instead of serving.
+func AnswerVersionFlag(binary string, args []string) bool {
+	if !IsVersionFlag(args) {
+		return false
+	}
+	fmt.Printf("%s %s\n", binary, String())
+	return true
+}

@@ -441,6 +441,18 @@ type EstimateModel struct {
 // MaxEstimateSigma bounds EstimateModel.Sigma (a factor of e^3 = 20 either way at one sigma).
 const MaxEstimateSigma = 3
 
+// SigmaSetting is the log-normal spread of estimate errors that a setting set means: def when it
+// is zero (unset), none (0: exact estimates) when it is negative, else set itself.
+func SigmaSetting(set, def float64) float64 {
+	switch {
+	case set < 0:
+		return 0
+	case set == 0:
+		return def
+	}
+	return set
+}
+
 // Unestimated is the expected time left of a running job without an estimate that has run
 // for ran: as long again (the Lindy rule, apt for heavy-tailed training times), at least
 // MinRemainingEstimate.

@@ -520,30 +520,23 @@ func splitSet(s string) []string {
 	return parts
 }
 
-func setContainsAll(l, r string) bool {
-	have := map[string]bool{}
-	for _, p := range splitSet(l) {
-		have[p] = true
-	}
-	for _, p := range splitSet(r) {
-		if !have[p] {
-			return false
-		}
-	}
-	return true
-}
+func setContainsAll(l, r string) bool { return setContains(l, r, true) }
 
-func setContainsAny(l, r string) bool {
+func setContainsAny(l, r string) bool { return setContains(l, r, false) }
+
+// setContains reports whether the comma-separated set l holds every element of the set r (all)
+// or at least one of them (not all).
+func setContains(l, r string, all bool) bool {
 	have := map[string]bool{}
 	for _, p := range splitSet(l) {
 		have[p] = true
 	}
 	for _, p := range splitSet(r) {
-		if have[p] {
-			return true
+		if have[p] != all {
+			return !all
 		}
 	}
-	return false
+	return all
 }
 
 // semverConstraint is Nomad's semver operator: comma-separated "<op> <version>" terms with ops

@@ -19,6 +19,7 @@
 package history
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"strconv"
@@ -93,27 +94,13 @@ func (c Config) Validate() error {
 }
 
 func (c Config) withDefaults() Config {
-	if c.Window == 0 {
-		c.Window = DefaultWindow
-	}
-	if c.PriorMedian == 0 {
-		c.PriorMedian = DefaultPriorMedian
-	}
-	if c.PriorSigma == 0 {
-		c.PriorSigma = DefaultPriorSigma
-	}
-	if c.PriorRuns == 0 {
-		c.PriorRuns = DefaultPriorRuns
-	}
-	if c.LevelRuns == 0 {
-		c.LevelRuns = DefaultLevelRuns
-	}
-	if c.MinSigma == 0 {
-		c.MinSigma = DefaultMinSigma
-	}
-	if c.Explore == 0 {
-		c.Explore = DefaultExplore
-	}
+	c.Window = cmp.Or(c.Window, DefaultWindow)
+	c.PriorMedian = cmp.Or(c.PriorMedian, DefaultPriorMedian)
+	c.PriorSigma = cmp.Or(c.PriorSigma, DefaultPriorSigma)
+	c.PriorRuns = cmp.Or(c.PriorRuns, DefaultPriorRuns)
+	c.LevelRuns = cmp.Or(c.LevelRuns, DefaultLevelRuns)
+	c.MinSigma = cmp.Or(c.MinSigma, DefaultMinSigma)
+	c.Explore = cmp.Or(c.Explore, DefaultExplore)
 	return c
 }
 

@@ -76,9 +76,24 @@ func ValidateWindows() []string { return []string{"validate-0", "validate-1", "v
 // HeldOutWindows: see TrainWindows.
 func HeldOutWindows() []string { return []string{"heldout-0", "heldout-1", "heldout-2"} }
 
+// combined are the bundled traces made of others (merged, relabelled, cut short or laid end to
+// end), with their one-line docs; Bundled builds them.
+var combined = []struct{ name, doc string }{
+	{"philly-15k", "all 15 Gavel msr traces merged: 15,264 Philly-derived jobs"},
+	{"philly-tenants", "philly-15k with each job in the namespace of its Philly virtual cluster (vc-<id>): 15 tenants"},
+	{"philly-tenants-2k", "the first 2,000 arrivals of philly-tenants: the 15 virtual clusters' first jobs, side by side"},
+	{"philly-tenants-500", "the first 500 arrivals of philly-tenants: a quick slice of philly-tenants-2k"},
+	{"train", "train-0..7 laid end to end"},
+	{"validate", "validate-0..2 laid end to end"},
+	{"heldout", "heldout-0..2 laid end to end"},
+}
+
 // BundledNames lists every name bundled: accepts, sorted.
 func BundledNames() []string {
-	out := []string{"philly-15k", "philly-tenants", "philly-tenants-2k", "philly-tenants-500", "train", "validate", "heldout"}
+	var out []string
+	for _, c := range combined {
+		out = append(out, c.name)
+	}
 	for _, vc := range msrVCs {
 		out = append(out, "msr-"+vc)
 	}
@@ -91,23 +106,13 @@ func BundledNames() []string {
 
 // BundledDoc describes a bundled trace in one line.
 func BundledDoc(name string) string {
-	switch {
-	case name == "philly-15k":
-		return "all 15 Gavel msr traces merged: 15,264 Philly-derived jobs"
-	case name == "philly-tenants":
-		return "philly-15k with each job in the namespace of its Philly virtual cluster (vc-<id>): 15 tenants"
-	case name == "philly-tenants-2k":
-		return "the first 2,000 arrivals of philly-tenants: the 15 virtual clusters' first jobs, side by side"
-	case name == "philly-tenants-500":
-		return "the first 500 arrivals of philly-tenants: a quick slice of philly-tenants-2k"
-	case name == "train":
-		return "train-0..7 laid end to end"
-	case name == "validate":
-		return "validate-0..2 laid end to end"
-	case name == "heldout":
-		return "heldout-0..2 laid end to end"
-	case strings.HasPrefix(name, "msr-"):
-		return "Gavel msr trace of Philly VC " + strings.TrimPrefix(name, "msr-")
+	for _, c := range combined {
+		if c.name == name {
+			return c.doc
+		}
+	}
+	if vc, ok := strings.CutPrefix(name, "msr-"); ok {
+		return "Gavel msr trace of Philly VC " + vc
 	}
 	for _, w := range windows() {
 		if w.name == name {

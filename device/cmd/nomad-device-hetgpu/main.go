@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -16,8 +15,7 @@ import (
 
 func main() {
 	// Run by hand with --version it says which release it is instead of serving.
-	if version.IsVersionFlag(os.Args[1:]) {
-		fmt.Printf("%s %s\n", "nomad-device-hetgpu", version.String())
+	if version.AnswerVersionFlag("nomad-device-hetgpu", os.Args[1:]) {
 		return
 	}
 	// The logger comes first: go-plugin replaces os.Stderr after the handshake.

@@ -3,7 +3,6 @@
 package main
 
 import (
-	"fmt"
 	"os"
 
 	"github.com/hetgpu/hetgpu/driver"
@@ -14,8 +13,7 @@ import (
 
 func main() {
 	// Run by hand with --version it says which release it is instead of serving.
-	if version.IsVersionFlag(os.Args[1:]) {
-		fmt.Printf("%s %s\n", "nomad-driver-hetgpu", version.String())
+	if version.AnswerVersionFlag("nomad-driver-hetgpu", os.Args[1:]) {
 		return
 	}
 	// Shim mode first: it must not touch go-plugin or write a handshake.

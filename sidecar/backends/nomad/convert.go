@@ -332,29 +332,13 @@ func pendingJob(job *api.Job, tg *api.TaskGroup, submit time.Time) (cluster.Job,
 	// A preempted checkpointing group resumes: what it ran counts as attained service, and
 	// the snapshot ranks it by what is left of its runtime (Backend.remaining).
 	out.AttainedGPUSeconds = a.Ran.Seconds() * float64(out.GPUs)
-	var cs []*api.Constraint
-	cs = append(cs, job.Constraints...)
-	cs = append(cs, tg.Constraints...)
-	for _, t := range tg.Tasks {
-		if t != nil {
-			cs = append(cs, t.Constraints...)
-		}
-	}
-	for _, c := range cs {
+	for _, c := range everyLevel(job.Constraints, tg.Constraints, tg.Tasks, func(t *api.Task) []*api.Constraint { return t.Constraints }) {
 		if c == nil || isHoldC(c) {
 			continue
 		}
 		out.Constraints = append(out.Constraints, cluster.Constraint{LTarget: c.LTarget, RTarget: c.RTarget, Operand: c.Operand})
 	}
-	var as []*api.Affinity
-	as = append(as, job.Affinities...)
-	as = append(as, tg.Affinities...)
-	for _, t := range tg.Tasks {
-		if t != nil {
-			as = append(as, t.Affinities...)
-		}
-	}
-	for _, a := range as {
+	for _, a := range everyLevel(job.Affinities, tg.Affinities, tg.Tasks, func(t *api.Task) []*api.Affinity { return t.Affinities }) {
 		if a != nil {
 			out.Affinities = append(out.Affinities, convertAffinity(a))
 		}
@@ -371,6 +355,20 @@ func pendingJob(job *api.Job, tg *api.TaskGroup, submit time.Time) (cluster.Job,
 		out.Constraints = append(out.Constraints, cluster.Constraint{LTarget: "${node.pool}", Operand: "=", RTarget: pool})
 	}
 	return out, nil
+}
+
+// everyLevel lists what a job, one of its groups and the group's tasks declare, in that order
+// (Nomad applies a job's and a group's constraints and affinities to the group's tasks).
+func everyLevel[T any](job, group []T, tasks []*api.Task, ofTask func(*api.Task) []T) []T {
+	var out []T
+	out = append(out, job...)
+	out = append(out, group...)
+	for _, t := range tasks {
+		if t != nil {
+			out = append(out, ofTask(t)...)
+		}
+	}
+	return out
 }
 
 // globsRegexp turns Nomad datacenter globs ("dc*", "eu-?") into one anchored regexp.

@@ -113,15 +113,7 @@ type Estimates struct {
 	Hindsight bool
 }
 
-func (e Estimates) sigma() float64 {
-	switch {
-	case e.Sigma < 0:
-		return 0
-	case e.Sigma == 0:
-		return DefaultEstimateSigma
-	}
-	return e.Sigma
-}
+func (e Estimates) sigma() float64 { return cluster.SigmaSetting(e.Sigma, DefaultEstimateSigma) }
 
 // Factor is the job's fixed estimate error.
 func (e Estimates) Factor(key string) float64 {

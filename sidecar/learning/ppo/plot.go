@@ -8,6 +8,8 @@ import (
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
+
+	"github.com/hetgpu/hetgpu/internal/figure"
 )
 
 // PlotCurve writes the learning curve (mean rollout reward per epoch with its min-max band, and
@@ -17,11 +19,7 @@ func PlotCurve(curve []EpochStats, title, path string) error {
 	if len(curve) == 0 {
 		return errors.New("learning curve: no epochs to plot")
 	}
-	p := plot.New()
-	p.Title.Text = title
-	p.X.Label.Text = "epoch"
-	p.Y.Label.Text = "reward (log ratio of the score, baseline / policy)"
-	p.Add(plotter.NewGrid())
+	p := figure.New(title, "epoch", "reward (log ratio of the score, baseline / policy)")
 	mean := make(plotter.XYs, len(curve))
 	lo := make(plotter.XYs, len(curve))
 	hi := make(plotter.XYs, len(curve))
@@ -53,7 +51,6 @@ func PlotCurve(curve []EpochStats, title, path string) error {
 	}
 	// Head room for the legend.
 	p.Y.Max += 0.25 * (p.Y.Max - p.Y.Min)
-	p.Legend.Top = true
 	p.Legend.Left = false
 	if err := p.Save(7*vg.Inch, 4*vg.Inch, path); err != nil {
 		return fmt.Errorf("learning curve %s: %w", path, err)

@@ -73,8 +73,8 @@ func New(svc Service, opts Options) *Dashboard {
 // Register adds the dashboard's routes to a mux.
 func (d *Dashboard) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/fleet", d.fleetJSON)
-	mux.HandleFunc("GET /v1/energy", d.energyJSON)
-	mux.HandleFunc("GET /v1/learning", d.learningJSON)
+	mux.HandleFunc("GET /v1/energy", viewJSON(d.Energy))
+	mux.HandleFunc("GET /v1/learning", viewJSON(d.Learning))
 	mux.HandleFunc("GET /ui/{$}", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/ui/fleet", http.StatusFound)
 	})
@@ -196,22 +196,16 @@ func (d *Dashboard) tuning() map[string]float64 {
 	return out
 }
 
-func (d *Dashboard) energyJSON(w http.ResponseWriter, _ *http.Request) {
-	en, err := d.Energy()
-	if err != nil {
-		httpjson.Error(w, http.StatusInternalServerError, err)
-		return
+// viewJSON serves a view built at each request as JSON (500 when it cannot be built).
+func viewJSON[T any](build func() (T, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		v, err := build()
+		if err != nil {
+			httpjson.Error(w, http.StatusInternalServerError, err)
+			return
+		}
+		httpjson.Write(w, http.StatusOK, v)
 	}
-	httpjson.Write(w, http.StatusOK, en)
-}
-
-func (d *Dashboard) learningJSON(w http.ResponseWriter, _ *http.Request) {
-	l, err := d.Learning()
-	if err != nil {
-		httpjson.Error(w, http.StatusInternalServerError, err)
-		return
-	}
-	httpjson.Write(w, http.StatusOK, l)
 }
 
 // explainURL is the job's explain page on this sidecar.

@@ -14,6 +14,8 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgsvg"
+
+	"github.com/hetgpu/hetgpu/internal/figure"
 )
 
 // Plots are drawn on the server with gonum/plot (already the simulator report's plotting
@@ -40,13 +42,8 @@ func colorOf(names []string, name string) color.Color {
 }
 
 func newPlot(title, x, y string) *plot.Plot {
-	p := plot.New()
-	p.Title.Text = title
-	p.X.Label.Text = x
-	p.Y.Label.Text = y
-	p.Legend.Top = true
+	p := figure.New(title, x, y)
 	p.Legend.Left = true
-	p.Add(plotter.NewGrid())
 	sans(p)
 	return p
 }

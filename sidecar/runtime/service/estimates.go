@@ -1,8 +1,6 @@
 package service
 
 import (
-	"encoding/json"
-
 	"github.com/hetgpu/hetgpu/model/cluster"
 	"github.com/hetgpu/hetgpu/model/estimates"
 	"github.com/hetgpu/hetgpu/sidecar/runtime/store"
@@ -27,13 +25,7 @@ func (s *Service) calibrate(fr cluster.FinishedRun) {
 	m := cal.Model(fr.Obs.Namespace)
 	s.log.Debug("runtime estimate calibrated", "run", fr.Key, "estimate", fr.EstRuntime, "took_on_reference", actual,
 		"namespace_bias", m.Bias, "namespace_sigma", m.Sigma, "bias", st.Bias, "sigma", st.Sigma, "runs", st.Runs)
-	b, err := json.Marshal(cal.Samples())
-	if err == nil {
-		err = s.store.PutMeta(store.MetaEstimateSamples, string(b))
-	}
-	if err != nil {
-		s.log.Warn("saving the runtime-estimate calibration failed; it is learned again from runs after a restart", "error", err)
-	}
+	s.saveMeta(store.MetaEstimateSamples, cal.Samples(), "saving the runtime-estimate calibration failed; it is learned again from runs after a restart")
 }
 
 // RestoreEstimates adds the calibration window saved in the store to the calibrator: at start,
@@ -45,17 +37,7 @@ func (s *Service) RestoreEstimates() {
 		return
 	}
 	defer func() { s.noteEstimates(cal.Stats()) }()
-	raw := s.store.Meta(store.MetaEstimateSamples)
-	if raw == "" {
-		return
-	}
-	var ss []estimates.Sample
-	err := json.Unmarshal([]byte(raw), &ss)
-	if err == nil {
-		err = cal.Restore(ss)
-	}
-	if err != nil {
-		s.log.Warn("saved runtime-estimate calibration unreadable; starting from ranker.estimate_error", "key", store.MetaEstimateSamples, "error", err)
+	if !restoreMeta(s, store.MetaEstimateSamples, cal.Restore, "saved runtime-estimate calibration unreadable; starting from ranker.estimate_error") {
 		return
 	}
 	st := cal.Stats()

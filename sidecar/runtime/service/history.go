@@ -1,7 +1,6 @@
 package service
 
 import (
-	"encoding/json"
 	"time"
 
 	"github.com/hetgpu/hetgpu/model/cluster"
@@ -53,13 +52,7 @@ func (s *Service) learnHistory(fr cluster.FinishedRun) {
 	}
 	s.log.Debug("runtime history learned a run", "run", fr.Key, "family", r.Family, "took_on_reference", time.Duration(r.RuntimeS*float64(time.Second)),
 		"runs", st.Runs, "median_s", st.MedianS, "sigma", st.Sigma)
-	b, err := json.Marshal(h.Runs())
-	if err == nil {
-		err = s.store.PutMeta(store.MetaRuntimeHistory, string(b))
-	}
-	if err != nil {
-		s.log.Warn("saving the runtime history failed; it is learned again from the runs Nomad still shows after a restart", "error", err)
-	}
+	s.saveMeta(store.MetaRuntimeHistory, h.Runs(), "saving the runtime history failed; it is learned again from the runs Nomad still shows after a restart")
 }
 
 // RestoreHistory adds the runtime history saved in the store to Config.History: at start,
@@ -71,18 +64,8 @@ func (s *Service) RestoreHistory() {
 		return
 	}
 	defer func() { s.noteHistory(h.Stats()) }()
-	raw := s.store.Meta(store.MetaRuntimeHistory)
-	if raw == "" {
-		return
-	}
-	var rs []history.Run
-	err := json.Unmarshal([]byte(raw), &rs)
-	if err == nil {
-		err = h.Restore(rs)
-	}
-	if err != nil {
-		s.log.Warn("saved runtime history unreadable; jobs without hetgpu.runtime are read from the runs finished from now on",
-			"key", store.MetaRuntimeHistory, "error", err)
+	if !restoreMeta(s, store.MetaRuntimeHistory, h.Restore,
+		"saved runtime history unreadable; jobs without hetgpu.runtime are read from the runs finished from now on") {
 		return
 	}
 	st := h.Stats()

@@ -114,15 +114,7 @@ func (s *Stage) refGPU() string {
 	return gpuspec.ReferenceGPU
 }
 
-func (s *Stage) stepsSigma() float64 {
-	switch {
-	case s.StepsSigma < 0:
-		return 0
-	case s.StepsSigma == 0:
-		return DefaultStepsSigma
-	}
-	return s.StepsSigma
-}
+func (s *Stage) stepsSigma() float64 { return cluster.SigmaSetting(s.StepsSigma, DefaultStepsSigma) }
 
 // Describe says in words how a job's estimate was read, for explanations: "no hetgpu.runtime;
 // read as 3h10m left from 41 finished runs of namespace ml's resnet/ResNet-50 jobs, has run

@@ -390,7 +390,7 @@ func (x *Extractor) prepare(snap *cluster.Snapshot, pred sched.Predictor, n int)
 		}
 	}
 	// Candidate pools of the window's jobs and the demand on each type.
-	x.cand = resizeU(x.cand, n)
+	x.cand = resize(x.cand, n)
 	x.thr = resize(x.thr, n*maxTypes)
 	x.pow = resize(x.pow, n*maxTypes)
 	for j := 0; j < n; j++ {
@@ -463,18 +463,10 @@ func (x *Extractor) deviceMatches(req string, t int) bool {
 	return false
 }
 
-func resize(s []float64, n int) []float64 {
+// resize returns s with length n, every element zero, reusing its array when it is large enough.
+func resize[T any](s []T, n int) []T {
 	if cap(s) < n {
-		return make([]float64, n)
-	}
-	s = s[:n]
-	clear(s)
-	return s
-}
-
-func resizeU(s []uint64, n int) []uint64 {
-	if cap(s) < n {
-		return make([]uint64, n)
+		return make([]T, n)
 	}
 	s = s[:n]
 	clear(s)

@@ -19,6 +19,7 @@ import (
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 
+	"github.com/hetgpu/hetgpu/internal/figure"
 	"github.com/hetgpu/hetgpu/model/trace"
 	"github.com/hetgpu/hetgpu/sidecar/backends/sim"
 )
@@ -182,16 +183,6 @@ func seriesCSV(m Meta, rs []*sim.Result) ([]byte, error) {
 	return b.Bytes(), w.Error()
 }
 
-func newPlot(title, x, y string) *plot.Plot {
-	p := plot.New()
-	p.Title.Text = title
-	p.X.Label.Text = x
-	p.Y.Label.Text = y
-	p.Legend.Top = true
-	p.Add(plotter.NewGrid())
-	return p
-}
-
 func styled(l *plotter.Line, i int) {
 	l.Color = plotutil.Color(i)
 	l.Dashes = plotutil.Dashes(i / 7)
@@ -211,7 +202,7 @@ func addLine(p *plot.Plot, pts plotter.XYs, i int, policy string) error {
 }
 
 func jctCDF(_ Meta, rs []*sim.Result) (*plot.Plot, error) {
-	p := newPlot("JCT distribution", "job completion time (hours, log scale)", "fraction of jobs")
+	p := figure.New("JCT distribution", "job completion time (hours, log scale)", "fraction of jobs")
 	p.X.Scale = plot.LogScale{}
 	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
 	for i, r := range rs {
@@ -237,7 +228,7 @@ func jctCDF(_ Meta, rs []*sim.Result) (*plot.Plot, error) {
 }
 
 func seriesPlot(m Meta, rs []*sim.Result, title, y string, val func(bucket) float64) (*plot.Plot, error) {
-	p := newPlot(title, "time (hours)", y)
+	p := figure.New(title, "time (hours)", y)
 	for i, r := range rs {
 		bs := downsample(r.Series, m.Cluster.TotalGPUs(), seriesPoints)
 		if len(bs) == 0 {
@@ -267,7 +258,7 @@ func queuePlot(m Meta, rs []*sim.Result) (*plot.Plot, error) {
 }
 
 func barPlot(rs []*sim.Result, title, y string, val func(*sim.Result) float64) (*plot.Plot, error) {
-	p := newPlot(title, "", y)
+	p := figure.New(title, "", y)
 	vals := make(plotter.Values, len(rs))
 	names := make([]string, len(rs))
 	for i, r := range rs {
