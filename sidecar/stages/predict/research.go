@@ -122,6 +122,9 @@ const (
 	CompTransfer = "transfer"
 	// CompLowRank is the low-rank completion.
 	CompLowRank = "lowrank"
+	// CompRoofline is the roofline member: the similar workloads' cross-type ratios
+	// corrected by the job's own slope on the datasheet speed ratio (roofline.go).
+	CompRoofline = "roofline"
 )
 
 // Component is one estimator's throughput and log-scale uncertainty.
@@ -157,6 +160,7 @@ func (p *Predictor) PredictComponents(f Features, gpuType string, gpus int) map[
 	put(CompPosterior, pt.post, pt.postVar)
 	put(CompTransfer, pt.tr, pt.trVar)
 	put(CompLowRank, pt.lr, pt.lrVar)
+	put(CompRoofline, pt.rf, pt.rfVar)
 	y, v := pt.combine()
 	put(SrcP1P2, y, v)
 	return out
