@@ -13,7 +13,9 @@ import json
 import math
 import sys
 
-MEMBERS = ("transfer", "lowrank", "posterior")
+MEMBERS3 = ("transfer", "lowrank", "posterior")
+# The roofline member (from the third round on) joins when the trace has it.
+MEMBERS4 = MEMBERS3 + ("roofline",)
 
 
 def rel(logv, truth):
@@ -23,15 +25,18 @@ def rel(logv, truth):
 def main(paths):
     for path in paths:
         rows = [json.loads(line) for line in open(path)]
+        MEMBERS = MEMBERS4 if any("roofline" in e["estimates"] for e in rows) else MEMBERS3
         for proto in ("b", "b_entry"):
-            es = [e for e in rows if e["protocol"] == proto and all(k in e["estimates"] for k in MEMBERS)]
+            es = [e for e in rows if e["protocol"] == proto and all(k in e["estimates"] for k in MEMBERS3)]
             if not es:
                 continue
-            lg = lambda e, k: math.log(e["estimates"][k]["Throughput"])
+            # A cell without a roofline estimate (no run at its count on another type) counts
+            # the transfer's for it.
+            lg = lambda e, k: math.log(e["estimates"].get(k, e["estimates"]["transfer"])["Throughput"])
             mae = lambda f: sum(rel(f(e), e["throughput"]) for e in es) / len(es)
             out = {k: mae(lambda e, k=k: lg(e, k)) for k in MEMBERS + ("p1p2",)}
             out["mix tr.8/lr.2"] = mae(lambda e: 0.8 * lg(e, "transfer") + 0.2 * lg(e, "lowrank"))
-            out["median of 3"] = mae(lambda e: sorted(lg(e, k) for k in MEMBERS)[1])
+            out["median of 3"] = mae(lambda e: sorted(lg(e, k) for k in MEMBERS3)[1])
             by = collections.defaultdict(list)
             for e in es:
                 by[e["job"]].append(e)
@@ -41,6 +46,10 @@ def main(paths):
                 wsum += min(sum(rel(w * lg(e, "transfer") + (1 - w) * lg(e, "lowrank"), e["throughput"]) for e in jes)
                             for w in [i / 10 for i in range(11)])
             out["oracle member per job"] = sel / len(es)
+            if "roofline" in MEMBERS:
+                sel3 = sum(min(sum(rel(lg(e, k), e["throughput"]) for e in jes) for k in MEMBERS3) for jes in by.values())
+                out["oracle member per job, without roofline"] = sel3 / len(es)
+                out["mix tr.9/rf.1"] = mae(lambda e: 0.9 * lg(e, "transfer") + 0.1 * lg(e, "roofline"))
             out["oracle tr/lr weight per job"] = wsum / len(es)
             out["oracle member per cell"] = sum(min(rel(lg(e, k), e["throughput"]) for k in MEMBERS) for e in es) / len(es)
             print(path, proto, len(es), "cells")

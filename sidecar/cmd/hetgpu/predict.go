@@ -146,13 +146,17 @@ func writeEstimators(w io.Writer, r *predicteval.EvalReport) {
 	for _, proto := range []string{"a", "b", "b_entry"} {
 		es := r.Estimators[proto]
 		label := map[string]string{"a": "(a)", "b": "(b)", "b_entry": "(b')"}[proto]
-		for _, k := range []string{predict.SrcP1, predict.CompPosterior, predict.CompTransfer, predict.CompLowRank, predict.SrcP1P2} {
+		for _, k := range []string{predict.SrcP1, predict.CompPosterior, predict.CompTransfer, predict.CompLowRank, predict.CompRoofline, predict.SrcP1P2} {
 			e, ok := es[k]
 			if !ok {
 				continue
 			}
 			fmt.Fprintf(w, "  %-9s %-10s %5d  %.3f   %5.1f %%   %.3f\n", label, k, e.Predictions, e.MAE, 100*e.Within10, e.CombinedMAE)
 		}
+	}
+	for _, rf := range r.Roofline {
+		fmt.Fprintf(w, "  roofline validation, kind %d (%s): admitted in %d of %d folds; mean over folds: MAE %.3f (log) against %.3f without it, gain t %.2f, weight %.2f\n",
+			rf.Kind, map[int]string{0: "job ran on the type", 1: "type new to the job"}[rf.Kind], rf.Accepted, rf.Folds, rf.MAE, rf.MAEMix, rf.Gain, rf.Weight)
 	}
 }
 

@@ -115,6 +115,9 @@ type EvalReport struct {
 	// same predictions (keys "a", "b", "b_entry"; estimator names as in
 	// predict.PredictComponents: "p1", "posterior", "transfer", "lowrank", "p1p2").
 	Estimators map[string]map[string]EstimatorEval `json:"estimators"`
+	// Roofline is the roofline member's validation on each fold's catalog (the hold-outs
+	// that decide whether it joins the combination), per kind of hold-out.
+	Roofline []RooflineFolds `json:"roofline_validation"`
 	// PerJob breaks the errors down by held-out job type.
 	PerJob  map[string]JobEval `json:"per_job"`
 	Noise   float64            `json:"noise"`
@@ -129,6 +132,20 @@ type JobEval struct {
 	// MaxRuns runs (absent for a job measured on one GPU type only).
 	NewJob float64  `json:"new_job"`
 	Partly *float64 `json:"partly_observed,omitempty"`
+}
+
+// RooflineFolds summarises predict.RooflineValidation over the folds for one kind of
+// hold-out (0: the job ran on the type; 1: it did not).
+type RooflineFolds struct {
+	Kind int `json:"kind"`
+	// Folds counts the folds that validated it and Accepted those whose hold-outs let it
+	// into the combination; the rest are means over the folds.
+	Folds    int     `json:"folds"`
+	Accepted int     `json:"accepted"`
+	MAE      float64 `json:"mae"`
+	MAEMix   float64 `json:"mae_mix"`
+	Gain     float64 `json:"gain_t"`
+	Weight   float64 `json:"weight"`
 }
 
 // EstimatorEval is one estimator's error on the predictions it made under a protocol.
@@ -232,6 +249,7 @@ func Evaluate(ctx context.Context, t *throughput.Table, opts EvalOptions) (*Eval
 		entry0, entry []float64
 		// compA, compB and compE are the per-estimator errors of (a), (b) and (b').
 		compA, compB, compE compErrs
+		roof                []predict.RooflineValidation
 		err                 error
 	}
 	outs := make([]foldOut, len(jobs))
@@ -273,6 +291,7 @@ func Evaluate(ctx context.Context, t *throughput.Table, opts EvalOptions) (*Eval
 			o.err = err
 			return
 		}
+		o.roof = p0.RooflineValidation()
 		for _, e := range byJob[held] {
 			o.compA.add(p0.PredictComponents(hf, e.GPU, e.GPUs), e.Throughput)
 		}
@@ -390,9 +409,28 @@ func Evaluate(ctx context.Context, t *throughput.Table, opts EvalOptions) (*Eval
 	var ratio, entry0, entryK []float64
 	rep.PerJob = map[string]JobEval{}
 	compA, compB, compE := compErrs{}, compErrs{}, compErrs{}
+	roof := map[int]*RooflineFolds{}
 	for fi, o := range outs {
 		if o.err != nil {
 			return nil, fmt.Errorf("eval: %w", o.err)
+		}
+		for _, v := range o.roof {
+			if v.Cells == 0 {
+				continue
+			}
+			r := roof[v.Kind]
+			if r == nil {
+				r = &RooflineFolds{Kind: v.Kind}
+				roof[v.Kind] = r
+			}
+			r.Folds++
+			if v.Weight > 0 {
+				r.Accepted++
+			}
+			r.MAE += v.MAE
+			r.MAEMix += v.MAEMix
+			r.Gain += v.Gain
+			r.Weight += v.Weight
 		}
 		compA.merge(o.compA)
 		compB.merge(o.compB)
@@ -441,6 +479,13 @@ func Evaluate(ctx context.Context, t *throughput.Table, opts EvalOptions) (*Eval
 		rep.MAE["p1p2_entry"] = rep.MAEEntry["p1p2"]
 		rep.Within10EntryAfter0 = within(entry0, 0.1)
 		rep.Within10EntryAfter10 = within(entryK, 0.1)
+	}
+	for k := 0; k < 2; k++ {
+		if r := roof[k]; r != nil {
+			n := float64(r.Folds)
+			r.MAE, r.MAEMix, r.Gain, r.Weight = r.MAE/n, r.MAEMix/n, r.Gain/n, r.Weight/n
+			rep.Roofline = append(rep.Roofline, *r)
+		}
 	}
 	rep.Estimators = map[string]map[string]EstimatorEval{"a": compA.report(), "b": compB.report(), "b_entry": compE.report()}
 	rep.ColocMAE, rep.ColocMAEBaseline, rep.ColocPairs = colocError(t)

@@ -141,7 +141,7 @@ func TestCombinationNoWorseThanMembers(t *testing.T) {
 			if !ok || comb.Predictions == 0 {
 				t.Fatalf("%s %s: no combination in %v", tb.name, proto, es)
 			}
-			for _, m := range []string{predict.CompPosterior, predict.CompTransfer, predict.CompLowRank} {
+			for _, m := range []string{predict.CompPosterior, predict.CompTransfer, predict.CompLowRank, predict.CompRoofline} {
 				e, ok := es[m]
 				if !ok || e.Predictions == 0 {
 					t.Errorf("%s %s: estimator %s made no prediction", tb.name, proto, m)

@@ -355,6 +355,9 @@ type state struct {
 	// small) and lrEst each workload's folded-in estimate per grid slot.
 	lr    *lowRank
 	lrEst map[int][]trEst
+	// rfEst holds the roofline estimates (roofline.go) of the workloads with runs of
+	// their own, per grid slot.
+	rfEst map[int][]trEst
 	// tr holds each workload's transferred estimates per grid slot; own and observed are
 	// its inputs, kept so the next build can reuse what did not change.
 	tr        map[int][]trEst
@@ -387,6 +390,7 @@ type resolved struct {
 func (p *Predictor) build(recs []Record) *state {
 	minS := p.cat.opts.MinSamples
 	st := &state{ix: buildIndex(recs, minS, p.specs), p2: map[int]*p2State{}, tr: map[int][]trEst{}, lrEst: map[int][]trEst{},
+		rfEst:     map[int][]trEst{},
 		cache:     map[cacheKey]*resolved{},
 		powerType: map[string]float64{}, powerWl: map[int]float64{}, powerDirect: map[wgKey]float64{}}
 	ix := st.ix
@@ -501,9 +505,14 @@ func (p *Predictor) build(recs []Record) *state {
 		}
 		if len(own[id]) > 0 && reuse && prev.observed[id] == observed[id] && slices.Equal(prev.own[id], own[id]) {
 			st.tr[id] = prev.tr[id]
+			st.rfEst[id] = prev.rfEst[id]
 		} else if len(own[id]) > 0 {
 			kernelWeights(ix.wls, id, w)
 			st.tr[id] = st.grid.carry(id, w, own[id], st.runNoise, tc, observed[id])
+			if observed[id] {
+				// Like the completion, only for workloads with runs of their own.
+				st.rfEst[id] = st.grid.roofline(id, w, own[id], st.runNoise)
+			}
 		}
 	}
 
@@ -695,6 +704,10 @@ type p2Parts struct {
 	// tr is the job's own runs carried over (pairwise transfer and conditional Gaussian),
 	// lr the low-rank completion.
 	tr, trVar, lr, lrVar float64
+	// rf is the roofline estimate (roofline.go), its variance calibrated; wRf its
+	// validated weight against the mix of the transfer and the completion, rhoRf the
+	// validated correlation of their errors.
+	rf, rfVar, wRf, rhoRf float64
 	// unrelated marks a P1 estimate without any related workload on the type (or a cold
 	// type): a population level that the job's own runs make obsolete.
 	unrelated bool
@@ -713,13 +726,13 @@ func (p *Predictor) parts(st *state, q *workload, id int, g string, n int, ps *p
 		return SrcUnknown, false
 	}
 	var post *p2State
-	var tr, lr []trEst
+	var tr, lr, rf []trEst
 	if id >= 0 {
-		post, tr, lr = st.p2[id], st.tr[id], st.lrEst[id]
+		post, tr, lr, rf = st.p2[id], st.tr[id], st.lrEst[id], st.rfEst[id]
 	}
 	mean, variance := p.model.p2.query(post, u, ps.buf[:])
 	*pt = p2Parts{p1: y1, p1Var: p.model.p2.k(u, u), post: y1 + mean, postVar: variance, trVar: math.Inf(1), lrVar: math.Inf(1),
-		unrelated: u.unrelated}
+		rfVar: math.Inf(1), unrelated: u.unrelated}
 	src := SrcP1
 	switch {
 	case post != nil || tr != nil || lr != nil:
@@ -749,6 +762,7 @@ func (p *Predictor) parts(st *state, q *workload, id int, g string, n int, ps *p
 		cs = st.lr.comb[kind]
 	}
 	pt.rho, pt.wTr = cs.rho, cs.wTr
+	pt.wRf, pt.rhoRf = cs.wRf, cs.rhoRf
 	// Grid slots are power-of-two counts: a count between them is carried from its bucket
 	// with the table's scaling exponent.
 	shift := (throughput.ScalingExponent - 1) * (math.Log(float64(n)) - float64(b)*math.Ln2)
@@ -760,6 +774,11 @@ func (p *Predictor) parts(st *state, q *workload, id int, g string, n int, ps *p
 	if lr != nil {
 		if e := lr[ti*nBuckets+b]; !math.IsInf(e.v, 1) {
 			pt.lr, pt.lrVar = e.y+shift, e.v
+		}
+	}
+	if rf != nil {
+		if e := rf[ti*nBuckets+b]; !math.IsInf(e.v, 1) {
+			pt.rf, pt.rfVar = e.y+shift, cs.calRf*e.v
 		}
 	}
 	return src, true

@@ -122,6 +122,9 @@ const (
 	CompTransfer = "transfer"
 	// CompLowRank is the low-rank completion.
 	CompLowRank = "lowrank"
+	// CompRoofline is the roofline member: the similar workloads' cross-type ratios
+	// corrected by the job's own slope on the datasheet speed ratio (roofline.go).
+	CompRoofline = "roofline"
 )
 
 // Component is one estimator's throughput and log-scale uncertainty.
@@ -157,6 +160,7 @@ func (p *Predictor) PredictComponents(f Features, gpuType string, gpus int) map[
 	put(CompPosterior, pt.post, pt.postVar)
 	put(CompTransfer, pt.tr, pt.trVar)
 	put(CompLowRank, pt.lr, pt.lrVar)
+	put(CompRoofline, pt.rf, pt.rfVar)
 	y, v := pt.combine()
 	put(SrcP1P2, y, v)
 	return out
@@ -214,4 +218,37 @@ func ColocLeaveOneOut(t *throughput.Table) (predicted, measured []float64) {
 		measured = append(measured, p.ra, p.rb)
 	}
 	return predicted, measured
+}
+
+// RooflineValidation is what the catalog's hold-outs measured of the roofline member on one
+// kind of hold-out (Kind 0: the job has runs on the queried GPU type; 1: it has none).
+type RooflineValidation struct {
+	Kind int `json:"kind"`
+	// Cells is how many held-out cells the roofline had an estimate for; MAE its mean
+	// absolute log error there, MAEMix the combination's without it on the same cells.
+	Cells  int     `json:"cells"`
+	MAE    float64 `json:"mae"`
+	MAEMix float64 `json:"mae_mix"`
+	// Gain is the t statistic of the mix with the roofline against without (negative:
+	// better), Weight the roofline's weight used (0 unless Gain < -2), Calibration the
+	// factor on its stated variance, Rho the correlation of its errors with the mix's.
+	Gain        float64 `json:"gain_t"`
+	Weight      float64 `json:"weight"`
+	Calibration float64 `json:"calibration"`
+	Rho         float64 `json:"rho"`
+}
+
+// RooflineValidation returns the roofline's validated statistics per kind of hold-out; nil
+// when the catalog was too small to validate the combination.
+func (p *Predictor) RooflineValidation() []RooflineValidation {
+	st := p.current()
+	if st.lr == nil {
+		return nil
+	}
+	out := make([]RooflineValidation, 0, 2)
+	for k, c := range st.lr.comb {
+		out = append(out, RooflineValidation{Kind: k, Cells: c.nRf, MAE: c.maeRf, MAEMix: c.maeMixRf, Gain: c.gainRf,
+			Weight: c.wRf, Calibration: c.calRf, Rho: c.rhoRf})
+	}
+	return out
 }
