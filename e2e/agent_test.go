@@ -51,6 +51,14 @@ const (
 	binToy    = "hetgpu-toy-train"
 )
 
+// allBinaries is nomadBinary(t, purpose) and every hetgpu binary (buildBinaries of all four):
+// what a test of the whole product on a real agent starts with.
+func allBinaries(t *testing.T, purpose string) (string, binaries) {
+	t.Helper()
+	nomadBin := nomadBinary(t, purpose)
+	return nomadBin, buildBinaries(t, binHetgpu, binDevice, binDriver, binToy)
+}
+
 // buildBinaries finds the named binaries in $HETGPU_BIN (make e2e sets it to bin/) or builds
 // the missing ones into a temporary directory.
 func buildBinaries(t *testing.T, names ...string) binaries {

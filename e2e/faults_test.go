@@ -194,8 +194,8 @@ type faultEnv struct {
 // binaries, and ends leftover toy workloads with the test.
 func newFaultEnv(t *testing.T, purpose string, clients []clusterClient, serverExtra string) *faultEnv {
 	t.Helper()
-	nomadBin := nomadBinary(t, purpose)
-	e := &faultEnv{bins: buildBinaries(t, binHetgpu, binDevice, binDriver, binToy), port: freePort(t)}
+	nomadBin, bins := allBinaries(t, purpose)
+	e := &faultEnv{bins: bins, port: freePort(t)}
 	e.sidecarURL = fmt.Sprintf("http://127.0.0.1:%d", e.port)
 	e.cluster = startClusterWith(t, nomadBin, e.bins, clients, fmt.Sprintf("    sidecar_addr = %q", e.sidecarURL), serverExtra)
 	killToys(t, e.cluster, e.bins)

@@ -141,8 +141,7 @@ func driverRecords(t *testing.T, s *secureSidecar, job string) int {
 // the driver's token as its read token refuses the driver's next record (403): it stays in
 // the driver's spool.
 func TestSecureSidecarOnRealAgent(t *testing.T) {
-	nomadBin := nomadBinary(t, "the secured sidecar end to end")
-	bins := buildBinaries(t, binHetgpu, binDevice, binDriver, binToy)
+	nomadBin, bins := allBinaries(t, "the secured sidecar end to end")
 	certs, err := testcerts.Write(t.TempDir())
 	must(t, err)
 	port := freePort(t)
@@ -387,8 +386,7 @@ func TestSidecarRefusesExposedListener(t *testing.T) {
 // the driver looks it up on the agent's HTTP API (/v1/service/NAME) and delivers its run
 // record there with the write token.
 func TestDriverFindsSidecarThroughNomadService(t *testing.T) {
-	nomadBin := nomadBinary(t, "sidecar service discovery end to end")
-	bins := buildBinaries(t, binHetgpu, binDevice, binDriver, binToy)
+	nomadBin, bins := allBinaries(t, "sidecar service discovery end to end")
 	// The driver's config is written before the agents pick their ports: it reaches the
 	// server's HTTP API through a proxy on a port chosen now.
 	var (

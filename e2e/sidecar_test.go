@@ -27,8 +27,7 @@ import (
 //
 // Needs NOMAD_BIN (a Nomad >= 1.10 binary); HETGPU_BIN may hold prebuilt binaries.
 func TestSidecarPinsJobspecs(t *testing.T) {
-	nomadBin := nomadBinary(t, "the sidecar end to end")
-	bins := buildBinaries(t, binHetgpu, binDevice, binDriver, binToy)
+	nomadBin, bins := allBinaries(t, "the sidecar end to end")
 	port := freePort(t)
 	sidecarURL := fmt.Sprintf("http://127.0.0.1:%d", port)
 	c := startCluster(t, nomadBin, bins, []clusterClient{
