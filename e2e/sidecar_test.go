@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/hetgpu/hetgpu/sidecar/backends/nomad/nomadtest"
 )
 
 // TestSidecarPinsJobspecs runs the whole product on loopback: one Nomad server and three
@@ -378,24 +380,9 @@ func scCheckPinned(t *testing.T, c *api.Client, sidecarURL, id string) {
 	}
 }
 
+// scPinOf is nomadtest.PinOf with the device IDs sorted.
 func scPinOf(tg *api.TaskGroup) (nodes, devs []string) {
-	for _, c := range tg.Constraints {
-		if c.LTarget == "${node.unique.id}" {
-			nodes = append(nodes, strings.Split(c.RTarget, ",")...)
-		}
-	}
-	for _, task := range tg.Tasks {
-		if task.Resources == nil {
-			continue
-		}
-		for _, d := range task.Resources.Devices {
-			for _, c := range d.Constraints {
-				if c.LTarget == "${device.ids}" {
-					devs = append(devs, strings.Split(c.RTarget, ",")...)
-				}
-			}
-		}
-	}
+	nodes, devs = nomadtest.PinOf(tg)
 	sort.Strings(devs)
 	return nodes, devs
 }
