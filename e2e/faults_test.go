@@ -459,12 +459,7 @@ func TestInfeasibleReported(t *testing.T) {
 		!strings.Contains(ex.Groups[0].Summary, "hetgpu.runtime 2m0s read as 2m16s left") {
 		t.Errorf("big16's runtime reading: %+v in %q", r, ex.Groups[0].Summary)
 	}
-	var queue struct {
-		Jobs []struct {
-			JobID      string `json:"job_id"`
-			Infeasible bool   `json:"infeasible"`
-		} `json:"jobs"`
-	}
+	var queue scQueue
 	must(t, scGet(sidecarURL+"/v1/queue", &queue))
 	infeasible := 0
 	for _, j := range queue.Jobs {

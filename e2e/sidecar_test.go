@@ -204,6 +204,22 @@ type scDecisions struct {
 	} `json:"decisions"`
 }
 
+// scQueue is what the tests read of GET /v1/queue (service.QueueView).
+type scQueue struct {
+	Jobs []struct {
+		JobID      string  `json:"job_id"`
+		Group      string  `json:"group"`
+		Status     string  `json:"status"`
+		Reason     string  `json:"reason"`
+		Infeasible bool    `json:"infeasible"`
+		FreeInS    float64 `json:"free_in_s"`
+	} `json:"jobs"`
+	Invalid []struct {
+		JobKey string `json:"job_key"`
+		Error  string `json:"error"`
+	} `json:"invalid"`
+}
+
 func scGet(url string, v any) error {
 	resp, err := http.Get(url)
 	if err != nil {
