@@ -30,6 +30,15 @@ func nomadBinary(t *testing.T, purpose string) string {
 	return bin
 }
 
+// linuxNomadBinary is nomadBinary for a test that runs the hetgpu task driver: it also skips
+// off Linux.
+func linuxNomadBinary(t *testing.T, purpose string) string {
+	t.Helper()
+	bin := nomadBinary(t, purpose)
+	skipUnlessLinux(t)
+	return bin
+}
+
 // skipUnlessLinux skips tests that run the hetgpu task driver.
 func skipUnlessLinux(t *testing.T) {
 	t.Helper()
