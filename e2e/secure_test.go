@@ -7,7 +7,6 @@ package e2e
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"io"
 	"net/http"
@@ -62,15 +61,9 @@ func (s *secureSidecar) get(t *testing.T, path, token string) (int, string, stri
 // tlsClient trusts the test CA and, when cert is set, presents that client certificate.
 func tlsClient(t *testing.T, ca, cert, key string) *http.Client {
 	t.Helper()
-	pem, err := os.ReadFile(ca)
-	must(t, err)
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(pem)
-	tc := &tls.Config{RootCAs: pool}
+	tc := &tls.Config{RootCAs: testcerts.Pool(t, ca)}
 	if cert != "" {
-		pair, err := tls.LoadX509KeyPair(cert, key)
-		must(t, err)
-		tc.Certificates = []tls.Certificate{pair}
+		tc.Certificates = []tls.Certificate{testcerts.Pair(t, cert, key)}
 	}
 	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tc}}
 }
