@@ -103,13 +103,7 @@ func TestGPUTaskPowerLimitEnergyAndRecord(t *testing.T) {
 	ctx := context.Background()
 
 	fp, err := c.Fingerprint(ctx, &drivers.FingerprintRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	first, err := fp.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
+	first := plugintest.First(t, fp, err)
 	attrs := first.GetAttributes()
 	if !attrs["driver.hetgpu.nvml"].GetBoolVal() || attrs["driver.hetgpu.gpus"].GetIntVal() != 2 ||
 		attrs["driver.hetgpu.nvidia_driver"].GetStringVal() != "550.54.15" || first.GetHealthDescription() != "Healthy" {

@@ -35,3 +35,17 @@ func Dial(t *testing.T, cfg plugin.ServeConfig, key string) (base.BasePluginClie
 	}
 	return rb.(base.BasePluginClient), rk
 }
+
+// First is the first message of a plugin's server stream (fingerprints, stats), as the call
+// that opens it returned it with err; either error fails the test.
+func First[M any](t *testing.T, stream interface{ Recv() (M, error) }, err error) M {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
