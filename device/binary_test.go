@@ -19,6 +19,7 @@ import (
 
 	hetdevice "github.com/hetgpu/hetgpu/device"
 	"github.com/hetgpu/hetgpu/plugin"
+	"github.com/hetgpu/hetgpu/plugin/plugintest"
 	"github.com/hetgpu/hetgpu/plugin/proto/base"
 	"github.com/hetgpu/hetgpu/plugin/proto/device"
 )
@@ -101,13 +102,7 @@ fake {
 		t.Fatal(err)
 	}
 	stream, err := l.Device.Fingerprint(ctx, &device.FingerprintRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fp, err := stream.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
+	fp := plugintest.First(t, stream, err)
 	var names []string
 	var a100 []string
 	for _, g := range fp.DeviceGroup {
@@ -136,13 +131,7 @@ fake {
 		t.Errorf("Reserve of an unknown ID = %v", err)
 	}
 	stats, err := l.Device.Stats(ctx, &device.StatsRequest{CollectionInterval: durationpb.New(100 * time.Millisecond)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sr, err := stats.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
+	sr := plugintest.First(t, stats, err)
 	n := 0
 	for _, g := range sr.Groups {
 		for id, s := range g.InstanceStats {

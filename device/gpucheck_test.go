@@ -64,6 +64,17 @@ func newGPUCheck(t *testing.T) *gpuCheck {
 	return c
 }
 
+// newGPUCheckInventory is newGPUCheck and the plugin's inventory of its GPUs (nothing ignored).
+func newGPUCheckInventory(t *testing.T) (*gpuCheck, *inventory) {
+	t.Helper()
+	c := newGPUCheck(t)
+	inv, err := enumerate(c.lib, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, inv
+}
+
 // checkAttr is one attribute as the plugin fingerprints it and as NVML reports it.
 type checkAttr struct {
 	Plugin string `json:"plugin"`
@@ -266,16 +277,13 @@ func statFloat(s *device.DeviceStats, name string) (float64, bool) {
 // under a load (gpuload on real GPUs, the fleet's load on the fake) the energy counter moves by
 // what the power draw says and the power rises above idle.
 func TestGPUCheckPowerAndEnergyUnderLoad(t *testing.T) {
-	c := newGPUCheck(t)
-	inv, err := enumerate(c.lib, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, inv := newGPUCheckInventory(t)
 	d := 20 * time.Second
 	if c.fleet != nil {
 		d = 3 * time.Second
 	}
 	if v := os.Getenv(EnvGPUCheckLoad); v != "" {
+		var err error
 		if d, err = time.ParseDuration(v); err != nil {
 			t.Fatalf("%s = %q: expected a duration such as 20s", EnvGPUCheckLoad, v)
 		}
@@ -401,11 +409,7 @@ func TestGPUCheckPowerAndEnergyUnderLoad(t *testing.T) {
 // every GPU that supports them (NVML answers its waits); on the fake an injected XID 79
 // reaches it.
 func TestGPUCheckXIDRegistration(t *testing.T) {
-	c := newGPUCheck(t)
-	inv, err := enumerate(c.lib, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, inv := newGPUCheckInventory(t)
 	type support struct {
 		UUID      string `json:"uuid"`
 		Supported string `json:"supported_event_types"`
@@ -491,11 +495,7 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 // TestGPUCheckMIGListing: for every GPU in MIG mode the plugin lists exactly the MIG devices
 // NVML enumerates (by UUID), and not the parent; GPUs not in MIG mode are recorded.
 func TestGPUCheckMIGListing(t *testing.T) {
-	c := newGPUCheck(t)
-	inv, err := enumerate(c.lib, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, inv := newGPUCheckInventory(t)
 	type gpu struct {
 		UUID       string   `json:"uuid"`
 		MIGMode    string   `json:"mig_mode"`

@@ -6,10 +6,10 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	goplugin "github.com/hashicorp/go-plugin"
 
 	"github.com/hetgpu/hetgpu/device/fake"
 	"github.com/hetgpu/hetgpu/plugin"
+	"github.com/hetgpu/hetgpu/plugin/plugintest"
 	"github.com/hetgpu/hetgpu/plugin/proto/base"
 	"github.com/hetgpu/hetgpu/plugin/proto/device"
 )
@@ -36,23 +36,8 @@ func serve(t *testing.T, hcl string, opts ...Option) *served {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	p := New(ctx, hclog.NewNullLogger(), opts...)
-	set, err := plugin.PluginSet(plugin.ServeConfig{Base: p, Device: p})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Closing the client shuts the server down through go-plugin's controller.
-	client, _ := goplugin.TestPluginGRPCConn(t, false, map[string]goplugin.Plugin(set))
-	t.Cleanup(func() { client.Close() })
-	client.Plugins = plugin.ClientPluginSet()
-	rb, err := client.Dispense(plugin.KeyBase)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rd, err := client.Dispense(plugin.KeyDevice)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &served{p: p, base: rb.(base.BasePluginClient), device: rd.(device.DevicePluginClient)}
+	rb, rd := plugintest.Dial(t, plugin.ServeConfig{Base: p, Device: p}, plugin.KeyDevice)
+	s := &served{p: p, base: rb, device: rd.(device.DevicePluginClient)}
 	if _, err := s.base.SetConfig(t.Context(), &base.SetConfigRequest{MsgpackConfig: encodeConfig(t, hcl), PluginApiVersion: plugin.APIVersion}); err != nil {
 		t.Fatalf("SetConfig: %v", err)
 	}

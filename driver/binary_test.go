@@ -21,6 +21,7 @@ import (
 	"github.com/hetgpu/hetgpu/device/fake"
 	"github.com/hetgpu/hetgpu/model/gpuspec"
 	"github.com/hetgpu/hetgpu/plugin"
+	"github.com/hetgpu/hetgpu/plugin/plugintest"
 	"github.com/hetgpu/hetgpu/plugin/proto/base"
 	"github.com/hetgpu/hetgpu/plugin/proto/drivers"
 )
@@ -38,14 +39,7 @@ type launched struct {
 func (l *launched) firstFingerprint(t *testing.T, ctx context.Context) *drivers.FingerprintResponse {
 	t.Helper()
 	fp, err := l.Driver.Fingerprint(ctx, &drivers.FingerprintRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	first, err := fp.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return first
+	return plugintest.First(t, fp, err)
 }
 
 func launchBinary(t *testing.T, stateDir, extraConfig string) *launched {

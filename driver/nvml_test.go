@@ -14,9 +14,9 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/hashicorp/go-hclog"
-	goplugin "github.com/hashicorp/go-plugin"
 
 	"github.com/hetgpu/hetgpu/plugin"
+	"github.com/hetgpu/hetgpu/plugin/plugintest"
 	"github.com/hetgpu/hetgpu/plugin/proto/base"
 	"github.com/hetgpu/hetgpu/plugin/proto/drivers"
 )
@@ -68,26 +68,13 @@ func inProcessDriver(t *testing.T, lib nvml.Interface, configHCL string) (driver
 	}
 	d := New(hclog.NewNullLogger(), Options{NVML: lib, ShimExe: exe})
 	t.Cleanup(func() { _, _ = d.Shutdown(context.Background(), &drivers.ShutdownRequest{}) })
-	set, err := plugin.PluginSet(plugin.ServeConfig{Base: d.BaseServer(), Driver: d})
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, _ := goplugin.TestPluginGRPCConn(t, false, set)
-	t.Cleanup(func() { client.Close() })
-	rawBase, err := client.Dispense(plugin.KeyBase)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rawDriver, err := client.Dispense(plugin.KeyDriver)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rawBase, rawDriver := plugintest.Dial(t, plugin.ServeConfig{Base: d.BaseServer(), Driver: d}, plugin.KeyDriver)
 	stateDir := t.TempDir()
 	cfg, err := plugin.EncodeHCLConfig(pluginConfigSpec(), []byte(fmt.Sprintf("state_dir = %q\nsample_interval = \"100ms\"\n%s", stateDir, configHCL)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := rawBase.(base.BasePluginClient).SetConfig(context.Background(), &base.SetConfigRequest{MsgpackConfig: cfg}); err != nil {
+	if _, err := rawBase.SetConfig(context.Background(), &base.SetConfigRequest{MsgpackConfig: cfg}); err != nil {
 		t.Fatal(err)
 	}
 	return rawDriver.(drivers.DriverClient), stateDir
@@ -116,13 +103,7 @@ func TestGPUTaskPowerLimitEnergyAndRecord(t *testing.T) {
 	ctx := context.Background()
 
 	fp, err := c.Fingerprint(ctx, &drivers.FingerprintRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	first, err := fp.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
+	first := plugintest.First(t, fp, err)
 	attrs := first.GetAttributes()
 	if !attrs["driver.hetgpu.nvml"].GetBoolVal() || attrs["driver.hetgpu.gpus"].GetIntVal() != 2 ||
 		attrs["driver.hetgpu.nvidia_driver"].GetStringVal() != "550.54.15" || first.GetHealthDescription() != "Healthy" {

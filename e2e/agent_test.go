@@ -30,6 +30,15 @@ func nomadBinary(t *testing.T, purpose string) string {
 	return bin
 }
 
+// linuxNomadBinary is nomadBinary for a test that runs the hetgpu task driver: it also skips
+// off Linux.
+func linuxNomadBinary(t *testing.T, purpose string) string {
+	t.Helper()
+	bin := nomadBinary(t, purpose)
+	skipUnlessLinux(t)
+	return bin
+}
+
 // skipUnlessLinux skips tests that run the hetgpu task driver.
 func skipUnlessLinux(t *testing.T) {
 	t.Helper()
@@ -50,6 +59,14 @@ const (
 	binDriver = "nomad-driver-hetgpu"
 	binToy    = "hetgpu-toy-train"
 )
+
+// allBinaries is nomadBinary(t, purpose) and every hetgpu binary (buildBinaries of all four):
+// what a test of the whole product on a real agent starts with.
+func allBinaries(t *testing.T, purpose string) (string, binaries) {
+	t.Helper()
+	nomadBin := nomadBinary(t, purpose)
+	return nomadBin, buildBinaries(t, binHetgpu, binDevice, binDriver, binToy)
+}
 
 // buildBinaries finds the named binaries in $HETGPU_BIN (make e2e sets it to bin/) or builds
 // the missing ones into a temporary directory.

@@ -69,12 +69,7 @@ func TestDispatchedChildrenPinned(t *testing.T) {
 	}
 	pid := withPayload.DispatchedJobID
 	waitFor(t, 30*time.Second, pid+" (with a payload) in the queue's invalid list", func() bool {
-		var q struct {
-			Invalid []struct {
-				JobKey string `json:"job_key"`
-				Error  string `json:"error"`
-			} `json:"invalid"`
-		}
+		var q scQueue
 		if scGet(e.sidecarURL+"/v1/queue", &q) != nil {
 			return false
 		}
@@ -306,12 +301,7 @@ func waitingSaysWhenFree(t *testing.T, preemptible bool) {
 			t.Errorf("after 10 s of waiting: %d versions, want 2 (the job and one note)", len(versions))
 		}
 	}
-	var q struct {
-		Jobs []struct {
-			JobID   string  `json:"job_id"`
-			FreeInS float64 `json:"free_in_s"`
-		} `json:"jobs"`
-	}
+	var q scQueue
 	must(t, scGet(e.sidecarURL+"/v1/queue", &q))
 	seen := false
 	for _, qj := range q.Jobs {

@@ -19,8 +19,7 @@ import (
 // Needs NOMAD_BIN (a Nomad >= 1.10 binary). HETGPU_BIN may point at prebuilt binaries
 // (`make e2e` sets it to bin/); missing ones are built.
 func TestDriverOnRealAgent(t *testing.T) {
-	nomadBin := nomadBinary(t, "the hetgpu task driver on a real agent")
-	skipUnlessLinux(t)
+	nomadBin := linuxNomadBinary(t, "the hetgpu task driver on a real agent")
 	bins := buildBinaries(t, binDriver, binToy)
 	a := startDriverAgent(t, nomadBin, bins)
 	c := a.API

@@ -194,8 +194,8 @@ type faultEnv struct {
 // binaries, and ends leftover toy workloads with the test.
 func newFaultEnv(t *testing.T, purpose string, clients []clusterClient, serverExtra string) *faultEnv {
 	t.Helper()
-	nomadBin := nomadBinary(t, purpose)
-	e := &faultEnv{bins: buildBinaries(t, binHetgpu, binDevice, binDriver, binToy), port: freePort(t)}
+	nomadBin, bins := allBinaries(t, purpose)
+	e := &faultEnv{bins: bins, port: freePort(t)}
 	e.sidecarURL = fmt.Sprintf("http://127.0.0.1:%d", e.port)
 	e.cluster = startClusterWith(t, nomadBin, e.bins, clients, fmt.Sprintf("    sidecar_addr = %q", e.sidecarURL), serverExtra)
 	killToys(t, e.cluster, e.bins)
@@ -459,12 +459,7 @@ func TestInfeasibleReported(t *testing.T) {
 		!strings.Contains(ex.Groups[0].Summary, "hetgpu.runtime 2m0s read as 2m16s left") {
 		t.Errorf("big16's runtime reading: %+v in %q", r, ex.Groups[0].Summary)
 	}
-	var queue struct {
-		Jobs []struct {
-			JobID      string `json:"job_id"`
-			Infeasible bool   `json:"infeasible"`
-		} `json:"jobs"`
-	}
+	var queue scQueue
 	must(t, scGet(sidecarURL+"/v1/queue", &queue))
 	infeasible := 0
 	for _, j := range queue.Jobs {

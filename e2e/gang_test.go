@@ -62,14 +62,7 @@ func TestGangPinnedTogether(t *testing.T) {
 	// The sidecar sees the gang and holds it back whole while the blocker runs.
 	var why string
 	waitFor(t, 30*time.Second, "the gang waiting in the sidecar's queue", func() bool {
-		var q struct {
-			Jobs []struct {
-				JobID  string `json:"job_id"`
-				Group  string `json:"group"`
-				Status string `json:"status"`
-				Reason string `json:"reason"`
-			} `json:"jobs"`
-		}
+		var q scQueue
 		if err := scGet(sidecarURL+"/v1/queue", &q); err != nil {
 			why = err.Error()
 			return false

@@ -246,8 +246,7 @@ type sidecarJob struct {
 // secrets variable (mTLS), and the test's clients then present the client certificate; edit,
 // when set, changes the parsed job before it is registered.
 func runSidecarJobWithACL(t *testing.T, clientCA bool, edit func(*api.Job)) sidecarJob {
-	nomadBin := nomadBinary(t, "the sidecar as a Nomad job on a cluster with ACLs")
-	bins := buildBinaries(t, binHetgpu, binDevice, binDriver, binToy)
+	nomadBin, bins := allBinaries(t, "the sidecar as a Nomad job on a cluster with ACLs")
 	c := startClusterOpts(t, nomadBin, bins, []clusterClient{
 		{Name: "a100", Fake: []string{"4x A100"}, Extra: rawExec},
 		{Name: "t4", Fake: []string{"4x T4"}, Extra: rawExec},

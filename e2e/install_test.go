@@ -28,8 +28,7 @@ import (
 // The one change to the page's text: /opt, where the page unpacks the archive, is a folder
 // of the test's (and the cp into /opt/nomad/data/plugins is the test's plugin_dir).
 func TestInstallGuide(t *testing.T) {
-	nomadBin := nomadBinary(t, "the install guide (docs/install.md)")
-	skipUnlessLinux(t)
+	nomadBin := linuxNomadBinary(t, "the install guide (docs/install.md)")
 	if runtime.GOARCH != "amd64" {
 		t.Skipf("docs/install.md walks through the amd64 archive; this is %s", runtime.GOARCH)
 	}

@@ -234,8 +234,7 @@ func waitPinned(t *testing.T, c *api.Client, id string, d time.Duration) time.Ti
 // seconds, resyncs and streams again, and a job submitted right after the new leader is
 // elected is pinned within 10 s of the election.
 func TestNomadLeaderChangeOnRealAgent(t *testing.T) {
-	nomadBin := nomadBinary(t, "a Nomad leader change under the sidecar")
-	bins := buildBinaries(t, binHetgpu, binDevice, binDriver, binToy)
+	nomadBin, bins := allBinaries(t, "a Nomad leader change under the sidecar")
 	for _, tc := range []struct {
 		via string
 		// probe: the leader probe on (the default); without it only the stall timer and EOF
@@ -348,8 +347,7 @@ func TestNomadLeaderChangeOnRealAgent(t *testing.T) {
 // dir): the sidecar reconnects as soon as it answers, and a job submitted once the server has
 // its leader back is pinned within 10 s.
 func TestNomadServerRestartOnRealAgent(t *testing.T) {
-	nomadBin := nomadBinary(t, "a Nomad server restart under the sidecar")
-	bins := buildBinaries(t, binHetgpu, binDevice, binDriver, binToy)
+	nomadBin, bins := allBinaries(t, "a Nomad server restart under the sidecar")
 	c := startCluster(t, nomadBin, bins, []clusterClient{{Name: "v100", Fake: []string{"4x V100"}}}, "")
 	killToys(t, c, bins)
 	port := freePort(t)
@@ -387,8 +385,7 @@ func TestNomadServerRestartOnRealAgent(t *testing.T) {
 // address; with the probe off only the stall timer (no event or heartbeat for 45 s) notices.
 // Either way a job submitted through another server is pinned within 10 s of the notice.
 func TestNomadServerFreezeOnRealAgent(t *testing.T) {
-	nomadBin := nomadBinary(t, "a hung Nomad server under the sidecar")
-	bins := buildBinaries(t, binHetgpu, binDevice, binDriver, binToy)
+	nomadBin, bins := allBinaries(t, "a hung Nomad server under the sidecar")
 	for _, tc := range []struct {
 		name       string
 		probe      bool

@@ -131,8 +131,7 @@ func TestNomadUIScreenshots(t *testing.T) {
 		out = t.TempDir()
 	}
 	must(t, os.MkdirAll(out, 0o755))
-	nomadBin := nomadBinary(t, "the Nomad UI screenshots")
-	bins := buildBinaries(t, binHetgpu, binDevice, binDriver, binToy)
+	nomadBin, bins := allBinaries(t, "the Nomad UI screenshots")
 	c := startCluster(t, nomadBin, bins, []clusterClient{{Name: "v100", Fake: []string{"2x V100"}}}, "")
 	killToys(t, c, bins)
 	ui := uiServer(t, dist, c.HTTP)

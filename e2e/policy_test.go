@@ -30,12 +30,7 @@ func TestBaselinePolicyDrivesTheSidecar(t *testing.T) {
 					t.Fatalf("%s: %d finished runs recorded, want 1: %s", id, n, jobState(c.API, id))
 				}
 			}
-			var d struct {
-				Decisions []struct {
-					JobKey string `json:"job_key"`
-					Status string `json:"status"`
-				} `json:"decisions"`
-			}
+			var d scDecisions
 			must(t, scGet(e.sidecarURL+"/v1/decisions?limit=10", &d))
 			pinned := 0
 			for _, r := range d.Decisions {

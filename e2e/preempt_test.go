@@ -16,8 +16,7 @@ import (
 // arrives; the sidecar re-holds the long one (Nomad stops it), pins the short one on the freed
 // GPUs, and pins the long one again once the short one finished.
 func TestSidecarPreempts(t *testing.T) {
-	nomadBin := nomadBinary(t, "preemption end to end")
-	bins := buildBinaries(t, binHetgpu, binDevice, binDriver, binToy)
+	nomadBin, bins := allBinaries(t, "preemption end to end")
 	port := freePort(t)
 	sidecarURL := fmt.Sprintf("http://127.0.0.1:%d", port)
 	c := startCluster(t, nomadBin, bins, []clusterClient{{Name: "v100", Fake: []string{"2x V100"}}},

@@ -22,8 +22,7 @@ import (
 // HTTP API and cuts it. The write is `hetgpu release`'s (nomad.Release), the configuration the
 // sidecar's (app.NomadRPC): the sidecar's pins take the same path.
 func TestChildWriteOverTLSRPC(t *testing.T) {
-	nomadBin := nomadBinary(t, "child writes over TLS RPC")
-	skipUnlessLinux(t)
+	nomadBin := linuxNomadBinary(t, "child writes over TLS RPC")
 	dir := agentDir(t, "hetgpu-tlsrpc-e2e-")
 	// With verify_server_hostname Nomad accepts RPC peers named client.<region>.nomad or
 	// server.<region>.nomad only ("invalid role or region for certificate"): the sidecar needs

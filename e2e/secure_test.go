@@ -7,7 +7,6 @@ package e2e
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"io"
 	"net/http"
@@ -62,15 +61,9 @@ func (s *secureSidecar) get(t *testing.T, path, token string) (int, string, stri
 // tlsClient trusts the test CA and, when cert is set, presents that client certificate.
 func tlsClient(t *testing.T, ca, cert, key string) *http.Client {
 	t.Helper()
-	pem, err := os.ReadFile(ca)
-	must(t, err)
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(pem)
-	tc := &tls.Config{RootCAs: pool}
+	tc := &tls.Config{RootCAs: testcerts.Pool(t, ca)}
 	if cert != "" {
-		pair, err := tls.LoadX509KeyPair(cert, key)
-		must(t, err)
-		tc.Certificates = []tls.Certificate{pair}
+		tc.Certificates = []tls.Certificate{testcerts.Pair(t, cert, key)}
 	}
 	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tc}}
 }
@@ -141,8 +134,7 @@ func driverRecords(t *testing.T, s *secureSidecar, job string) int {
 // the driver's token as its read token refuses the driver's next record (403): it stays in
 // the driver's spool.
 func TestSecureSidecarOnRealAgent(t *testing.T) {
-	nomadBin := nomadBinary(t, "the secured sidecar end to end")
-	bins := buildBinaries(t, binHetgpu, binDevice, binDriver, binToy)
+	nomadBin, bins := allBinaries(t, "the secured sidecar end to end")
 	certs, err := testcerts.Write(t.TempDir())
 	must(t, err)
 	port := freePort(t)
@@ -387,8 +379,7 @@ func TestSidecarRefusesExposedListener(t *testing.T) {
 // the driver looks it up on the agent's HTTP API (/v1/service/NAME) and delivers its run
 // record there with the write token.
 func TestDriverFindsSidecarThroughNomadService(t *testing.T) {
-	nomadBin := nomadBinary(t, "sidecar service discovery end to end")
-	bins := buildBinaries(t, binHetgpu, binDevice, binDriver, binToy)
+	nomadBin, bins := allBinaries(t, "sidecar service discovery end to end")
 	// The driver's config is written before the agents pick their ports: it reaches the
 	// server's HTTP API through a proxy on a port chosen now.
 	var (

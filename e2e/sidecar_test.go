@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/hetgpu/hetgpu/sidecar/backends/nomad/nomadtest"
 )
 
 // TestSidecarPinsJobspecs runs the whole product on loopback: one Nomad server and three
@@ -27,8 +29,7 @@ import (
 //
 // Needs NOMAD_BIN (a Nomad >= 1.10 binary); HETGPU_BIN may hold prebuilt binaries.
 func TestSidecarPinsJobspecs(t *testing.T) {
-	nomadBin := nomadBinary(t, "the sidecar end to end")
-	bins := buildBinaries(t, binHetgpu, binDevice, binDriver, binToy)
+	nomadBin, bins := allBinaries(t, "the sidecar end to end")
 	port := freePort(t)
 	sidecarURL := fmt.Sprintf("http://127.0.0.1:%d", port)
 	c := startCluster(t, nomadBin, bins, []clusterClient{
@@ -201,6 +202,22 @@ type scDecisions struct {
 		JobKey string `json:"job_key"`
 		Status string `json:"status"`
 	} `json:"decisions"`
+}
+
+// scQueue is what the tests read of GET /v1/queue (service.QueueView).
+type scQueue struct {
+	Jobs []struct {
+		JobID      string  `json:"job_id"`
+		Group      string  `json:"group"`
+		Status     string  `json:"status"`
+		Reason     string  `json:"reason"`
+		Infeasible bool    `json:"infeasible"`
+		FreeInS    float64 `json:"free_in_s"`
+	} `json:"jobs"`
+	Invalid []struct {
+		JobKey string `json:"job_key"`
+		Error  string `json:"error"`
+	} `json:"invalid"`
 }
 
 func scGet(url string, v any) error {
@@ -379,24 +396,9 @@ func scCheckPinned(t *testing.T, c *api.Client, sidecarURL, id string) {
 	}
 }
 
+// scPinOf is nomadtest.PinOf with the device IDs sorted.
 func scPinOf(tg *api.TaskGroup) (nodes, devs []string) {
-	for _, c := range tg.Constraints {
-		if c.LTarget == "${node.unique.id}" {
-			nodes = append(nodes, strings.Split(c.RTarget, ",")...)
-		}
-	}
-	for _, task := range tg.Tasks {
-		if task.Resources == nil {
-			continue
-		}
-		for _, d := range task.Resources.Devices {
-			for _, c := range d.Constraints {
-				if c.LTarget == "${device.ids}" {
-					devs = append(devs, strings.Split(c.RTarget, ",")...)
-				}
-			}
-		}
-	}
+	nodes, devs = nomadtest.PinOf(tg)
 	sort.Strings(devs)
 	return nodes, devs
 }

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"testing"
 	"unicode"
 
 	"github.com/yuin/goldmark"
@@ -437,6 +438,23 @@ func CheckLinks(root string, docs map[string]*Doc) []error {
 		}
 	}
 	return errs
+}
+
+// LoadRepo is the repository root above dir (Root), its pages (Pages) and their documents
+// (Load), for a test: an error fails it.
+func LoadRepo(t testing.TB, dir string) (root string, pages []string, docs map[string]*Doc) {
+	t.Helper()
+	root, err := Root(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pages, err = Pages(root); err != nil {
+		t.Fatal(err)
+	}
+	if docs, err = Load(root, pages); err != nil {
+		t.Fatal(err)
+	}
+	return root, pages, docs
 }
 
 // Root is the repository root: the nearest folder above dir with a go.mod.

@@ -10,18 +10,7 @@ import (
 
 // TestDocsLinksResolve: every relative link and anchor in README.md and docs/ resolves.
 func TestDocsLinksResolve(t *testing.T) {
-	root, err := Root(".")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pages, err := Pages(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	docs, err := Load(root, pages)
-	if err != nil {
-		t.Fatal(err)
-	}
+	root, pages, docs := LoadRepo(t, ".")
 	links := 0
 	for _, d := range docs {
 		links += len(d.Links)

@@ -7,8 +7,24 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 )
+
+// SkipUnlessAMD64 skips the test on any architecture but amd64, on which what (bit-exact
+// floating-point output) was recorded: Go fuses multiply-adds on some others (arm64, ppc64le,
+// s390x), which changes the last bits.
+func SkipUnlessAMD64(t testing.TB, what string) {
+	t.Helper()
+	skipUnlessArch(t, runtime.GOARCH, what)
+}
+
+func skipUnlessArch(t testing.TB, arch, what string) {
+	t.Helper()
+	if arch != "amd64" {
+		t.Skipf("%s was recorded on amd64; %s may fuse multiply-adds", what, arch)
+	}
+}
 
 // Compare fails the test (without stopping it) when got differs from the file at path, naming
 // the first line that differs. With update it first writes got there, creating the folder.

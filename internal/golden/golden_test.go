@@ -9,13 +9,14 @@ import (
 // fakeT records failures instead of failing the real test.
 type fakeT struct {
 	testing.TB
-	errors, fatals int
+	errors, fatals, skips int
 }
 
 func (f *fakeT) Helper()               {}
 func (f *fakeT) Errorf(string, ...any) { f.errors++ }
 func (f *fakeT) Fatalf(string, ...any) { f.fatals++ }
 func (f *fakeT) Fatal(...any)          { f.fatals++ }
+func (f *fakeT) Skipf(string, ...any)  { f.skips++ }
 
 func TestCompare(t *testing.T) {
 	dir := t.TempDir()
@@ -62,6 +63,17 @@ func TestFirstDiff(t *testing.T) {
 	} {
 		if line, x, y := firstDiff([]byte(tc.a), []byte(tc.b)); line != tc.line || x != tc.x || y != tc.y {
 			t.Errorf("firstDiff(%q, %q) = %d %q %q, want %d %q %q", tc.a, tc.b, line, x, y, tc.line, tc.x, tc.y)
+		}
+	}
+}
+
+// Only amd64 runs the bit-exact tests.
+func TestSkipUnlessArch(t *testing.T) {
+	for arch, skips := range map[string]int{"amd64": 0, "arm64": 1, "ppc64le": 1} {
+		f := &fakeT{}
+		skipUnlessArch(f, arch, "the digest")
+		if f.skips != skips {
+			t.Errorf("%s: %d skips, want %d", arch, f.skips, skips)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -42,6 +43,30 @@ func MustWrite(t testing.TB, dir string) Files {
 		t.Fatalf("write test certificates: %v", err)
 	}
 	return f
+}
+
+// Pool is a certificate pool of the PEM certificates in caFile (Files.CA: the test CA); a
+// read error fails the test.
+func Pool(t testing.TB, caFile string) *x509.CertPool {
+	t.Helper()
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	return pool
+}
+
+// Pair is the certificate of certFile with its key in keyFile (tls.LoadX509KeyPair); an
+// error fails the test.
+func Pair(t testing.TB, certFile, keyFile string) tls.Certificate {
+	t.Helper()
+	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pair
 }
 
 // WriteFor creates the files in dir with a server certificate that also names ips (a

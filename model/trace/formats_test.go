@@ -21,14 +21,21 @@ const phillySample = `[
  "submitted_time": "2017-10-03 00:50:00", "attempts": []}
 ]`
 
-func TestParsePhilly(t *testing.T) {
-	tr, err := ParsePhilly(strings.NewReader(phillySample), "cluster_job_log", FormatOptions{})
+// wantParsed fails the test unless the parse that gave tr and err succeeded with jobs jobs
+// and skipped skipped.
+func wantParsed(t *testing.T, tr *Trace, err error, jobs, skipped int) {
+	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(tr.Jobs) != 2 || tr.Skipped != 1 {
-		t.Fatalf("%d jobs, %d skipped; want 2 and 1 (never ran)", len(tr.Jobs), tr.Skipped)
+	if len(tr.Jobs) != jobs || tr.Skipped != skipped {
+		t.Fatalf("%d jobs, %d skipped; want %d and %d: %+v", len(tr.Jobs), tr.Skipped, jobs, skipped, tr.Jobs)
 	}
+}
+
+func TestParsePhilly(t *testing.T) {
+	tr, err := ParsePhilly(strings.NewReader(phillySample), "cluster_job_log", FormatOptions{})
+	wantParsed(t, tr, err, 2, 1) // the third never ran
 	a, b := tr.Jobs[0], tr.Jobs[1]
 	if a.ID != "application_1506638472019_10239" || a.ArrivalS != 0 || a.GPUs != 1 || a.DurationS != 600 || a.Namespace != "ee9e8c" {
 		t.Errorf("first job %+v", a)
@@ -65,12 +72,7 @@ const heliosSample = `job_id,user,vc,jobname,gpu_num,cpu_num,node_num,state,subm
 
 func TestParseHelios(t *testing.T) {
 	tr, err := ParseHelios(strings.NewReader(heliosSample), "cluster_log.csv", FormatOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(tr.Jobs) != 2 || tr.Skipped != 1 {
-		t.Fatalf("%d jobs, %d skipped", len(tr.Jobs), tr.Skipped)
-	}
+	wantParsed(t, tr, err, 2, 1)
 	if j := tr.Jobs[0]; j.ID != "helios-3" || j.ArrivalS != 0 || j.GPUs != 1 || j.DurationS != 30 || j.Namespace != "vc2" {
 		t.Errorf("first %+v", j)
 	}
@@ -111,12 +113,7 @@ job_d,worker,1,Running,65,,600,29.3,100,P100
 
 func TestParsePAI(t *testing.T) {
 	tr, err := ParsePAI(strings.NewReader(paiJobs), "pai_job_table.csv", strings.NewReader(paiTasks), "pai_task_table.csv", FormatOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(tr.Jobs) != 2 || tr.Skipped != 2 {
-		t.Fatalf("%d jobs, %d skipped: %+v", len(tr.Jobs), tr.Skipped, tr.Jobs)
-	}
+	wantParsed(t, tr, err, 2, 2)
 	b, a := tr.Jobs[0], tr.Jobs[1]
 	if b.ID != "pai-job_b" || b.ArrivalS != 0 || b.GPUs != 1 || b.DurationS != 800 || b.RefGPUType != "t4" {
 		t.Errorf("job_b %+v", b)

@@ -227,7 +227,7 @@ var reserved = map[string]string{
 var ourPackages = []string{pkgBase, pkgDevice, pkgDrivers, pkgHCL, pkgStructs}
 
 func TestMethods(t *testing.T) {
-	seen := map[string]bool{}
+	w := newFactWalk(t, "method", methods)
 	for _, pkg := range ourPackages {
 		eachFile(pkg, func(fd protoreflect.FileDescriptor) {
 			for i := 0; i < fd.Services().Len(); i++ {
@@ -235,10 +235,8 @@ func TestMethods(t *testing.T) {
 				for j := 0; j < sd.Methods().Len(); j++ {
 					md := sd.Methods().Get(j)
 					full := "/" + string(sd.FullName()) + "/" + string(md.Name())
-					seen[full] = true
-					want, ok := methods[full]
+					want, ok := w.fact(full)
 					if !ok {
-						t.Errorf("method %s is not in the facts document", full)
 						continue
 					}
 					if got := renderMethod(md); got != want {
@@ -248,21 +246,46 @@ func TestMethods(t *testing.T) {
 			}
 		})
 	}
-	checkAllSeen(t, "method", methods, seen)
+	w.done()
 }
 
-// checkAllSeen fails for every fact of kind that the walk over our descriptors did not meet.
-func checkAllSeen(t *testing.T, kind string, facts map[string]string, seen map[string]bool) {
-	t.Helper()
-	for name := range facts {
-		if !seen[name] {
-			t.Errorf("%s %s missing from our descriptors", kind, name)
+// factWalk checks the descriptors of one kind that a walk over ours meets against the facts
+// document's.
+type factWalk struct {
+	t     *testing.T
+	kind  string
+	facts map[string]string
+	seen  map[string]bool
+}
+
+func newFactWalk(t *testing.T, kind string, facts map[string]string) *factWalk {
+	return &factWalk{t: t, kind: kind, facts: facts, seen: map[string]bool{}}
+}
+
+// fact is the document's fact on name, which the walk meets; without one the test fails and
+// ok is false.
+func (w *factWalk) fact(name string) (fact string, ok bool) {
+	w.t.Helper()
+	w.seen[name] = true
+	fact, ok = w.facts[name]
+	if !ok {
+		w.t.Errorf("%s %s is not in the facts document", w.kind, name)
+	}
+	return fact, ok
+}
+
+// done fails for every fact that the walk did not meet.
+func (w *factWalk) done() {
+	w.t.Helper()
+	for name := range w.facts {
+		if !w.seen[name] {
+			w.t.Errorf("%s %s missing from our descriptors", w.kind, name)
 		}
 	}
 }
 
 func TestMessages(t *testing.T) {
-	seen := map[string]bool{}
+	w := newFactWalk(t, "message", messages)
 	for _, pkg := range ourPackages {
 		eachFile(pkg, func(fd protoreflect.FileDescriptor) {
 			walkMessages(fd.Messages(), func(md protoreflect.MessageDescriptor) {
@@ -270,10 +293,8 @@ func TestMessages(t *testing.T) {
 					return
 				}
 				name := string(md.FullName())
-				seen[name] = true
-				want, ok := messages[name]
+				want, ok := w.fact(name)
 				if !ok {
-					t.Errorf("message %s is not in the facts document", name)
 					return
 				}
 				if got := renderFields(md); got != want {
@@ -285,19 +306,17 @@ func TestMessages(t *testing.T) {
 			})
 		})
 	}
-	checkAllSeen(t, "message", messages, seen)
+	w.done()
 }
 
 func TestEnums(t *testing.T) {
-	seen := map[string]bool{}
+	w := newFactWalk(t, "enum", enums)
 	check := func(eds protoreflect.EnumDescriptors) {
 		for i := 0; i < eds.Len(); i++ {
 			ed := eds.Get(i)
 			name := string(ed.FullName())
-			seen[name] = true
-			want, ok := enums[name]
+			want, ok := w.fact(name)
 			if !ok {
-				t.Errorf("enum %s is not in the facts document", name)
 				continue
 			}
 			var vals []string
@@ -316,7 +335,7 @@ func TestEnums(t *testing.T) {
 			walkMessages(fd.Messages(), func(md protoreflect.MessageDescriptor) { check(md.Enums()) })
 		})
 	}
-	checkAllSeen(t, "enum", enums, seen)
+	w.done()
 }
 
 // TestPackedSLIT: Nomad declares ClientTopologySLIT.values packed; proto3 packs by default, but an

@@ -14,15 +14,11 @@ import (
 	"github.com/hetgpu/hetgpu/model/throughput/throughputtest"
 	"github.com/hetgpu/hetgpu/model/trace"
 	"github.com/hetgpu/hetgpu/sidecar/backends/sim"
+	"github.com/hetgpu/hetgpu/sidecar/backends/sim/simtest"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
 	"github.com/hetgpu/hetgpu/sidecar/stages/place"
 	"github.com/hetgpu/hetgpu/sidecar/stages/rank"
 )
-
-func tab(t testing.TB) *throughput.Table {
-	t.Helper()
-	return throughputtest.Bundled(t)
-}
 
 func TestParseList(t *testing.T) {
 	got, err := ParseList("sjf, fifo,sjf")
@@ -52,7 +48,7 @@ func TestParseList(t *testing.T) {
 
 func simulate(t *testing.T, s *sim.Spec, jobs []trace.Job, p *sim.PipelinePolicy) *sim.Result {
 	t.Helper()
-	r, err := sim.Simulate(context.Background(), sim.Setup{Spec: s, Throughput: tab(t), Trace: &trace.Trace{Name: "t", Jobs: jobs}}, p, nil)
+	r, err := sim.Simulate(context.Background(), sim.Setup{Spec: s, Throughput: throughputtest.Bundled(t), Trace: &trace.Trace{Name: "t", Jobs: jobs}}, p, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +98,7 @@ node_class "v" {
 
 // SJF runs the short job first when both wait; FIFO runs them in arrival order.
 func TestSJFvsFIFO(t *testing.T) {
-	tb := tab(t)
+	tb := throughputtest.Bundled(t)
 	jt := "ResNet-50 (batch size 32)"
 	jobs := []trace.Job{job("blocker", jt, 1, 0, 100, tb), job("long", jt, 1, 1, 1000, tb), job("short", jt, 1, 2, 10, tb)}
 	s := v100s(t, 1, 1)
@@ -123,7 +119,7 @@ func TestSJFvsFIFO(t *testing.T) {
 
 // Tiresias preempts a job that has used more than the first queue's threshold for a newcomer.
 func TestTiresiasPreemptsForNewcomer(t *testing.T) {
-	tb := tab(t)
+	tb := throughputtest.Bundled(t)
 	jt := "ResNet-50 (batch size 32)"
 	jobs := []trace.Job{job("old", jt, 1, 0, 4*3600, tb), job("new", jt, 1, 2*3600, 600, tb)}
 	p, _ := New("tiresias", Options{})
@@ -140,7 +136,7 @@ func TestTiresiasPreemptsForNewcomer(t *testing.T) {
 // Gavel puts the job that gains most from a V100 on it: with one V100 and one K80, the job with
 // the larger V100/K80 speed-up gets the V100 more of the time.
 func TestGavelHeterogeneityAware(t *testing.T) {
-	tb := tab(t)
+	tb := throughputtest.Bundled(t)
 	s := vkSpec(t)
 	ratio := func(jt string) float64 {
 		v, _ := tb.Measured(jt, "v100", 1)
@@ -178,15 +174,7 @@ func TestGavelHeterogeneityAware(t *testing.T) {
 // contended is a quarter of modern-mix and a synthetic trace of 40 jobs that keeps it busy.
 func contended(t *testing.T) (*sim.Spec, *trace.Trace) {
 	t.Helper()
-	s, err := sim.LoadSpec("modern-mix:scale=0.25")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr, err := trace.Load("synthetic:jobs=40,rate=6", sim.TraceOptions(tab(t), 2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s, tr
+	return simtest.Spec(t, "modern-mix:scale=0.25"), simtest.Trace(t, "synthetic:jobs=40,rate=6", 2)
 }
 
 // The production-pipeline baselines run through sched.Pipeline on the engine and finish a
@@ -195,7 +183,7 @@ func TestPipelinePoliciesFinish(t *testing.T) {
 	s, tr := contended(t)
 	for _, name := range []string{"rltune", "gogh"} {
 		t.Run(name, func(t *testing.T) {
-			p, err := New(name, Options{Spec: s, Throughput: tab(t)})
+			p, err := New(name, Options{Spec: s, Throughput: throughputtest.Bundled(t)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -228,7 +216,7 @@ func TestHetgpuHeuristicDiffers(t *testing.T) {
 	s, tr := contended(t)
 	starts := map[string]map[string]float64{}
 	for _, name := range []string{"hetgpu", HetgpuHeuristic} {
-		o := Options{Spec: s, Throughput: tab(t), Seed: 2}
+		o := Options{Spec: s, Throughput: throughputtest.Bundled(t), Seed: 2}
 		p, err := New(name, o)
 		if name == "hetgpu" {
 			pol, perr := rank.NewPolicy(rank.DefaultSchema(), []int{8}, rand.New(rand.NewPCG(3, 4)))
@@ -283,11 +271,8 @@ func TestHetgpuOracleSeesExactRuntimes(t *testing.T) {
 	s, _ := contended(t)
 	// Five times the arrival rate of contended(): a queue on which the order matters, so that
 	// the test does not rest on one job's start (it did, and a predictor change evened it).
-	tr, terr := trace.Load("synthetic:jobs=40,rate=30", sim.TraceOptions(tab(t), 2))
-	if terr != nil {
-		t.Fatal(terr)
-	}
-	o := Options{Spec: s, Throughput: tab(t), Seed: 2}
+	tr := simtest.Trace(t, "synthetic:jobs=40,rate=30", 2)
+	o := Options{Spec: s, Throughput: throughputtest.Bundled(t), Seed: 2}
 	oracle, err := Build(HetgpuOracle, o)
 	if err != nil {
 		t.Fatal(err)
@@ -329,7 +314,7 @@ func TestHetgpuOracleSeesExactRuntimes(t *testing.T) {
 // estimate it runs a group of short jobs ahead of a group of long ones that queued first;
 // hetgpu-heuristic, whose history starts empty, reads both groups alike at first.
 func TestHetgpuHindsightKnowsGroupsFromTheStart(t *testing.T) {
-	tb := tab(t)
+	tb := throughputtest.Bundled(t)
 	// A blocker of a third kind holds the one GPU while both groups queue behind it.
 	jobs := []trace.Job{job("blocker", "ResNet-50 (batch size 64)", 1, 0, 3600, tb)}
 	for i := range 4 {
@@ -387,7 +372,7 @@ func TestHetgpuHindsightKnowsGroupsFromTheStart(t *testing.T) {
 // first), and the long job resumes where it stopped; with a job that runs far faster on the
 // V100, a job started on the K80 while the V100 was busy moves there when it frees up.
 func TestHetgpuPreempts(t *testing.T) {
-	tb := tab(t)
+	tb := throughputtest.Bundled(t)
 	jt := "ResNet-50 (batch size 32)"
 	heuristic, err := rank.New(nil)
 	if err != nil {
@@ -482,17 +467,10 @@ func TestLivePlacementConfig(t *testing.T) {
 // constraints from the round's state: under every registered policy each job is compiled at
 // most once a round (sim.PipelinePolicy.OnCompile counts them; OnRound ends a round).
 func TestSimulatedRoundsCompileOnce(t *testing.T) {
-	s, err := sim.LoadSpec("modern-mix:scale=0.25")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr, err := trace.Load("synthetic:jobs=16,rate=6", sim.TraceOptions(tab(t), 2))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, tr := simtest.Spec(t, "modern-mix:scale=0.25"), simtest.Trace(t, "synthetic:jobs=16,rate=6", 2)
 	for _, name := range Names() {
 		t.Run(name, func(t *testing.T) {
-			p, err := New(name, Options{Spec: s, Throughput: tab(t)})
+			p, err := New(name, Options{Spec: s, Throughput: throughputtest.Bundled(t)})
 			if err != nil {
 				t.Fatal(err)
 			}

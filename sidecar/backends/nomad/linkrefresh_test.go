@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
-
-	"github.com/hetgpu/hetgpu/sidecar/runtime/explainlink"
 )
 
 // TestExplainLinkRefresh: a pinned job's signed explain link is signed again, in its ui link and
@@ -19,10 +17,7 @@ import (
 func TestExplainLinkRefresh(t *testing.T) {
 	now := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
-	signer, err := explainlink.New([]byte(strings.Repeat("k", 32)), 24*time.Hour, clock)
-	if err != nil {
-		t.Fatal(err)
-	}
+	signer := newSigner(t, strings.Repeat("k", 32), 24*time.Hour, clock)
 	f := newFixture(t, func(c *Config) {
 		c.SignExplain, c.ExplainRefresh, c.Now = signer.Query, 12*time.Hour, clock
 	})
@@ -108,10 +103,7 @@ func TestExplainLinkRefresh(t *testing.T) {
 func BenchmarkRefreshLinksScan(b *testing.B) {
 	now := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
-	signer, err := explainlink.New([]byte(strings.Repeat("k", 32)), 30*24*time.Hour, clock)
-	if err != nil {
-		b.Fatal(err)
-	}
+	signer := newSigner(b, strings.Repeat("k", 32), 30*24*time.Hour, clock)
 	f := newFixture(b, func(c *Config) {
 		c.SignExplain, c.ExplainRefresh, c.Now = signer.Query, 15*24*time.Hour, clock
 	})

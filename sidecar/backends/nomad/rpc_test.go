@@ -4,12 +4,10 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"reflect"
 	"strings"
 	"sync"
@@ -288,23 +286,14 @@ func TestRPCRefusals(t *testing.T) {
 // without a configured server name the server must present server.<region>.nomad.
 func TestRPCOverTLS(t *testing.T) {
 	certs := testcerts.MustWrite(t, t.TempDir())
-	pair, err := tls.LoadX509KeyPair(certs.ServerCert, certs.ServerKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := newRPCServer(t, &tls.Config{Certificates: []tls.Certificate{pair}})
+	s := newRPCServer(t, &tls.Config{Certificates: []tls.Certificate{testcerts.Pair(t, certs.ServerCert, certs.ServerKey)}})
 	s.jobs["default/train/dispatch-1-abcd"] = storedChild()
-	pem, err := os.ReadFile(certs.CA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(pem)
+	pool := testcerts.Pool(t, certs.CA)
 
 	if _, err := rpcClientFor(s, nil).getJob(context.Background(), "global", "default", "train/dispatch-1-abcd"); err == nil {
 		t.Error("a plaintext call to a TLS server succeeded")
 	}
-	_, err = rpcClientFor(s, &tls.Config{RootCAs: pool}).getJob(context.Background(), "global", "default", "train/dispatch-1-abcd")
+	_, err := rpcClientFor(s, &tls.Config{RootCAs: pool}).getJob(context.Background(), "global", "default", "train/dispatch-1-abcd")
 	if err == nil || !strings.Contains(err.Error(), "server name server.global.nomad") {
 		t.Errorf("default server name: %v, want the handshake to check server.global.nomad", err)
 	}

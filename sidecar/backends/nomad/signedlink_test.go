@@ -10,15 +10,23 @@ import (
 	"github.com/hetgpu/hetgpu/sidecar/runtime/explainlink"
 )
 
+// newSigner is an explain-link signer with the secret, its links lasting ttl (0: the default),
+// on clock.
+func newSigner(t testing.TB, secret string, ttl time.Duration, clock func() time.Time) *explainlink.Signer {
+	t.Helper()
+	s, err := explainlink.New([]byte(secret), ttl, clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 // With a signer configured, the link in the job's ui block and the group line's [why] link
 // are signed for that job, and verify; the same pin written again that day gives the same
 // link.
 func TestPinWritesSignedExplainLink(t *testing.T) {
 	now := time.Date(2026, 3, 10, 15, 0, 0, 0, time.UTC)
-	signer, err := explainlink.New([]byte("0123456789abcdef0123456789abcdef"), 0, func() time.Time { return now })
-	if err != nil {
-		t.Fatal(err)
-	}
+	signer := newSigner(t, "0123456789abcdef0123456789abcdef", 0, func() time.Time { return now })
 	f := newFixture(t, func(c *Config) { c.SignExplain = signer.Query })
 	f.srv.Register(heldJob("resnet", 2, 1, nil))
 	f.resync(t)

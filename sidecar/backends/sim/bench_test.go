@@ -4,22 +4,16 @@ import (
 	"context"
 	"testing"
 
-	"github.com/hetgpu/hetgpu/model/trace"
 	"github.com/hetgpu/hetgpu/sidecar/backends/sim"
+	"github.com/hetgpu/hetgpu/sidecar/backends/sim/simtest"
 )
 
 func benchRun(b *testing.B, clusterRef, traceRef string, policy string) {
-	s, err := sim.LoadSpec(clusterRef)
-	if err != nil {
-		b.Fatal(err)
-	}
-	tr, err := trace.Load(traceRef, sim.TraceOptions(table(b), 1))
-	if err != nil {
-		b.Fatal(err)
-	}
+	s, tr := simtest.Spec(b, clusterRef), simtest.Trace(b, traceRef, 1)
 	b.ResetTimer()
 	var r *sim.Result
 	for i := 0; i < b.N; i++ {
+		var err error
 		r, err = sim.Simulate(context.Background(), sim.Setup{Spec: s, Throughput: table(b), Trace: tr, NoSeries: true, RestartPenaltyS: 30},
 			newPolicy(b, policy, s), nil)
 		if err != nil {

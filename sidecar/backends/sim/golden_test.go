@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	"github.com/hetgpu/hetgpu/internal/golden"
-	"github.com/hetgpu/hetgpu/model/trace"
 	"github.com/hetgpu/hetgpu/sidecar/backends/sim"
+	"github.com/hetgpu/hetgpu/sidecar/backends/sim/simtest"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -29,14 +29,7 @@ func deterministic(rs []*sim.Result) []*sim.Result {
 // Same seed, same results: a fixed synthetic trace on gavel-108 scaled to a third gives the
 // results in testdata/golden.json for the baselines, run concurrently.
 func TestGolden(t *testing.T) {
-	s, err := sim.LoadSpec("gavel-108:scale=0.34")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr, err := trace.Load("synthetic:jobs=150,rate=3", sim.TraceOptions(table(t), 42))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, tr := simtest.Spec(t, "gavel-108:scale=0.34"), simtest.Trace(t, "synthetic:jobs=150,rate=3", 42)
 	names := []string{"fifo", "sjf", "tiresias", "gavel"}
 	run := func() []byte {
 		var ps []*sim.PipelinePolicy

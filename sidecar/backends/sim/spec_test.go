@@ -1,6 +1,7 @@
 package sim_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -33,47 +34,21 @@ func TestSpecErrors(t *testing.T) {
 	base := func(class string) string {
 		return "name = \"x\"\n" + class
 	}
+	// class is node_class "a" of gpus per node of gpu, rest (the count, ...) after them.
+	class := func(gpu string, gpus int, rest string) string {
+		return fmt.Sprintf("node_class \"a\" {\n  gpu = %q\n  gpus_per_node = %d\n%s}", gpu, gpus, rest)
+	}
+	const one = "  count = 1\n"
+	t4 := class("Tesla T4", 4, one)
 	cases := []struct{ name, src, want string }{
 		{"no classes", `name = "x"`, "no node_class"},
-		{"bad gpu", base(`node_class "a" {
-  gpu = "Radeon 7900"
-  gpus_per_node = 4
-  count = 1
-}`), `gpu = "Radeon 7900"`},
-		{"zero gpus", base(`node_class "a" {
-  gpu = "Tesla T4"
-  gpus_per_node = 0
-  count = 1
-}`), "gpus_per_node = 0"},
-		{"bad interconnect", base(`node_class "a" {
-  gpu = "Tesla T4"
-  gpus_per_node = 4
-  count = 1
-  interconnect = "smoke"
-}`), `interconnect = "smoke"`},
-		{"bad efficiency", base(`network {
-  cross_node_efficiency = 1.5
-}
-node_class "a" {
-  gpu = "Tesla T4"
-  gpus_per_node = 4
-  count = 1
-}`), "cross_node_efficiency = 1.5"},
+		{"bad gpu", base(class("Radeon 7900", 4, one)), `gpu = "Radeon 7900"`},
+		{"zero gpus", base(class("Tesla T4", 0, one)), "gpus_per_node = 0"},
+		{"bad interconnect", base(class("Tesla T4", 4, one+"  interconnect = \"smoke\"\n")), `interconnect = "smoke"`},
+		{"bad efficiency", base("network {\n  cross_node_efficiency = 1.5\n}\n" + t4), "cross_node_efficiency = 1.5"},
 		{"unknown attribute", base(`colour = "red"`), "colour"},
-		{"missing count", base(`node_class "a" {
-  gpu = "Tesla T4"
-  gpus_per_node = 4
-}`), "count"},
-		{"duplicate class", base(`node_class "a" {
-  gpu = "Tesla T4"
-  gpus_per_node = 4
-  count = 1
-}
-node_class "a" {
-  gpu = "Tesla T4"
-  gpus_per_node = 4
-  count = 1
-}`), "unique"},
+		{"missing count", base(class("Tesla T4", 4, "")), "count"},
+		{"duplicate class", base(t4 + "\n" + t4), "unique"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

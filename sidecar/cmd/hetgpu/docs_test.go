@@ -116,18 +116,7 @@ func checkCommand(t *testing.T, c doccheck.Command, cache map[string]map[string]
 // subcommand and parses with that subcommand's flags; usage lines ([--flag X]) name only
 // flags that exist.
 func TestDocsCommandsParse(t *testing.T) {
-	root, err := doccheck.Root(".")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pages, err := doccheck.Pages(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	docs, err := doccheck.Load(root, pages)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, pages, docs := doccheck.LoadRepo(t, ".")
 	cache := map[string]map[string]docFlag{}
 	n := 0
 	for _, p := range pages {

@@ -11,9 +11,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hetgpu/hetgpu/model/throughput"
 	"github.com/hetgpu/hetgpu/model/trace"
 	"github.com/hetgpu/hetgpu/sidecar/backends/sim"
+	"github.com/hetgpu/hetgpu/sidecar/backends/sim/simtest"
 	"github.com/hetgpu/hetgpu/sidecar/research/rltrain"
 	"github.com/hetgpu/hetgpu/sidecar/stages/rank"
 )
@@ -154,14 +154,7 @@ func zeroPolicyFile(t *testing.T, path string) string {
 
 func smallTraceFile(t *testing.T, dir string) string {
 	t.Helper()
-	tab, err := throughput.Bundled()
-	if err != nil {
-		t.Fatal(err)
-	}
-	small, err := trace.Load("synthetic:jobs=30,rate=6,seed=2", sim.TraceOptions(tab, 1))
-	if err != nil {
-		t.Fatal(err)
-	}
+	small := simtest.Trace(t, "synthetic:jobs=30,rate=6,seed=2", 1)
 	path := filepath.Join(dir, "small.trace")
 	var tb bytes.Buffer
 	if err := trace.WriteGavel(&tb, small); err != nil {

@@ -117,6 +117,41 @@ func smallConfig() Config {
 	return c
 }
 
+// smithTeacher is Smith's rule on spptEnv's features: the shortest job first.
+func smithTeacher(raw []float64) float64 { return -raw[0] }
+
+// imitationTrainer is a trainer on smallConfig with the given imitation epochs, its teacher
+// smithTeacher.
+func imitationTrainer(t *testing.T, epochs int) *Trainer {
+	t.Helper()
+	c := smallConfig()
+	c.ImitationEpochs = epochs
+	tr, err := NewTrainer(c, spptSchema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.Teacher = smithTeacher
+	return tr
+}
+
+// resume is tr's checkpoint written, read back and resumed.
+func resume(t *testing.T, tr *Trainer) *Trainer {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := tr.Checkpoint().Write(&buf); err != nil {
+		t.Fatal(err)
+	}
+	c, err := rank.ReadCheckpoint(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := Resume(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
 // TestPPOLearnsShortestFirst: PPO must discover Smith's rule from rewards alone.
 func TestPPOLearnsShortestFirst(t *testing.T) {
 	env := spptEnv{jobs: 10}
@@ -187,18 +222,7 @@ func TestResumeContinuesExactly(t *testing.T) {
 	if err := first.Train(context.Background(), env, 2, nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	var buf bytes.Buffer
-	if err := first.Checkpoint().Write(&buf); err != nil {
-		t.Fatal(err)
-	}
-	c, err := rank.ReadCheckpoint(&buf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resumed, err := Resume(c)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resumed := resume(t, first)
 	resumed.Config.Workers = 2
 	if err := resumed.Train(context.Background(), env, 2, nil, nil); err != nil {
 		t.Fatal(err)
@@ -340,13 +364,7 @@ func TestFineTuneBeatBaseline(t *testing.T) {
 // (here Smith's rule), and no PPO step runs during them.
 func TestImitationLearnsTeacher(t *testing.T) {
 	env := spptEnv{jobs: 10}
-	c := smallConfig()
-	c.ImitationEpochs = 8
-	tr, err := NewTrainer(c, spptSchema)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr.Teacher = func(raw []float64) float64 { return -raw[0] }
+	tr := imitationTrainer(t, 8)
 	held := []int{1 << 19, 1<<19 + 1, 1<<19 + 2, 1<<19 + 3, 1<<19 + 4, 1<<19 + 5, 1<<19 + 6, 1<<19 + 7}
 	if err := tr.Train(context.Background(), env, 8, nil, nil); err != nil {
 		t.Fatal(err)

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hetgpu/hetgpu/model/throughput"
-	"github.com/hetgpu/hetgpu/model/trace"
+	"github.com/hetgpu/hetgpu/model/throughput/throughputtest"
 	"github.com/hetgpu/hetgpu/sidecar/backends/sim"
+	"github.com/hetgpu/hetgpu/sidecar/backends/sim/simtest"
 	"github.com/hetgpu/hetgpu/sidecar/runtime/service"
 )
 
@@ -18,18 +18,8 @@ import (
 // pipeline's latency from snapshot to pins issued (p50, p99; target p99 < 250 ms) and the
 // whole service round including maintenance and recording (round-p99-ms).
 func BenchmarkDecisionRound(b *testing.B) {
-	spec, err := sim.LoadSpec("modern-mix:scale=16")
-	if err != nil {
-		b.Fatal(err)
-	}
-	tab, err := throughput.Bundled()
-	if err != nil {
-		b.Fatal(err)
-	}
-	tr, err := trace.Load("synthetic:jobs=512,rate=60,seed=7,multigpu=true", sim.TraceOptions(tab, 7))
-	if err != nil {
-		b.Fatal(err)
-	}
+	spec, tab := simtest.Spec(b, "modern-mix:scale=16"), throughputtest.Bundled(b)
+	tr := simtest.Trace(b, "synthetic:jobs=512,rate=60,seed=7,multigpu=true", 7)
 	for i := range tr.Jobs {
 		// The first half arrives at 0 and fills the cluster; the measured round sees the
 		// second half, all pending at once.

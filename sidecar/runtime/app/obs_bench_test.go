@@ -18,8 +18,9 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/hetgpu/hetgpu/model/cluster"
-	"github.com/hetgpu/hetgpu/model/throughput"
+	"github.com/hetgpu/hetgpu/model/throughput/throughputtest"
 	"github.com/hetgpu/hetgpu/sidecar/backends/sim"
+	"github.com/hetgpu/hetgpu/sidecar/backends/sim/simtest"
 	"github.com/hetgpu/hetgpu/sidecar/runtime/server"
 	"github.com/hetgpu/hetgpu/sidecar/runtime/service"
 	"github.com/hetgpu/hetgpu/sidecar/runtime/store"
@@ -51,15 +52,7 @@ func defaultStages(tb testing.TB) (service.Stages, *store.Store) {
 func obsAPI(tb testing.TB) (*httptest.Server, *store.Store) {
 	tb.Helper()
 	stages, st := defaultStages(tb)
-	spec, err := sim.LoadSpec("modern-mix")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tab, err := throughput.Bundled()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	e, err := sim.New(sim.Config{Spec: spec, Throughput: tab, NoSeries: true})
+	e, err := sim.New(sim.Config{Spec: simtest.Spec(tb, "modern-mix"), Throughput: throughputtest.Bundled(tb), NoSeries: true})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/hetgpu/hetgpu/model/history"
 	"github.com/hetgpu/hetgpu/sidecar/runtime/dashboard"
 	"github.com/hetgpu/hetgpu/sidecar/runtime/server"
 	"github.com/hetgpu/hetgpu/sidecar/runtime/service/servicetest"
@@ -17,14 +16,10 @@ import (
 
 // The Learning page and /v1/learning show the runtime history once a run finished.
 func TestLearningShowsRuntimeHistory(t *testing.T) {
-	h := servicetest.NewHarness(t, nil, func(h *servicetest.Harness) { h.HistoryConfig = &history.Config{} })
+	h := servicetest.NewHarness(t, nil, servicetest.WithHistory)
 	h.Nomad.Register(servicetest.HeldJob("resnet", 1, 1, nil))
 	h.Round()
-	end := time.Now().Add(-30 * time.Second)
-	a := h.Nomad.Allocs("default", "resnet")[0]
-	h.Nomad.SetAllocStatus(a.ID, api.AllocClientStatusComplete, end.Add(-5*time.Minute), end)
-	h.Round()
-	h.Round()
+	h.EndRuns(api.AllocClientStatusComplete, 5*time.Minute, "resnet")
 	srv := httptest.NewServer(server.New(server.Config{Token: "s3cret"}, h.Service).Handler())
 	t.Cleanup(srv.Close)
 	c := client{servicetest.Client{T: t, URL: srv.URL, Token: "s3cret"}}

@@ -2,7 +2,6 @@ package ha_test
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -22,16 +21,7 @@ import (
 // test CA; answering is the replica_id its /v1/health reports.
 func tlsReplicaAPI(t *testing.T, certs testcerts.Files, answering *atomic.Value) *httptest.Server {
 	t.Helper()
-	pair, err := tls.LoadX509KeyPair(certs.ServerCert, certs.ServerKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caPEM, err := os.ReadFile(certs.CA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(caPEM)
+	pair, pool := testcerts.Pair(t, certs.ServerCert, certs.ServerKey), testcerts.Pool(t, certs.CA)
 	s := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := answering.Load().(string)
 		role := "standby"

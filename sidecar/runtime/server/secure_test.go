@@ -3,7 +3,6 @@ package server_test
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"io"
 	"net/http"
@@ -293,18 +292,13 @@ func TestServeTLS(t *testing.T) {
 	bases := map[bool]string{false: serve(false), true: serve(true)}
 	base := bases[false]
 
-	caPEM, _ := os.ReadFile(f.CA)
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(caPEM)
+	pool := testcerts.Pool(t, f.CA)
 	// The client presents its certificate whatever CAs the server names: Go's client
 	// otherwise sends none that another CA signed, which tests "no certificate" again.
 	client := func(cert, key string) *http.Client {
 		tc := &tls.Config{RootCAs: pool}
 		if cert != "" {
-			pair, err := tls.LoadX509KeyPair(cert, key)
-			if err != nil {
-				t.Fatal(err)
-			}
+			pair := testcerts.Pair(t, cert, key)
 			tc.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &pair, nil }
 		}
 		return &http.Client{Transport: &http.Transport{TLSClientConfig: tc}, Timeout: 10 * time.Second}

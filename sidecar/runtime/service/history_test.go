@@ -16,22 +16,6 @@ import (
 	"github.com/hetgpu/hetgpu/sidecar/runtime/store"
 )
 
-// finishAll completes every allocation of the jobs, each after ran, ending 30 s ago (past the
-// backend's grace), and runs the rounds that report them.
-func finishAll(t *testing.T, h *servicetest.Harness, ran time.Duration, ids ...string) {
-	t.Helper()
-	end := time.Now().Add(-30 * time.Second)
-	for _, id := range ids {
-		as := h.Nomad.Allocs("default", id)
-		if len(as) != 1 || as[0].AllocatedResources == nil {
-			t.Fatalf("%s not placed: %+v", id, as)
-		}
-		h.Nomad.SetAllocStatus(as[0].ID, api.AllocClientStatusComplete, end.Add(-ran), end)
-	}
-	h.Round()
-	h.Round()
-}
-
 // occupyAll pins a job to every GPU of the harness's nodes (fastest type first).
 func occupyAll(t *testing.T, h *servicetest.Harness) {
 	t.Helper()
@@ -67,12 +51,12 @@ func pendingJob(t *testing.T, h *servicetest.Harness, id string) cluster.Job {
 // batch size and GPU count); explain, health and metrics say so. A restart restores the window
 // from the store, and the backend's second report of the two runs does not count them again.
 func TestHistoryFromFinishedRuns(t *testing.T) {
-	h := servicetest.NewHarness(t, nil, func(h *servicetest.Harness) { h.HistoryConfig = &history.Config{} })
+	h := servicetest.NewHarness(t, nil, servicetest.WithHistory)
 	for _, id := range []string{"r1", "r2"} {
 		h.Nomad.Register(servicetest.HeldJob(id, 1, 1, nil))
 	}
 	h.Round()
-	finishAll(t, h, 100*time.Second, "r1", "r2")
+	h.EndRuns(api.AllocClientStatusComplete, 100*time.Second, "r1", "r2")
 
 	took := 100 * 700.0 / 300
 	want, err := history.New(history.Config{})
@@ -155,7 +139,7 @@ func TestHistoryFromFinishedRuns(t *testing.T) {
 // child of the same parent is read by its siblings' runs (level "job"), and its explanation
 // names the parent. hetgpu.steps, when declared, is preferred over the history.
 func TestHistoryParentFamily(t *testing.T) {
-	h := servicetest.NewHarness(t, nil, func(h *servicetest.Harness) { h.HistoryConfig = &history.Config{} })
+	h := servicetest.NewHarness(t, nil, servicetest.WithHistory)
 	child := func(id string, meta map[string]string) *api.Job {
 		j := servicetest.HeldJob(id, 1, 1, meta)
 		j.ParentID = ptr("nightly")
@@ -163,7 +147,7 @@ func TestHistoryParentFamily(t *testing.T) {
 	}
 	h.Nomad.Register(child("nightly-1", nil))
 	h.Round()
-	finishAll(t, h, 10*time.Minute, "nightly-1")
+	h.EndRuns(api.AllocClientStatusComplete, 10*time.Minute, "nightly-1")
 	if st := h.History.Stats(); st.Runs != 1 {
 		t.Fatalf("history %+v, want the child's run", st)
 	}
@@ -227,7 +211,7 @@ func TestHistoryBadSavedWindow(t *testing.T) {
 			}
 			h.Nomad.Register(servicetest.HeldJob("r1", 1, 1, nil))
 			h.Round()
-			finishAll(t, h, time.Minute, "r1")
+			h.EndRuns(api.AllocClientStatusComplete, time.Minute, "r1")
 			if s := h.History.Stats(); s.Runs != 1 {
 				t.Errorf("history %+v, want the new run learned", s)
 			}
@@ -237,14 +221,10 @@ func TestHistoryBadSavedWindow(t *testing.T) {
 
 // Runs that did not finish their work teach the history nothing.
 func TestHistoryOnlyFinishedRuns(t *testing.T) {
-	h := servicetest.NewHarness(t, nil, func(h *servicetest.Harness) { h.HistoryConfig = &history.Config{} })
+	h := servicetest.NewHarness(t, nil, servicetest.WithHistory)
 	h.Nomad.Register(servicetest.HeldJob("failed", 1, 1, nil))
 	h.Round()
-	end := time.Now().Add(-30 * time.Second)
-	a := h.Nomad.Allocs("default", "failed")[0]
-	h.Nomad.SetAllocStatus(a.ID, api.AllocClientStatusFailed, end.Add(-time.Minute), end)
-	h.Round()
-	h.Round()
+	h.EndRuns(api.AllocClientStatusFailed, time.Minute, "failed")
 	if s := h.History.Stats(); s.Runs != 0 || s.Observed != 0 {
 		t.Errorf("history %+v after a failed run, want nothing learned", s)
 	}

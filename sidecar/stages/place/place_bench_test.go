@@ -15,14 +15,7 @@ func benchRound(b *testing.B, spec BenchSpec, cfg Config) (*cluster.Snapshot, []
 		b.Fatal(err)
 	}
 	pred := NewPriorPredictor()
-	ranked, err := FIFO{}.Rank(context.Background(), snap, pred)
-	if err != nil {
-		b.Fatal(err)
-	}
-	pl, err := New(cfg, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
+	ranked, pl := fifoPlacer(b, cfg, snap, pred)
 	return snap, ranked, pred, pl
 }
 

@@ -20,10 +20,10 @@ func place(t testing.TB, cfg Config, snap *cluster.Snapshot) ([]cluster.Decision
 	return placePred(t, cfg, snap, nil)
 }
 
-// placePred is place with a predictor (nil: the datasheet prior).
-func placePred(t testing.TB, cfg Config, snap *cluster.Snapshot, pred sched.Predictor) ([]cluster.Decision, Stats) {
+// fifoPlacer is snap's FIFO order (ranked with rankPred) and a placer of cfg.
+func fifoPlacer(t testing.TB, cfg Config, snap *cluster.Snapshot, rankPred sched.Predictor) ([]sched.Ranked, *Placer) {
 	t.Helper()
-	ranked, err := FIFO{}.Rank(context.Background(), snap, nil)
+	ranked, err := FIFO{}.Rank(context.Background(), snap, rankPred)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,6 +31,13 @@ func placePred(t testing.TB, cfg Config, snap *cluster.Snapshot, pred sched.Pred
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ranked, pl
+}
+
+// placePred is place with a predictor (nil: the datasheet prior).
+func placePred(t testing.TB, cfg Config, snap *cluster.Snapshot, pred sched.Predictor) ([]cluster.Decision, Stats) {
+	t.Helper()
+	ranked, pl := fifoPlacer(t, cfg, snap, nil)
 	dec, st, err := pl.PlaceDetailed(context.Background(), snap, ranked, pred)
 	if err != nil {
 		t.Fatal(err)

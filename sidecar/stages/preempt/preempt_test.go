@@ -106,6 +106,17 @@ func oldThenNew(oldGPUs int, ago time.Duration, newGPUs int, nodes ...cluster.No
 	}
 }
 
+// historyRanked is oldThenNew's 4-GPU "old", 45 minutes in on n1's 4 V100s, ranked by its
+// history and having run ran in earlier turns, and the 2-GPU "new".
+func historyRanked(ran time.Duration) func() *cluster.Snapshot {
+	return func() *cluster.Snapshot {
+		s := oldThenNew(4, 45*time.Minute, 2, node("n1", "v100", 4))()
+		s.Preemptible[0].Hetgpu.Est.Source = cluster.EstHistory
+		s.Preemptible[0].Hetgpu.Ran = ran
+		return s
+	}
+}
+
 // slowOnK80 has "slow" running on four K80s while four V100s are free and "tiny" waits.
 func slowOnK80() *cluster.Snapshot {
 	s := &cluster.Snapshot{Now: now, Nodes: []cluster.Node{node("k1", "k80", 4), node("v1", "v100", 4)}}
@@ -179,37 +190,24 @@ func TestPlan(t *testing.T) {
 		},
 		{
 			// "old" has run 45 minutes: past min_run, but it is ranked by its history.
-			name: "min_run_history protects a job ranked by its history for longer",
-			cfg:  func(c *Config) { c.MinRun, c.MinRunHistory, c.MinRunFirst = 30*time.Minute, time.Hour, 0 },
-			build: func() *cluster.Snapshot {
-				s := oldThenNew(4, 45*time.Minute, 2, node("n1", "v100", 4))()
-				s.Preemptible[0].Hetgpu.Est.Source = cluster.EstHistory
-				return s
-			},
+			name:  "min_run_history protects a job ranked by its history for longer",
+			cfg:   func(c *Config) { c.MinRun, c.MinRunHistory, c.MinRunFirst = 30*time.Minute, time.Hour, 0 },
+			build: historyRanked(0),
 			rank:  []string{"new", "old"},
 			order: []string{"new"},
 		},
 		{
-			name: "a history-ranked job's first turn is min_run_first...",
-			cfg:  func(c *Config) { c.MinRun, c.MinRunHistory, c.MinRunFirst = 30*time.Minute, time.Hour, 6*time.Minute },
-			build: func() *cluster.Snapshot {
-				s := oldThenNew(4, 45*time.Minute, 2, node("n1", "v100", 4))()
-				s.Preemptible[0].Hetgpu.Est.Source = cluster.EstHistory
-				return s
-			},
+			name:    "a history-ranked job's first turn is min_run_first...",
+			cfg:     func(c *Config) { c.MinRun, c.MinRunHistory, c.MinRunFirst = 30*time.Minute, time.Hour, 6*time.Minute },
+			build:   historyRanked(0),
 			rank:    []string{"new", "old"},
 			preempt: []string{"old"},
 			order:   []string{"new", "old"},
 		},
 		{
-			name: "...and a later turn as long as it ran before, up to min_run_history",
-			cfg:  func(c *Config) { c.MinRun, c.MinRunHistory, c.MinRunFirst = 30*time.Minute, time.Hour, 6*time.Minute },
-			build: func() *cluster.Snapshot {
-				s := oldThenNew(4, 45*time.Minute, 2, node("n1", "v100", 4))()
-				s.Preemptible[0].Hetgpu.Est.Source = cluster.EstHistory
-				s.Preemptible[0].Hetgpu.Ran = 2 * time.Hour
-				return s
-			},
+			name:  "...and a later turn as long as it ran before, up to min_run_history",
+			cfg:   func(c *Config) { c.MinRun, c.MinRunHistory, c.MinRunFirst = 30*time.Minute, time.Hour, 6*time.Minute },
+			build: historyRanked(2 * time.Hour),
 			rank:  []string{"new", "old"},
 			order: []string{"new"},
 		},

@@ -105,10 +105,7 @@ func TestV1PolicyIgnoresV2Features(t *testing.T) {
 		t.Fatal(err)
 	}
 	snap := bigSnapshot(60, 5)
-	r, err := New(p, WithExplain(false))
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := quietRanker(t, p)
 	before, err := r.Rank(context.Background(), snap, fakePred{})
 	if err != nil {
 		t.Fatal(err)

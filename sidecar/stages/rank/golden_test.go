@@ -5,8 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"runtime"
 	"testing"
+
+	"github.com/hetgpu/hetgpu/internal/golden"
 )
 
 // TestBundledRankingGolden ranks a fixed 200-job queue with the bundled policy and compares
@@ -15,9 +16,7 @@ import (
 // change in the last bit of any score fails. Set HETGPU_WRITE_GOLDEN=1 to re-record after
 // shipping a new policy.
 func TestBundledRankingGolden(t *testing.T) {
-	if runtime.GOARCH != "amd64" {
-		t.Skipf("recorded on amd64; %s may fuse multiply-adds", runtime.GOARCH)
-	}
+	golden.SkipUnlessAMD64(t, "the ranking")
 	r, err := NewDefault(WithExplain(false))
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package rank
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -41,19 +42,7 @@ func TestGumbelSamplingMatchesPlackettLuce(t *testing.T) {
 	}
 	// Greedy: plain descending logits, masked-in first.
 	OrderJobs(z, mask, 1, nil, idx, keys)
-	if want := []int{0, 1, 2, 3}; !equalInts(idx, want) {
+	if want := []int{0, 1, 2, 3}; !slices.Equal(idx, want) {
 		t.Errorf("greedy order %v, want %v", idx, want)
 	}
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

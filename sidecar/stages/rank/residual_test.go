@@ -11,14 +11,20 @@ import (
 	"github.com/hetgpu/hetgpu/sidecar/sched"
 )
 
-// rankOnce ranks snap with a fresh ranker on policy p (nil: the heuristic), explanations off.
-func rankOnce(t *testing.T, p *Policy, snap *cluster.Snapshot) []sched.Ranked {
+// quietRanker is a ranker on policy p (nil: the heuristic) with explanations off.
+func quietRanker(t *testing.T, p *Policy) *Ranker {
 	t.Helper()
 	r, err := New(p, WithExplain(false))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ranked, err := r.Rank(context.Background(), snap, fakePred{})
+	return r
+}
+
+// rankOnce ranks snap with a fresh quietRanker on policy p.
+func rankOnce(t *testing.T, p *Policy, snap *cluster.Snapshot) []sched.Ranked {
+	t.Helper()
+	ranked, err := quietRanker(t, p).Rank(context.Background(), snap, fakePred{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -129,10 +129,7 @@ func TestRegimeSwitch(t *testing.T) {
 		{"short of the margin", Verdicts{RegimeNone: judged(t, 0.98)}, [3]bool{false, false, false}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			rk, err := New(nil, WithExplain(false))
-			if err != nil {
-				t.Fatal(err)
-			}
+			rk := quietRanker(t, nil)
 			var changes []RegimeState
 			sw := &RegimeSwitch{Ranker: rk, Learned: learned, Verdicts: c.verdicts, OnChange: func(s RegimeState) { changes = append(changes, s) }}
 			for i, q := range []*cluster.Snapshot{regimeQueue(10, 10), regimeQueue(10, 3), regimeQueue(10, 0)} {

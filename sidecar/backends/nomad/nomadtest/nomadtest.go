@@ -982,7 +982,7 @@ func (s *Server) schedule(job *api.Job, evalID string) {
 	mine := s.jobAllocs(ns, *job.ID)
 	for _, tg := range job.TaskGroups {
 		held := holds(job.Constraints) || holds(tg.Constraints)
-		nodeIDs, devIDs := pinOf(tg)
+		nodeIDs, devIDs := PinOf(tg)
 		for _, a := range mine {
 			if a.TaskGroup != *tg.Name || terminal(a) || *a.Job.JobModifyIndex == *job.JobModifyIndex {
 				continue
@@ -1100,7 +1100,9 @@ func contains(s []string, v string) bool {
 	return false
 }
 
-func pinOf(tg *api.TaskGroup) (nodes, devs []string) {
+// PinOf is the node IDs and device instance IDs a group is pinned to: the RTargets of its
+// ${node.unique.id} and ${device.ids} constraints, in their order.
+func PinOf(tg *api.TaskGroup) (nodes, devs []string) {
 	for _, c := range tg.Constraints {
 		if c.LTarget == "${node.unique.id}" {
 			nodes = append(nodes, strings.Split(c.RTarget, ",")...)

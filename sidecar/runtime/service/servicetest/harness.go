@@ -74,6 +74,27 @@ func NewHarness(t testing.TB, mod func(*service.Config, *nomad.Config), setup ..
 	return h
 }
 
+// WithHistory is a NewHarness setup: a runtime history of the default configuration
+// (HistoryConfig) for every start.
+func WithHistory(h *Harness) { h.HistoryConfig = &history.Config{} }
+
+// EndRuns ends the one placed allocation of each job of ids in the default namespace with
+// the client status (complete, failed, ...), each after ran, ending 30 s ago (past the
+// backend's grace), and runs the rounds that report them.
+func (h *Harness) EndRuns(status string, ran time.Duration, ids ...string) {
+	h.T.Helper()
+	end := time.Now().Add(-30 * time.Second)
+	for _, id := range ids {
+		as := h.Nomad.Allocs("default", id)
+		if len(as) != 1 || as[0].AllocatedResources == nil {
+			h.T.Fatalf("%s not placed: %+v", id, as)
+		}
+		h.Nomad.SetAllocStatus(as[0].ID, status, end.Add(-ran), end)
+	}
+	h.Round()
+	h.Round()
+}
+
 // Start (re)creates backend, store and service, as a sidecar process start does.
 func (h *Harness) Start() {
 	h.T.Helper()
