@@ -68,21 +68,7 @@ func (g *grid) rfSlope(self int, w []float64, own []ownSlot, runNoise float64) (
 // workloads (other than self) measured on both, its variance (spread shrunk like the
 // transfer's, plus the mean's own error), and whether any workload links them.
 func (g *grid) kernelRatio(self int, w []float64, t, o int) (r, v float64, ok bool) {
-	var sw, sw2, sd, sdd float64
-	for p := range w {
-		if p == self || w[p] == 0 {
-			continue
-		}
-		a, b := g.vals[p*g.stride+t], g.vals[p*g.stride+o]
-		if math.IsNaN(a) || math.IsNaN(b) {
-			continue
-		}
-		d := a - b
-		sw += w[p]
-		sw2 += w[p] * w[p]
-		sd += w[p] * d
-		sdd += w[p] * d * d
-	}
+	sw, sw2, sd, sdd := g.linkSums(self, w, t, o)
 	if sw == 0 {
 		return 0, 0, false
 	}

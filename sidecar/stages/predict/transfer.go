@@ -128,7 +128,6 @@ type transferConst struct {
 // workloads, own evidence own) for every slot of the grid.
 func (g *grid) transfer(self int, w []float64, own []ownSlot, runNoise float64, tc transferConst) []trEst {
 	out := make([]trEst, g.stride)
-	nw := len(w)
 	ownAt := make([]int, g.stride)
 	for i := range ownAt {
 		ownAt[i] = -1
@@ -145,21 +144,7 @@ func (g *grid) transfer(self int, w []float64, own []ownSlot, runNoise float64, 
 				continue // the slot itself is P1+GP's (and the catalog's) business
 			}
 			ot, ob := o.slot/nBuckets, o.slot%nBuckets
-			var sw, sw2, sd, sdd float64
-			for p := 0; p < nw; p++ {
-				if p == self || w[p] == 0 {
-					continue
-				}
-				a, b := g.vals[p*g.stride+t], g.vals[p*g.stride+o.slot]
-				if math.IsNaN(a) || math.IsNaN(b) {
-					continue
-				}
-				d := a - b
-				sw += w[p]
-				sw2 += w[p] * w[p]
-				sd += w[p] * d
-				sdd += w[p] * d * d
-			}
+			sw, sw2, sd, sdd := g.linkSums(self, w, t, o.slot)
 			countShift := (throughput.ScalingExponent - 1) * math.Ln2 * float64(tb-ob)
 			prior := math.NaN()
 			priorVar := tc.countVar * math.Abs(float64(tb-ob))
@@ -248,6 +233,27 @@ func (g *grid) transfer(self int, w []float64, own []ownSlot, runNoise float64, 
 
 // interpVar is the variance floor of a batch-size interpolated log-ratio.
 const interpVar = 0.003
+
+// linkSums are the kernel-weighted sums over the other workloads that ran on both slots t
+// and o of their log throughput differences (weight, squared weight, weighted difference,
+// weighted squared difference): the transfer's and the roofline's cross-slot ratio.
+func (g *grid) linkSums(self int, w []float64, t, o int) (sw, sw2, sd, sdd float64) {
+	for p := range w {
+		if p == self || w[p] == 0 {
+			continue
+		}
+		a, b := g.vals[p*g.stride+t], g.vals[p*g.stride+o]
+		if math.IsNaN(a) || math.IsNaN(b) {
+			continue
+		}
+		d := a - b
+		sw += w[p]
+		sw2 += w[p] * w[p]
+		sd += w[p] * d
+		sdd += w[p] * d * d
+	}
+	return sw, sw2, sd, sdd
+}
 
 // interpolate is the same-model estimate for workload self of the log-ratio between grid
 // slots sl[0] and sl[1], or with sl[2], sl[3] >= 0 of the double difference
