@@ -178,12 +178,12 @@ func (b *Backend) openStream(ctx context.Context, from uint64) (<-chan *api.Even
 		defer body.Close()
 		dec := json.NewDecoder(body)
 		for {
-			var evs api.Events
-			if err := dec.Decode(&evs); err != nil {
-				evs = api.Events{Err: err}
+			evs, err := decodeFrame(dec)
+			if err != nil {
+				evs = &api.Events{Err: err}
 			}
 			select {
-			case ch <- &evs:
+			case ch <- evs:
 			case <-ctx.Done():
 				return
 			}
@@ -193,6 +193,52 @@ func (b *Backend) openStream(ctx context.Context, from uint64) (<-chan *api.Even
 		}
 	}()
 	return ch, nil
+}
+
+// streamFrame is one frame of the event stream with its payloads undecoded.
+type streamFrame struct {
+	Index  uint64
+	Events []struct {
+		Topic      api.Topic
+		Type, Key  string
+		FilterKeys []string
+		Index      uint64
+		Payload    map[string]json.RawMessage
+	}
+}
+
+// decodeFrame reads the next frame. An allocation's payload is kept as its JSON
+// (json.RawMessage), which decodeAlloc decodes once into the api type; other payloads are
+// decoded as api.EventStream does (generic JSON values, which jobCurrent and the api's
+// payload helpers read).
+func decodeFrame(dec *json.Decoder) (*api.Events, error) {
+	var f streamFrame
+	if err := dec.Decode(&f); err != nil {
+		return nil, err
+	}
+	evs := &api.Events{Index: f.Index}
+	if len(f.Events) > 0 {
+		evs.Events = make([]api.Event, len(f.Events))
+	}
+	for i, e := range f.Events {
+		ev := api.Event{Topic: e.Topic, Type: e.Type, Key: e.Key, FilterKeys: e.FilterKeys, Index: e.Index}
+		if e.Payload != nil {
+			ev.Payload = make(map[string]any, len(e.Payload))
+		}
+		for k, raw := range e.Payload {
+			if e.Topic == api.TopicAllocation && k == "Allocation" {
+				ev.Payload[k] = raw
+				continue
+			}
+			var v any
+			if err := json.Unmarshal(raw, &v); err != nil {
+				return nil, fmt.Errorf("event %d payload %s: %w", e.Index, k, err)
+			}
+			ev.Payload[k] = v
+		}
+		evs.Events[i] = ev
+	}
+	return evs, nil
 }
 
 // leaderProbe asks the agent for the cluster's leader every LeaderProbe and sends what it
@@ -418,28 +464,33 @@ func payloadNamespace(ev *api.Event, field string) string {
 	return ""
 }
 
-// decodeAlloc re-marshals the payload with encoding/json: api.Allocation's JSON shape is the
-// server's, and mapstructure would need tags the api types do not all carry.
+// decodeAlloc decodes the payload with encoding/json: api.Allocation's JSON shape is the
+// server's, and mapstructure would need tags the api types do not all carry. The stream keeps
+// the payload's JSON (decodeFrame); one decoded otherwise (a generic value) is encoded again.
 func decodeAlloc(ev *api.Event) (*allocRec, error) {
 	raw, ok := ev.Payload["Allocation"]
 	if !ok {
 		return nil, fmt.Errorf("no Allocation in payload")
 	}
-	data, err := json.Marshal(raw)
-	if err != nil {
-		return nil, err
+	data, ok := raw.(json.RawMessage)
+	if !ok {
+		var err error
+		if data, err = json.Marshal(raw); err != nil {
+			return nil, err
+		}
 	}
-	var a api.Allocation
+	// Allocation events carry no Job; the version is in the stub-compatible field
+	// (api.Allocation has none of that name).
+	var a struct {
+		api.Allocation
+		JobVersion uint64
+	}
 	if err := json.Unmarshal(data, &a); err != nil {
 		return nil, err
 	}
-	r := allocFromFull(&a)
+	r := allocFromFull(&a.Allocation)
 	if a.Job == nil {
-		// Allocation events carry no Job; the version is in the stub-compatible field.
-		var v struct{ JobVersion uint64 }
-		if json.Unmarshal(data, &v) == nil {
-			r.JobVersion = v.JobVersion
-		}
+		r.JobVersion = a.JobVersion
 	}
 	return r, nil
 }
