@@ -35,8 +35,8 @@ func allocFrame(t testing.TB) []byte {
 }
 
 // TestDecodeFrame: a frame decodes as api.EventStream decodes it, but for the allocation's
-// payload, kept as JSON; the allocation is what decoding the generic payload gave, without
-// the precision float64 loses.
+// payload, decoded into the api type at once; the allocation is what decoding the generic
+// payload gave, without the precision float64 loses.
 func TestDecodeFrame(t *testing.T) {
 	data := allocFrame(t)
 	got, err := decodeFrame(json.NewDecoder(bytes.NewReader(data)))
@@ -47,8 +47,8 @@ func TestDecodeFrame(t *testing.T) {
 	if err := json.Unmarshal(data, &want); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := got.Events[0].Payload["Allocation"].(json.RawMessage); !ok {
-		t.Fatalf("allocation payload is %T, want its JSON", got.Events[0].Payload["Allocation"])
+	if _, ok := got.Events[0].Payload["Allocation"].(*allocPayload); !ok {
+		t.Fatalf("allocation payload is %T, want the api type", got.Events[0].Payload["Allocation"])
 	}
 	if !reflect.DeepEqual(got.Events[1], want.Events[1]) || got.Index != want.Index {
 		t.Fatalf("evaluation event differs:\n%+v\n%+v", got.Events[1], want.Events[1])
@@ -112,6 +112,77 @@ func BenchmarkDecodeAllocEventGeneric(b *testing.B) {
 			b.Fatal(err)
 		}
 		if _, err := decodeAlloc(&evs.Events[0]); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// jobFrame is a frame with a job event carrying the whole job, as Nomad sends it.
+func jobFrame(t testing.TB) []byte {
+	t.Helper()
+	j := copyFixture(t)
+	j.Status, j.ModifyIndex, j.JobModifyIndex = ptrTo("running"), ptrTo(uint64(41)), ptrTo(uint64(40))
+	data, err := json.Marshal(api.Events{Index: 41, Events: []api.Event{
+		{Topic: api.TopicJob, Type: "JobRegistered", Key: "copy", Index: 41, Payload: map[string]any{"Job": j}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(data, '\n')
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// TestDecodeFrameJobHint: a job event keeps, of the job, the fields the watcher reads, with
+// the values the generic decode gave them; a field the job lacks stays absent.
+func TestDecodeFrameJobHint(t *testing.T) {
+	data := jobFrame(t)
+	got, err := decodeFrame(json.NewDecoder(bytes.NewReader(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want api.Events
+	if err := json.Unmarshal(data, &want); err != nil {
+		t.Fatal(err)
+	}
+	g, w := got.Events[0].Payload["Job"].(map[string]any), want.Events[0].Payload["Job"].(map[string]any)
+	for _, k := range []string{"ID", "Namespace", "Status", "ModifyIndex", "JobModifyIndex"} {
+		if g[k] != w[k] || g[k] == nil {
+			t.Errorf("%s = %#v, want %#v", k, g[k], w[k])
+		}
+	}
+	if len(g) != 5 {
+		t.Errorf("hint = %v, want the 5 fields", g)
+	}
+	if ns := payloadNamespace(&got.Events[0], "Job"); ns != "default" {
+		t.Errorf("namespace = %q", ns)
+	}
+	none, err := decodeFrame(json.NewDecoder(strings.NewReader(`{"Index":2,"Events":[{"Topic":"Job","Key":"x","Payload":{"Job":{"ID":"x","Status":null}}}]}`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := none.Events[0].Payload["Job"].(map[string]any); len(h) != 1 || h["ID"] != "x" {
+		t.Errorf("hint of a sparse job = %v", h)
+	}
+}
+
+// BenchmarkDecodeJobEvent is the watcher's decoding of a job event (two a pin).
+func BenchmarkDecodeJobEvent(b *testing.B) {
+	data := jobFrame(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := decodeFrame(json.NewDecoder(bytes.NewReader(data))); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkDecodeJobEventGeneric is the same decoded as api.Events does, for comparison.
+func BenchmarkDecodeJobEventGeneric(b *testing.B) {
+	data := jobFrame(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		var evs api.Events
+		if err := json.NewDecoder(bytes.NewReader(data)).Decode(&evs); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -195,7 +195,8 @@ func (b *Backend) openStream(ctx context.Context, from uint64) (<-chan *api.Even
 	return ch, nil
 }
 
-// streamFrame is one frame of the event stream with its payloads undecoded.
+// streamFrame is one frame of the event stream, its payloads decoded in the same pass: the
+// payload keys of the topics the watcher subscribes to (Topics), one per topic.
 type streamFrame struct {
 	Index  uint64
 	Events []struct {
@@ -203,14 +204,29 @@ type streamFrame struct {
 		Type, Key  string
 		FilterKeys []string
 		Index      uint64
-		Payload    map[string]json.RawMessage
+		Payload    struct {
+			// Allocation is decoded into the api type at once (decodeAlloc).
+			Allocation *allocPayload
+			// Job is a hint (apply reads the job itself when it needs more): the fields the
+			// watcher reads; the whole job decoded into generic values costs several times
+			// as much, and a pin causes two job events.
+			Job *jobHint
+			// Evaluation and Node are generic JSON values, as api.EventStream decodes them
+			// (the api's payload helpers read them).
+			Evaluation, Node any
+		}
 	}
 }
 
-// decodeFrame reads the next frame. An allocation's payload is kept as its JSON
-// (json.RawMessage), which decodeAlloc decodes once into the api type; other payloads are
-// decoded as api.EventStream does (generic JSON values, which jobCurrent and the api's
-// payload helpers read).
+// allocPayload is an allocation event's payload: allocation events carry no Job, and the
+// version is in the stub-compatible field (api.Allocation has none of that name).
+type allocPayload struct {
+	api.Allocation
+	JobVersion uint64
+}
+
+// decodeFrame reads the next frame as api.Events, but for the payloads (streamFrame): an
+// allocation's is an *allocPayload, a job's the generic values of its jobHint fields.
 func decodeFrame(dec *json.Decoder) (*api.Events, error) {
 	var f streamFrame
 	if err := dec.Decode(&f); err != nil {
@@ -221,24 +237,46 @@ func decodeFrame(dec *json.Decoder) (*api.Events, error) {
 		evs.Events = make([]api.Event, len(f.Events))
 	}
 	for i, e := range f.Events {
-		ev := api.Event{Topic: e.Topic, Type: e.Type, Key: e.Key, FilterKeys: e.FilterKeys, Index: e.Index}
-		if e.Payload != nil {
-			ev.Payload = make(map[string]any, len(e.Payload))
+		ev := api.Event{Topic: e.Topic, Type: e.Type, Key: e.Key, FilterKeys: e.FilterKeys, Index: e.Index, Payload: map[string]any{}}
+		p := &e.Payload
+		if p.Allocation != nil {
+			ev.Payload["Allocation"] = p.Allocation
 		}
-		for k, raw := range e.Payload {
-			if e.Topic == api.TopicAllocation && k == "Allocation" {
-				ev.Payload[k] = raw
-				continue
-			}
-			var v any
-			if err := json.Unmarshal(raw, &v); err != nil {
-				return nil, fmt.Errorf("event %d payload %s: %w", e.Index, k, err)
-			}
-			ev.Payload[k] = v
+		if p.Job != nil {
+			ev.Payload["Job"] = p.Job.generic()
+		}
+		if p.Evaluation != nil {
+			ev.Payload["Evaluation"] = p.Evaluation
+		}
+		if p.Node != nil {
+			ev.Payload["Node"] = p.Node
 		}
 		evs.Events[i] = ev
 	}
 	return evs, nil
+}
+
+// jobHint is what the watcher reads of a job event's payload (the whole job decodes into
+// generic values at many times the cost, and a pin causes two such events).
+type jobHint struct {
+	ID, Namespace, Status       *string
+	ModifyIndex, JobModifyIndex *float64
+}
+
+// generic is the hint as a generic JSON value would hold it: only the fields present.
+func (h *jobHint) generic() map[string]any {
+	m := make(map[string]any, 5)
+	put := func(k string, v any, ok bool) {
+		if ok {
+			m[k] = v
+		}
+	}
+	put("ID", deref(h.ID, ""), h.ID != nil)
+	put("Namespace", deref(h.Namespace, ""), h.Namespace != nil)
+	put("Status", deref(h.Status, ""), h.Status != nil)
+	put("ModifyIndex", deref(h.ModifyIndex, 0), h.ModifyIndex != nil)
+	put("JobModifyIndex", deref(h.JobModifyIndex, 0), h.JobModifyIndex != nil)
+	return m
 }
 
 // leaderProbe asks the agent for the cluster's leader every LeaderProbe and sends what it
@@ -465,28 +503,24 @@ func payloadNamespace(ev *api.Event, field string) string {
 }
 
 // decodeAlloc decodes the payload with encoding/json: api.Allocation's JSON shape is the
-// server's, and mapstructure would need tags the api types do not all carry. The stream keeps
-// the payload's JSON (decodeFrame); one decoded otherwise (a generic value) is encoded again.
+// server's, and mapstructure would need tags the api types do not all carry. The stream
+// decodes it so already (decodeFrame); one held otherwise (a generic value) is encoded and
+// decoded.
 func decodeAlloc(ev *api.Event) (*allocRec, error) {
 	raw, ok := ev.Payload["Allocation"]
 	if !ok {
 		return nil, fmt.Errorf("no Allocation in payload")
 	}
-	data, ok := raw.(json.RawMessage)
+	a, ok := raw.(*allocPayload)
 	if !ok {
-		var err error
-		if data, err = json.Marshal(raw); err != nil {
+		data, err := json.Marshal(raw)
+		if err != nil {
 			return nil, err
 		}
-	}
-	// Allocation events carry no Job; the version is in the stub-compatible field
-	// (api.Allocation has none of that name).
-	var a struct {
-		api.Allocation
-		JobVersion uint64
-	}
-	if err := json.Unmarshal(data, &a); err != nil {
-		return nil, err
+		a = &allocPayload{}
+		if err := json.Unmarshal(data, a); err != nil {
+			return nil, err
+		}
 	}
 	r := allocFromFull(&a.Allocation)
 	if a.Job == nil {
