@@ -5,8 +5,6 @@ package nomad
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"sort"
 	"time"
 
@@ -190,17 +188,11 @@ func linkedChild(job *api.Job) bool { return deref(job.ParentID, "") != "" }
 // child runs, unlinked; a dispatched child is undecidable, errDispatched).
 func (b *Backend) cutsLink(job *api.Job) bool { return linkedChild(job) && b.rpc == nil }
 
-// copyJob deep-copies a job so rewrites never touch the tracked state.
+// copyJob deep-copies a job so rewrites never touch the tracked state (deepCopy: what a JSON
+// round trip gave, without encoding and decoding every pin's job). The error is kept for
+// callers written for the round trip; it is always nil.
 func copyJob(job *api.Job) (*api.Job, error) {
-	data, err := json.Marshal(job)
-	if err != nil {
-		return nil, fmt.Errorf("copy job: %w", err)
-	}
-	var out api.Job
-	if err := json.Unmarshal(data, &out); err != nil {
-		return nil, fmt.Errorf("copy job: %w", err)
-	}
-	return &out, nil
+	return deepCopy(job), nil
 }
 
 // groupCount is a group's live allocations and those that finished their work.

@@ -186,7 +186,7 @@ func (b *Backend) registerPinned(ctx context.Context, ns, id string, job, newJob
 		return false, nil // tagged by the register
 	}
 	tagName := fmt.Sprintf("hetgpu-pin-%d", resp.JobModifyIndex)
-	if _, err := b.c.Jobs().TagVersion(id, nv, tagName, desc, wq); err != nil {
+	if err := tagVersion(b.c, id, nv, tagName, desc, wq); err != nil {
 		b.log.Warn("tagging the pinned job version failed; the pin stands", "job", jobKey(ns, id), "version", nv, "error", err)
 	}
 	return false, nil

@@ -87,7 +87,7 @@ func (b *Backend) registerHeld(ctx context.Context, job *api.Job, desc string) e
 	if tagInRegister(id) {
 		return nil // tagged by the register
 	}
-	if _, err := b.c.Jobs().TagVersion(id, *job.Version, fmt.Sprintf("hetgpu-rehold-%d", resp.JobModifyIndex), desc, wq); err != nil {
+	if err := tagVersion(b.c, id, *job.Version, fmt.Sprintf("hetgpu-rehold-%d", resp.JobModifyIndex), desc, wq); err != nil {
 		b.log.Debug("tagging the re-held version failed", "job", jobKey(ns, id), "error", err)
 	}
 	return nil

@@ -39,7 +39,7 @@ func Release(ctx context.Context, c *api.Client, rpc *RPCConfig, namespace, id s
 		if tagInRegister(id) {
 			return resp, nil // tagged by the register
 		}
-		_, _ = c.Jobs().TagVersion(id, v, fmt.Sprintf("hetgpu-release-%d", resp.JobModifyIndex), "released to plain Nomad scheduling", (&api.WriteOptions{Namespace: namespace}).WithContext(ctx))
+		_ = tagVersion(c, id, v, fmt.Sprintf("hetgpu-release-%d", resp.JobModifyIndex), "released to plain Nomad scheduling", (&api.WriteOptions{Namespace: namespace}).WithContext(ctx))
 		return resp, nil
 	}
 }

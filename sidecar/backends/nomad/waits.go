@@ -161,7 +161,7 @@ func (b *Backend) ShowWaits(ctx context.Context, ws []cluster.Wait) {
 		}
 		b.mu.Unlock()
 		wq := (&api.WriteOptions{Namespace: ns}).WithContext(ctx)
-		if _, err := b.c.Jobs().TagVersion(id, v, fmt.Sprintf("%s-%d", waitTag, resp.JobModifyIndex), "hetgpu: why the job waits", wq); err != nil {
+		if err := tagVersion(b.c, id, v, fmt.Sprintf("%s-%d", waitTag, resp.JobModifyIndex), "hetgpu: why the job waits", wq); err != nil {
 			b.log.Debug("tagging the ui-only version failed", "job", k, "error", err)
 		}
 	}

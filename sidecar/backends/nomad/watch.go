@@ -178,12 +178,12 @@ func (b *Backend) openStream(ctx context.Context, from uint64) (<-chan *api.Even
 		defer body.Close()
 		dec := json.NewDecoder(body)
 		for {
-			var evs api.Events
-			if err := dec.Decode(&evs); err != nil {
-				evs = api.Events{Err: err}
+			evs, err := decodeFrame(dec)
+			if err != nil {
+				evs = &api.Events{Err: err}
 			}
 			select {
-			case ch <- &evs:
+			case ch <- evs:
 			case <-ctx.Done():
 				return
 			}
@@ -193,6 +193,90 @@ func (b *Backend) openStream(ctx context.Context, from uint64) (<-chan *api.Even
 		}
 	}()
 	return ch, nil
+}
+
+// streamFrame is one frame of the event stream, its payloads decoded in the same pass: the
+// payload keys of the topics the watcher subscribes to (Topics), one per topic.
+type streamFrame struct {
+	Index  uint64
+	Events []struct {
+		Topic      api.Topic
+		Type, Key  string
+		FilterKeys []string
+		Index      uint64
+		Payload    struct {
+			// Allocation is decoded into the api type at once (decodeAlloc).
+			Allocation *allocPayload
+			// Job is a hint (apply reads the job itself when it needs more): the fields the
+			// watcher reads; the whole job decoded into generic values costs several times
+			// as much, and a pin causes two job events.
+			Job *jobHint
+			// Evaluation and Node are generic JSON values, as api.EventStream decodes them
+			// (the api's payload helpers read them).
+			Evaluation, Node any
+		}
+	}
+}
+
+// allocPayload is an allocation event's payload: allocation events carry no Job, and the
+// version is in the stub-compatible field (api.Allocation has none of that name).
+type allocPayload struct {
+	api.Allocation
+	JobVersion uint64
+}
+
+// decodeFrame reads the next frame as api.Events, but for the payloads (streamFrame): an
+// allocation's is an *allocPayload, a job's the generic values of its jobHint fields.
+func decodeFrame(dec *json.Decoder) (*api.Events, error) {
+	var f streamFrame
+	if err := dec.Decode(&f); err != nil {
+		return nil, err
+	}
+	evs := &api.Events{Index: f.Index}
+	if len(f.Events) > 0 {
+		evs.Events = make([]api.Event, len(f.Events))
+	}
+	for i, e := range f.Events {
+		ev := api.Event{Topic: e.Topic, Type: e.Type, Key: e.Key, FilterKeys: e.FilterKeys, Index: e.Index, Payload: map[string]any{}}
+		p := &e.Payload
+		if p.Allocation != nil {
+			ev.Payload["Allocation"] = p.Allocation
+		}
+		if p.Job != nil {
+			ev.Payload["Job"] = p.Job.generic()
+		}
+		if p.Evaluation != nil {
+			ev.Payload["Evaluation"] = p.Evaluation
+		}
+		if p.Node != nil {
+			ev.Payload["Node"] = p.Node
+		}
+		evs.Events[i] = ev
+	}
+	return evs, nil
+}
+
+// jobHint is what the watcher reads of a job event's payload (the whole job decodes into
+// generic values at many times the cost, and a pin causes two such events).
+type jobHint struct {
+	ID, Namespace, Status       *string
+	ModifyIndex, JobModifyIndex *float64
+}
+
+// generic is the hint as a generic JSON value would hold it: only the fields present.
+func (h *jobHint) generic() map[string]any {
+	m := make(map[string]any, 5)
+	put := func(k string, v any, ok bool) {
+		if ok {
+			m[k] = v
+		}
+	}
+	put("ID", deref(h.ID, ""), h.ID != nil)
+	put("Namespace", deref(h.Namespace, ""), h.Namespace != nil)
+	put("Status", deref(h.Status, ""), h.Status != nil)
+	put("ModifyIndex", deref(h.ModifyIndex, 0), h.ModifyIndex != nil)
+	put("JobModifyIndex", deref(h.JobModifyIndex, 0), h.JobModifyIndex != nil)
+	return m
 }
 
 // leaderProbe asks the agent for the cluster's leader every LeaderProbe and sends what it
@@ -418,28 +502,29 @@ func payloadNamespace(ev *api.Event, field string) string {
 	return ""
 }
 
-// decodeAlloc re-marshals the payload with encoding/json: api.Allocation's JSON shape is the
-// server's, and mapstructure would need tags the api types do not all carry.
+// decodeAlloc decodes the payload with encoding/json: api.Allocation's JSON shape is the
+// server's, and mapstructure would need tags the api types do not all carry. The stream
+// decodes it so already (decodeFrame); one held otherwise (a generic value) is encoded and
+// decoded.
 func decodeAlloc(ev *api.Event) (*allocRec, error) {
 	raw, ok := ev.Payload["Allocation"]
 	if !ok {
 		return nil, fmt.Errorf("no Allocation in payload")
 	}
-	data, err := json.Marshal(raw)
-	if err != nil {
-		return nil, err
-	}
-	var a api.Allocation
-	if err := json.Unmarshal(data, &a); err != nil {
-		return nil, err
-	}
-	r := allocFromFull(&a)
-	if a.Job == nil {
-		// Allocation events carry no Job; the version is in the stub-compatible field.
-		var v struct{ JobVersion uint64 }
-		if json.Unmarshal(data, &v) == nil {
-			r.JobVersion = v.JobVersion
+	a, ok := raw.(*allocPayload)
+	if !ok {
+		data, err := json.Marshal(raw)
+		if err != nil {
+			return nil, err
 		}
+		a = &allocPayload{}
+		if err := json.Unmarshal(data, a); err != nil {
+			return nil, err
+		}
+	}
+	r := allocFromFull(&a.Allocation)
+	if a.Job == nil {
+		r.JobVersion = a.JobVersion
 	}
 	return r, nil
 }

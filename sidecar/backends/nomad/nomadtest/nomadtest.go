@@ -39,8 +39,10 @@ type Server struct {
 	energy map[string]float64
 	topo   map[string]map[string]*api.StatValue
 	// files are what tasks wrote in their allocation directories, by allocation and path.
-	files   map[string]map[string][]byte
-	events  []api.Events
+	files map[string]map[string][]byte
+	// events are the stream's frames, each encoded once when emitted (as Nomad serialises
+	// an event once for every subscriber), in index order.
+	events  []event
 	streams map[chan struct{}]bool
 	wake    *sync.Cond
 	// Requests records "METHOD path?query" of every request, for assertions.
@@ -372,7 +374,7 @@ func (s *Server) LastEventIndex() uint64 {
 	if len(s.events) == 0 {
 		return 0
 	}
-	return s.events[len(s.events)-1].Index
+	return s.events[len(s.events)-1].index
 }
 
 // DropStreams ends every open event stream (the client sees EOF and must reconnect).
@@ -390,9 +392,9 @@ func (s *Server) DropStreams() {
 func (s *Server) TrimEvents(below uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var keep []api.Events
+	var keep []event
 	for _, e := range s.events {
-		if e.Index >= below {
+		if e.index >= below {
 			keep = append(keep, e)
 		}
 	}
@@ -487,27 +489,45 @@ func (s *Server) Deregister(ns, id string) {
 
 func (s *Server) bump() { s.index++ }
 
+// event is one frame of the event stream: its index and its JSON line.
+type event struct {
+	index uint64
+	line  []byte
+}
+
+// emit appends an event with the payload as it is now: the real stream carries JSON objects,
+// so the frame is encoded here, once (later changes to the payload's objects do not show).
+// Callers hold s.mu.
 func (s *Server) emit(topic api.Topic, typ, key string, payload map[string]any) {
-	// Round-trip the payload through JSON: the real stream carries JSON objects.
-	data, _ := json.Marshal(payload)
-	var m map[string]any
-	_ = json.Unmarshal(data, &m)
-	s.events = append(s.events, api.Events{Index: s.index, Events: []api.Event{{Topic: topic, Type: typ, Key: key, Index: s.index, Payload: m}}})
+	s.emitEvent(api.Event{Topic: topic, Type: typ, Key: key, Index: s.index, Payload: payload})
+}
+
+func (s *Server) emitEvent(ev api.Event) {
+	line, err := json.Marshal(api.Events{Index: s.index, Events: []api.Event{ev}})
+	if err != nil {
+		panic(err)
+	}
+	s.events = append(s.events, event{index: s.index, line: append(line, '\n')})
 	s.wake.Broadcast()
 }
 
+// eventAlloc is an allocation event's payload: the allocation without its job, and the job's
+// version.
+type eventAlloc struct {
+	*api.Allocation
+	JobVersion *uint64 `json:",omitempty"`
+}
+
 func (s *Server) emitAlloc(a *api.Allocation, typ string) {
-	c := clone(a)
+	c := *a // encoded at once: a shallow copy is enough to leave the job out
 	c.Job = nil
-	data, _ := json.Marshal(c)
-	var m map[string]any
-	_ = json.Unmarshal(data, &m)
+	p := eventAlloc{Allocation: &c}
 	if a.Job != nil && a.Job.Version != nil {
-		m["JobVersion"] = *a.Job.Version
+		v := *a.Job.Version
+		p.JobVersion = &v
 	}
-	s.events = append(s.events, api.Events{Index: s.index, Events: []api.Event{{Topic: api.TopicAllocation, Type: typ, Key: a.ID,
-		FilterKeys: []string{a.JobID}, Index: s.index, Payload: map[string]any{"Allocation": m}}}})
-	s.wake.Broadcast()
+	s.emitEvent(api.Event{Topic: api.TopicAllocation, Type: typ, Key: a.ID, FilterKeys: []string{a.JobID}, Index: s.index,
+		Payload: map[string]any{"Allocation": p}})
 }
 
 func clone[T any](v *T) *T {
@@ -719,7 +739,6 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 		s.mu.Unlock()
 	}()
 	next := from
-	enc := json.NewEncoder(w)
 	beat := s.startHeartbeat(r.Context())
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -753,16 +772,16 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 		}
 		// Events are appended in index order: find the first one due instead of scanning a
 		// long buffer on every wake-up.
-		first := sort.Search(len(s.events), func(i int) bool { return s.events[i].Index >= next })
-		batch := append([]api.Events(nil), s.events[first:]...)
+		first := sort.Search(len(s.events), func(i int) bool { return s.events[i].index >= next })
+		batch := append([]event(nil), s.events[first:]...)
 		if len(batch) == 0 {
 			s.wake.Wait()
 			continue
 		}
-		next = batch[len(batch)-1].Index + 1
+		next = batch[len(batch)-1].index + 1
 		s.mu.Unlock()
 		for _, e := range batch {
-			if enc.Encode(e) != nil {
+			if _, err := w.Write(e.line); err != nil {
 				s.mu.Lock()
 				delete(s.streams, done)
 				return
@@ -991,7 +1010,7 @@ func (s *Server) schedule(job *api.Job, evalID string) {
 				s.stopAlloc(a, api.AllocClientStatusComplete, "alloc is being updated due to job update")
 				continue
 			}
-			a.Job = clone(job)
+			a.Job = job // stored jobs are never changed in place (updateJobStatus)
 			s.bump()
 			a.ModifyIndex = s.index
 			s.emitAlloc(a, "AllocationUpdated")
@@ -1206,7 +1225,7 @@ func (s *Server) place(job *api.Job, tg *api.TaskGroup, nodeIDs, devIDs []string
 		s.bump()
 		a := &api.Allocation{
 			ID: fmt.Sprintf("alloc-%04d", s.allocSeq), Namespace: *job.Namespace, JobID: *job.ID, TaskGroup: *tg.Name, NodeID: nid,
-			DesiredStatus: api.AllocDesiredStatusRun, ClientStatus: api.AllocClientStatusRunning, Job: clone(job),
+			DesiredStatus: api.AllocDesiredStatusRun, ClientStatus: api.AllocClientStatusRunning, Job: job, // never changed in place
 			AllocatedResources: &api.AllocatedResources{Tasks: tasks}, TaskStates: map[string]*api.TaskState{},
 			CreateIndex: s.index, ModifyIndex: s.index,
 		}
@@ -1268,29 +1287,38 @@ func (s *Server) updateJobStatus(ns, id string) {
 		st = "dead"
 	}
 	if st != *j.Status {
-		j.Status = &st
+		// A new object, as Nomad's state store writes one: a stored job is never changed in
+		// place, so allocations share the version they run (see place) and reads need no copy.
+		cp := *j
+		cp.Status = &st
 		s.bump()
-		j.ModifyIndex = &s.index
 		idx := s.index
-		j.ModifyIndex = &idx
-		s.emit(api.TopicJob, "JobRegistered", id, map[string]any{"Job": j})
+		cp.ModifyIndex = &idx
+		s.jobs[ns+"/"+id] = &cp
+		s.emit(api.TopicJob, "JobRegistered", id, map[string]any{"Job": &cp})
 	}
 }
 
-// replyCopy answers a copy of m[key] (read under the lock), or 404 with notFound.
+// replyCopy answers m[key] as it is now (encoded under the lock), or 404 with notFound.
 func replyCopy[T any](s *Server, w http.ResponseWriter, m map[string]*T, key, notFound string) {
 	s.mu.Lock()
 	v, ok := m[key]
-	var c *T
+	var data []byte
 	if ok {
-		c = clone(v)
+		var err error
+		if data, err = json.Marshal(v); err != nil {
+			panic(err)
+		}
 	}
+	idx := s.index
 	s.mu.Unlock()
 	if !ok {
 		http.Error(w, notFound, http.StatusNotFound)
 		return
 	}
-	s.reply(w, c)
+	w.Header().Set("X-Nomad-Index", strconv.FormatUint(idx, 10))
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(append(data, '\n'))
 }
 
 // missingFile is the real agent's answer to reading a file an allocation's directory does
