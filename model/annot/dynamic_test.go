@@ -37,7 +37,10 @@ func TestParseJobspecDynamicBlocks(t *testing.T) {
 			t.Errorf("group %q batch size = %+v, want exact %s (from the iterator's value)", name, v, batch)
 		}
 		if v := g.Meta[KeyModel]; v.Text != "model/"+name || !v.Exact {
-			t.Errorf("group %q model = %+v, want exact model/%s (from the iterator's key)", name, v, name)
+			t.Errorf("group %q model = %+v, want exact model/%s (format of the iterator's key)", name, v, name)
+		}
+		if v := g.Meta["owner"]; v.Text != "ML" || !v.Exact {
+			t.Errorf("group %q owner = %+v, want exact ML (upper)", name, v)
 		}
 		if len(g.Tasks) != 1 || len(g.Tasks[0].Devices) != 1 {
 			t.Fatalf("group %q tasks = %+v", name, g.Tasks)
@@ -56,6 +59,37 @@ func TestParseJobspecDynamicBlocks(t *testing.T) {
 	for _, f := range Check(js) {
 		if f.Severity == "error" {
 			t.Errorf("unexpected finding: %s", f)
+		}
+	}
+}
+
+// TestParseJobspecFunctions: Nomad's pure functions evaluate; one validate does not provide
+// (file) leaves the value inexact, as a variable without a default does.
+func TestParseJobspecFunctions(t *testing.T) {
+	js, err := ParseJobspec("f.nomad.hcl", []byte(`
+locals {
+  sizes = [for s in range(1, 3) : s * 16]
+}
+job "f" {
+  meta = {
+    "hetgpu.batch_size" = join("", [for s in slice(local.sizes, 1, 2) : format("%d", s)])
+    "hetgpu.model"      = trimspace(title(" resnet "))
+    "hetgpu.runtime"    = file("runtime.txt")
+  }
+}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		key, want string
+		exact     bool
+	}{
+		{KeyBatchSize, "32", true},
+		{KeyModel, "Resnet", true},
+		{KeyRuntime, `file("runtime.txt")`, false},
+	} {
+		if v := js.Meta[tc.key]; v.Text != tc.want || v.Exact != tc.exact {
+			t.Errorf("%s = %+v, want %q exact %v", tc.key, v, tc.want, tc.exact)
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/convert"
+	"github.com/zclconf/go-cty/cty/function"
 )
 
 // Jobspec is the part of a Nomad HCL2 jobspec that hetgpu cares about: meta, constraints,
@@ -50,7 +51,8 @@ type MetaDup struct {
 type Value struct {
 	Text string
 	// Exact is false when the value depends on something validate cannot evaluate (a
-	// function call, a variable without a default); Text is then the expression's source.
+	// function it does not provide, such as file, or a variable without a default); Text is then
+	// the expression's source.
 	Exact bool
 	Range hcl.Range
 }
@@ -115,7 +117,8 @@ func ReadJobspec(path string) (*Jobspec, error) {
 }
 
 // ParseJobspec parses an HCL2 jobspec (native syntax; Nomad's JSON job format is not read).
-// Input variables resolve to their defaults, locals to their values, and dynamic blocks expand
+// Input variables resolve to their defaults, locals to their values, Nomad's pure functions
+// (format, join, merge, ...) evaluate, and dynamic blocks expand
 // as Nomad expands them, so validate sees the groups, tasks and devices Nomad would register.
 func ParseJobspec(filename string, src []byte) (*Jobspec, error) {
 	f, diags := hclsyntax.ParseConfig(src, filename, hcl.InitialPos)
@@ -123,7 +126,8 @@ func ParseJobspec(filename string, src []byte) (*Jobspec, error) {
 		return nil, fmt.Errorf("parse %s: %w", filename, diags)
 	}
 	body := f.Body.(*hclsyntax.Body)
-	r := &reader{src: src, vars: map[string]cty.Value{}, locals: map[string]cty.Value{}, iters: map[string]cty.Value{}}
+	r := &reader{src: src, vars: map[string]cty.Value{}, locals: map[string]cty.Value{}, iters: map[string]cty.Value{},
+		funcs: functions()}
 	// Input variables first: their defaults feed var.x references.
 	for _, b := range body.Blocks {
 		if b.Type == "variable" && len(b.Labels) == 1 {
@@ -318,6 +322,7 @@ type reader struct {
 	locals map[string]cty.Value
 	// iters are the iterators of the dynamic blocks being expanded (group.key, group.value).
 	iters map[string]cty.Value
+	funcs map[string]function.Function
 	err   error
 	dups  []MetaDup
 }
@@ -327,7 +332,7 @@ func (r *reader) ctx() *hcl.EvalContext {
 	for name, v := range r.iters {
 		vars[name] = v
 	}
-	return &hcl.EvalContext{Variables: vars}
+	return &hcl.EvalContext{Variables: vars, Functions: r.funcs}
 }
 
 // runtimeRoots are Nomad's runtime interpolation roots, kept verbatim in the job.

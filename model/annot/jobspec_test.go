@@ -224,7 +224,7 @@ func TestCheck(t *testing.T) {
 		{
 			name: "non-literal value",
 			spec: `job "j" {
-  meta = { "hetgpu.enable" = "true", "hetgpu.model" = upper("bert") }
+  meta = { "hetgpu.enable" = "true", "hetgpu.model" = file("model.txt") }
 ` + gpuGroup("g", 2, true) + "}",
 			want: []string{"not a literal"},
 		},

@@ -1,5 +1,6 @@
-# Groups written with a dynamic block over a local map, a device constraint from a dynamic block
-# of its own (iterator renamed), and the hold at the job level. model/annot's tests read it, and
+# Groups written with a dynamic block over a local map (built with merge), values from Nomad's
+# functions (format, upper), a device constraint from a dynamic block of its own (iterator
+# renamed), and the hold at the job level. model/annot's tests read it, and
 # e2e's TestJobspecParsedAsNomad compares what validate reads with Nomad's own parser.
 variable "gpus" {
   default = 2
@@ -7,7 +8,7 @@ variable "gpus" {
 
 locals {
   // models names local.batch, written below it: locals resolve in any order.
-  models = { resnet18 = local.batch, lm = "20" }
+  models = merge({ resnet18 = local.batch }, { lm = "20" })
   batch  = "16"
   min_mem = ["16 GiB"]
 }
@@ -29,7 +30,8 @@ job "small" {
     content {
       meta = {
         "hetgpu.batch_size" = group.value
-        "hetgpu.model"      = "model/${group.key}"
+        "hetgpu.model"      = format("model/%s", group.key)
+        "owner"             = upper("ml")
       }
       task "train" {
         driver = "exec"

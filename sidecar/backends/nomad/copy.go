@@ -9,7 +9,9 @@ import (
 // slice, map and interface reached through exported fields is copied (unexported fields, as in
 // time.Time, are copied by value). It is what a JSON round trip gives for the api types,
 // which have no custom (un)marshalling, at a fraction of the cost, and keeps what JSON would
-// lose: nil and empty stay apart, numbers in interfaces keep their types.
+// lose: nil and empty stay apart, numbers in interfaces keep their types. Not
+// github.com/mitchellh/copystructure (Nomad's choice): on BenchmarkCopyJob's job it took 241 us
+// and 889 allocations against 16 us and 103 here (81 us for the JSON round trip).
 func deepCopy[T any](v *T) *T {
 	if v == nil {
 		return nil
