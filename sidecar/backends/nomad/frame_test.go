@@ -85,38 +85,6 @@ func TestDecodeFrame(t *testing.T) {
 	}
 }
 
-// BenchmarkDecodeAllocEvent is the watcher's work for an allocation event: the frame read
-// off the stream and the allocation decoded.
-func BenchmarkDecodeAllocEvent(b *testing.B) {
-	data := allocFrame(b)
-	b.ReportAllocs()
-	for b.Loop() {
-		evs, err := decodeFrame(json.NewDecoder(bytes.NewReader(data)))
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := decodeAlloc(&evs.Events[0]); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-// BenchmarkDecodeAllocEventGeneric is the same through generic payloads (as api.Events
-// decodes them), for comparison.
-func BenchmarkDecodeAllocEventGeneric(b *testing.B) {
-	data := allocFrame(b)
-	b.ReportAllocs()
-	for b.Loop() {
-		var evs api.Events
-		if err := json.NewDecoder(bytes.NewReader(data)).Decode(&evs); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := decodeAlloc(&evs.Events[0]); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
 // jobFrame is a frame with a job event carrying the whole job, as Nomad sends it.
 func jobFrame(t testing.TB) []byte {
 	t.Helper()
@@ -165,25 +133,40 @@ func TestDecodeFrameJobHint(t *testing.T) {
 	}
 }
 
-// BenchmarkDecodeJobEvent is the watcher's decoding of a job event (two a pin).
-func BenchmarkDecodeJobEvent(b *testing.B) {
-	data := jobFrame(b)
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := decodeFrame(json.NewDecoder(bytes.NewReader(data))); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-// BenchmarkDecodeJobEventGeneric is the same decoded as api.Events does, for comparison.
-func BenchmarkDecodeJobEventGeneric(b *testing.B) {
-	data := jobFrame(b)
-	b.ReportAllocs()
-	for b.Loop() {
-		var evs api.Events
-		if err := json.NewDecoder(bytes.NewReader(data)).Decode(&evs); err != nil {
-			b.Fatal(err)
-		}
+// BenchmarkDecodeEvent is the watcher's decoding of an allocation event and of a job event
+// (two a pin), and the same through generic payloads as api.Events decodes them, for
+// comparison.
+func BenchmarkDecodeEvent(b *testing.B) {
+	for _, bc := range []struct {
+		name           string
+		frame          func(testing.TB) []byte
+		generic, alloc bool
+	}{
+		{"alloc", allocFrame, false, true},
+		{"alloc-generic", allocFrame, true, true},
+		{"job", jobFrame, false, false},
+		{"job-generic", jobFrame, true, false},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			data := bc.frame(b)
+			b.ReportAllocs()
+			for b.Loop() {
+				evs := &api.Events{}
+				var err error
+				if bc.generic {
+					err = json.NewDecoder(bytes.NewReader(data)).Decode(evs)
+				} else {
+					evs, err = decodeFrame(json.NewDecoder(bytes.NewReader(data)))
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+				if bc.alloc {
+					if _, err := decodeAlloc(&evs.Events[0]); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
 	}
 }
