@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// TestBaselinePolicyDrivesTheSidecar: with `policy = "tiresias"` (rank.LAS and first-fit) or
-// `policy = "gavel"` (place.Gavel: the max-min fair LP over GPU types, grants each round) the
+// TestBaselinePolicyDrivesTheSidecar: with `policy = "tiresias"` (baselines.LAS and first-fit) or
+// `policy = "gavel"` (baselines.Gavel: the max-min fair LP over GPU types, grants each round) the
 // sidecar schedules with a registered baseline on the real agent: held jobs are pinned, run and
 // finish, and their decision records come from the baseline's pipeline.
 func TestBaselinePolicyDrivesTheSidecar(t *testing.T) {

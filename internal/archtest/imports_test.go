@@ -32,7 +32,7 @@ var (
 	// runtime is what the live sidecar runs; offline is simulation, training and evaluation.
 	runtime = join([]string{"sidecar/sched", "sidecar/runtime/service/...", "sidecar/runtime/server", "sidecar/runtime/store",
 		"sidecar/runtime/dashboard", "sidecar/runtime/ha", "sidecar/runtime/explainlink", "sidecar/backends/nomad/..."}, model, stages)
-	offline = []string{"sidecar/backends/sim/...", "sidecar/policies", "sidecar/learning/...", "sidecar/research/..."}
+	offline = []string{"sidecar/backends/sim/...", "sidecar/policies/...", "sidecar/learning/...", "sidecar/research/..."}
 )
 
 func join(groups ...[]string) []string {

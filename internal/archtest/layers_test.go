@@ -19,7 +19,7 @@ var layers = []struct {
 	{"framework", []string{"sidecar/sched"}},
 	{"stages", []string{"sidecar/stages/..."}},
 	{"backends", []string{"sidecar/backends/..."}},
-	{"policies", []string{"sidecar/policies"}},
+	{"policies", []string{"sidecar/policies/..."}},
 	{"learning", []string{"sidecar/learning/..."}},
 	{"runtime", []string{"sidecar/runtime/..."}},
 	{"research", []string{"sidecar/research/..."}},

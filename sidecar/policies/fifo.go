@@ -3,9 +3,9 @@ package policies
 import (
 	"github.com/hetgpu/hetgpu/model/gpuspec"
 	"github.com/hetgpu/hetgpu/sidecar/backends/sim"
+	"github.com/hetgpu/hetgpu/sidecar/policies/baselines"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
 	"github.com/hetgpu/hetgpu/sidecar/stages/place"
-	"github.com/hetgpu/hetgpu/sidecar/stages/rank"
 )
 
 // The queue-order baselines: a ranker and Nomad's bin-packing (place.FirstFit), the predictor
@@ -40,18 +40,18 @@ func newFIFO(o Options) (Policy, error) {
 // duration" family), given information no real scheduler has; on the live sidecar it ranks by
 // the jobs' hetgpu.est_runtime annotations.
 func newSJF(o Options) (Policy, error) {
-	return Policy{Stages: sched.Stages{Ranker: rank.SJF{}, Predictor: typesPredictor(o), Placer: place.FirstFit{Backfill: true}},
+	return Policy{Stages: sched.Stages{Ranker: baselines.SJF{}, Predictor: typesPredictor(o), Placer: place.FirstFit{Backfill: true}},
 		Estimates: sim.Estimates{Sigma: -1}}, nil
 }
 
 // newTiresias is Tiresias' discretised two-dimensional least-attained-service scheduler (Gu et
-// al., NSDI 2019; rank.LAS): jobs in priority queues by attained GPU service (thresholds 1 and
+// al., NSDI 2019; baselines.LAS): jobs in priority queues by attained GPU service (thresholds 1 and
 // 10 GPU-hours), FIFO within a queue, a job that waited 8x its run time promoted; every round
 // the highest-priority jobs that fit in the cluster's GPUs run and the preemptible rest are
 // preempted (progress kept). Placement is first-fit with backfilling (consolidated, bin-packed),
 // heterogeneity-unaware as Tiresias is.
 func newTiresias(o Options) (Policy, error) {
-	las := rank.NewLAS()
+	las := baselines.NewLAS()
 	return Policy{Stages: sched.Stages{Ranker: las, Preemptor: las, Predictor: typesPredictor(o), Placer: place.FirstFit{Backfill: true}},
 		Estimates: sim.Estimates{Off: true}}, nil
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/hetgpu/hetgpu/model/history"
 	"github.com/hetgpu/hetgpu/sidecar/backends/sim"
+	"github.com/hetgpu/hetgpu/sidecar/policies/baselines"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
 	"github.com/hetgpu/hetgpu/sidecar/stages/estimate"
 	"github.com/hetgpu/hetgpu/sidecar/stages/place"
@@ -19,18 +20,18 @@ import (
 // its source). Both start jobs in priority order wherever Nomad's bin-packing would put them,
 // every job that fits (place.FirstFit with backfilling), like sjf.
 
-// newSlurm is Slurm's multifactor priority (age, job size, fair-share; rank.Slurm). It needs
+// newSlurm is Slurm's multifactor priority (age, job size, fair-share; baselines.Slurm). It needs
 // no runtime estimates.
 func newSlurm(o Options) (Policy, error) {
-	return Policy{Stages: sched.Stages{Ranker: &rank.Slurm{}, Predictor: typesPredictor(o), Placer: place.FirstFit{Backfill: true}},
+	return Policy{Stages: sched.Stages{Ranker: &baselines.Slurm{}, Predictor: typesPredictor(o), Placer: place.FirstFit{Backfill: true}},
 		Estimates: sim.Estimates{Off: true}}, nil
 }
 
-// newF1 is Carastan-Santos & de Camargo's learned priority function F1 (rank.F1). It ranks by
+// newF1 is Carastan-Santos & de Camargo's learned priority function F1 (baselines.F1). It ranks by
 // requested runtime, so it sees the simulated user estimates hetgpu also sees (true runtime x
 // log-normal error, sim.DefaultEstimateSigma), not sjf's exact ones.
 func newF1(o Options) (Policy, error) {
-	return Policy{Stages: sched.Stages{Ranker: &rank.F1{}, Predictor: typesPredictor(o), Placer: place.FirstFit{Backfill: true}},
+	return Policy{Stages: sched.Stages{Ranker: &baselines.F1{}, Predictor: typesPredictor(o), Placer: place.FirstFit{Backfill: true}},
 		Estimates: sim.Estimates{Seed: o.Seed}}, nil
 }
 

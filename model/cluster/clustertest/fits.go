@@ -1,5 +1,6 @@
 // Package clustertest holds test fixtures over the cluster model that several packages'
-// tests share: the capacity cases every caller of cluster.Job.FitsFree is checked against.
+// tests share: the capacity cases every caller of cluster.Job.FitsFree is checked against, and
+// hand-made nodes.
 package clustertest
 
 import (

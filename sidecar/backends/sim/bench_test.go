@@ -40,7 +40,7 @@ func BenchmarkSynthetic100k1024GPUs(b *testing.B) {
 	}
 }
 
-// Gavel (place.Gavel through the pipeline) on make run's cluster and trace.
+// Gavel (baselines.Gavel through the pipeline) on make run's cluster and trace.
 func BenchmarkGavelModernMix(b *testing.B) {
 	benchRun(b, "modern-mix", "bundled:default", "gavel")
 }

@@ -57,7 +57,7 @@ func (p TablePredictor) predict(job *cluster.Job, gpuType string, gpus, _ int) s
 
 // PredictSpread is Predict for a job spread over nodes nodes: the engine's own rate (the
 // table's unconsolidated measurement, else the consolidated one times CrossNodeEfficiency).
-// Gavel's allocation uses it (place.SpreadPredictor).
+// Gavel's allocation uses it (baselines.SpreadPredictor).
 func (p TablePredictor) PredictSpread(job *cluster.Job, gpuType string, gpus, nodes int) sched.Estimate {
 	if nodes <= 1 {
 		return p.Predict(job, gpuType, gpus)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/hetgpu/hetgpu/sidecar/policies/baselines"
 	"github.com/hetgpu/hetgpu/sidecar/stages/place"
 	"github.com/hetgpu/hetgpu/sidecar/stages/predict"
 	"github.com/hetgpu/hetgpu/sidecar/stages/rank"
@@ -55,13 +56,13 @@ func TestPolicySetting(t *testing.T) {
 				t.Fatalf("%q: placer %T config %+v, want %+v", tt.src, st.Placer, pl.Config(), want)
 			}
 		case "tiresias":
-			if _, ok := st.Ranker.(*rank.LAS); !ok || any(st.Preemptor) != any(st.Ranker) || st.Tuner != nil {
+			if _, ok := st.Ranker.(*baselines.LAS); !ok || any(st.Preemptor) != any(st.Ranker) || st.Tuner != nil {
 				t.Fatalf("tiresias: ranker %T, preemptor %T, tuner %v", st.Ranker, st.Preemptor, st.Tuner)
 			}
 		case "gavel":
-			g, ok := st.Ranker.(*place.Gavel)
+			g, ok := st.Ranker.(*baselines.Gavel)
 			if !ok || any(st.Preemptor) != any(g) || any(st.Placer) != any(g) {
-				t.Fatalf("gavel: ranker %T, preemptor %T, placer %T; want one place.Gavel", st.Ranker, st.Preemptor, st.Placer)
+				t.Fatalf("gavel: ranker %T, preemptor %T, placer %T; want one baselines.Gavel", st.Ranker, st.Preemptor, st.Placer)
 			}
 		case "fifo":
 			if _, ok := st.Placer.(place.FirstFit); !ok || st.Preemptor != nil {

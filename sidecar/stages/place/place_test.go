@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hetgpu/hetgpu/model/cluster"
+	"github.com/hetgpu/hetgpu/model/cluster/clustertest"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
 )
 
@@ -168,18 +169,7 @@ func FuzzPlace(f *testing.F) {
 }
 
 // node builds a one-group node for hand-made tests.
-func node(id, typ, name, zone string, gpus int, nvlink bool) cluster.Node {
-	n := cluster.Node{ID: id, Name: id, Status: "ready", Eligible: true, Meta: map[string]string{"zone": zone}}
-	if nvlink {
-		n.Interconnect = "nvlink"
-	}
-	g := cluster.DeviceGroup{Vendor: "nvidia", Type: "gpu", Name: name, GPUType: typ}
-	for k := 0; k < gpus; k++ {
-		g.Instances = append(g.Instances, cluster.Instance{ID: fmt.Sprintf("%s-gpu%d", id, k), Healthy: true, PCIeSwitch: fmt.Sprintf("sw%d", k/2)})
-	}
-	n.Devices = []cluster.DeviceGroup{g}
-	return n
-}
+var node = clustertest.Node
 
 func job(id string, gpus int) cluster.Job {
 	return cluster.Job{Namespace: "default", ID: id, Group: "g", GPUs: gpus, DeviceName: "nvidia/gpu",

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hetgpu/hetgpu/model/cluster"
+	"github.com/hetgpu/hetgpu/model/cluster/clustertest"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
 )
 
@@ -28,16 +29,7 @@ func (fakePred) Predict(job *cluster.Job, gpuType string, gpus int) sched.Estima
 
 var t0 = time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
 
-func gpuNode(id, name, typ string, n int, status string, unhealthy ...int) cluster.Node {
-	g := cluster.DeviceGroup{Vendor: "nvidia", Type: "gpu", Name: name, GPUType: typ}
-	for i := 0; i < n; i++ {
-		g.Instances = append(g.Instances, cluster.Instance{ID: fmt.Sprintf("%s-%d", id, i), Healthy: true})
-	}
-	for _, u := range unhealthy {
-		g.Instances[u].Healthy = false
-	}
-	return cluster.Node{ID: id, Status: status, Eligible: true, Devices: []cluster.DeviceGroup{g}}
-}
+var gpuNode = clustertest.GPUNode
 
 func testSnapshot(now time.Time) *cluster.Snapshot {
 	return &cluster.Snapshot{

@@ -1,4 +1,4 @@
-package rank
+package baselines
 
 import (
 	"context"
@@ -25,8 +25,8 @@ func TestF1Formula(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fmt.Sprint(keys(got)) != "[first early-long mid late-short]" {
-		t.Fatalf("order %v", keys(got))
+	if fmt.Sprint(ids(got)) != "[first early-long mid late-short]" {
+		t.Fatalf("order %v", ids(got))
 	}
 	want := math.Log10(3600)*2 + 870*3
 	if v := got[2].Features["f1"]; math.Abs(v-want) > 1e-9 {
@@ -35,8 +35,8 @@ func TestF1Formula(t *testing.T) {
 	// Same submit time: the shorter-narrower job first.
 	snap.Pending = []cluster.Job{j("a", 8, time.Hour, 500), j("b", 1, time.Hour, 500)}
 	got, _ = (&F1{}).Rank(context.Background(), snap, nil)
-	if keys(got)[0] != "b" {
-		t.Fatalf("order %v, want b first", keys(got))
+	if ids(got)[0] != "b" {
+		t.Fatalf("order %v, want b first", ids(got))
 	}
 }
 
@@ -59,8 +59,8 @@ func TestSlurmMultifactor(t *testing.T) {
 		t.Fatal(err)
 	}
 	// fairshare: heavy U=1, S=1/2 -> 2^-2 = 0.25; light 2^0 = 1. weight 10000 dominates.
-	if fmt.Sprint(keys(got)) != "[l1 l8 h1]" {
-		t.Fatalf("order %v, want [l1 l8 h1]", keys(got))
+	if fmt.Sprint(ids(got)) != "[l1 l8 h1]" {
+		t.Fatalf("order %v, want [l1 l8 h1]", ids(got))
 	}
 	h := got[2]
 	wantP := 1000*(24.0/(7*24)) + 10000*0.25 + 1000*(1-1.0/16)

@@ -1,4 +1,4 @@
-package place
+package baselines
 
 import (
 	"cmp"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/hetgpu/hetgpu/model/cluster"
 	"github.com/hetgpu/hetgpu/sidecar/sched"
+	"github.com/hetgpu/hetgpu/sidecar/stages/place"
 )
 
 // Gavel is Gavel's heterogeneity-aware least-attained-service policy (max-min fairness over
@@ -35,7 +36,7 @@ import (
 // granted greedily while the type has GPUs; running jobs not granted their current type are
 // preempted (progress kept) and granted jobs start on their type. Between rounds, and after the
 // grants, waiting jobs take free GPUs in pair priority order (no preemption), so GPUs do not
-// idle until the next round. Placement on a type is first-fit (Packer). The simulator runs a
+// idle until the next round. Placement on a type is first-fit (place.Packer). The simulator runs a
 // round at each boundary (NextRound); the live sidecar at its first reconcile after it. Only
 // preemptible running jobs take part; the others just hold their GPUs.
 type Gavel struct {
@@ -292,7 +293,7 @@ func (g *Gavel) Place(_ context.Context, st *sched.RoundState, snap *cluster.Sna
 	for _, r := range ranked {
 		waiting[r.Job.Key()] = r.Job
 	}
-	pk := NewPacker(snap).In(st)
+	pk := place.NewPacker(snap).In(st)
 	var out []cluster.Decision
 	fit := func(p *gavelPair) {
 		j := waiting[p.key]
