@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -132,15 +133,35 @@ func installPlugins(t *testing.T, dir string, bins ...string) {
 	}
 }
 
-// freePort returns a free loopback TCP port.
+// handedOut is every port freePort has returned in this test binary. The kernel may give a
+// port just closed to the next bind of port 0, so two calls in a row could name the same port
+// (seen: a sidecar handed the port its Nomad server was then configured with, and failing to
+// listen); no port is handed out twice.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
+// freePort returns a free loopback TCP port that no other freePort call of this test binary
+// returned.
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if !handedOut.ports[port] {
+			handedOut.ports[port] = true
+			return port
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Fatal("freePort: the kernel kept giving ports already handed out")
+	return 0
 }
 
 // agentDir makes a directory for agents that is removed when the test ends. Not t.TempDir:
