@@ -38,15 +38,7 @@ func allocFrame(t testing.TB) []byte {
 // payload, decoded into the api type at once; the allocation is what decoding the generic
 // payload gave, without the precision float64 loses.
 func TestDecodeFrame(t *testing.T) {
-	data := allocFrame(t)
-	got, err := decodeFrame(json.NewDecoder(bytes.NewReader(data)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var want api.Events
-	if err := json.Unmarshal(data, &want); err != nil {
-		t.Fatal(err)
-	}
+	got, want := decodeBoth(t, allocFrame(t))
 	if _, ok := got.Events[0].Payload["Allocation"].(*allocPayload); !ok {
 		t.Fatalf("allocation payload is %T, want the api type", got.Events[0].Payload["Allocation"])
 	}
@@ -100,18 +92,23 @@ func jobFrame(t testing.TB) []byte {
 
 func ptrTo[T any](v T) *T { return &v }
 
-// TestDecodeFrameJobHint: a job event keeps, of the job, the fields the watcher reads, with
-// the values the generic decode gave them; a field the job lacks stays absent.
-func TestDecodeFrameJobHint(t *testing.T) {
-	data := jobFrame(t)
+// decodeBoth decodes one frame with decodeFrame and as api.EventStream does (generic payloads).
+func decodeBoth(t *testing.T, data []byte) (got *api.Events, want api.Events) {
+	t.Helper()
 	got, err := decodeFrame(json.NewDecoder(bytes.NewReader(data)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var want api.Events
 	if err := json.Unmarshal(data, &want); err != nil {
 		t.Fatal(err)
 	}
+	return got, want
+}
+
+// TestDecodeFrameJobHint: a job event keeps, of the job, the fields the watcher reads, with
+// the values the generic decode gave them; a field the job lacks stays absent.
+func TestDecodeFrameJobHint(t *testing.T) {
+	got, want := decodeBoth(t, jobFrame(t))
 	g, w := got.Events[0].Payload["Job"].(map[string]any), want.Events[0].Payload["Job"].(map[string]any)
 	for _, k := range []string{"ID", "Namespace", "Status", "ModifyIndex", "JobModifyIndex"} {
 		if g[k] != w[k] || g[k] == nil {
