@@ -2,6 +2,7 @@ package clustertest
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/hetgpu/hetgpu/model/cluster"
 )
@@ -32,4 +33,11 @@ func GPUNode(id, name, typ string, n int, status string, unhealthy ...int) clust
 		g.Instances[u].Healthy = false
 	}
 	return cluster.Node{ID: id, Status: status, Eligible: true, Devices: []cluster.DeviceGroup{g}}
+}
+
+// Job is a one-group job of gpus GPUs on nvidia/gpu in namespace default, submitted len(id)
+// seconds into 2026, so shorter IDs come first in submission order.
+func Job(id string, gpus int) cluster.Job {
+	return cluster.Job{Namespace: "default", ID: id, Group: "g", GPUs: gpus, DeviceName: "nvidia/gpu",
+		SubmitTime: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(len(id)) * time.Second)}
 }

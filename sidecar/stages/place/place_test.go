@@ -171,10 +171,8 @@ func FuzzPlace(f *testing.F) {
 // node builds a one-group node for hand-made tests.
 var node = clustertest.Node
 
-func job(id string, gpus int) cluster.Job {
-	return cluster.Job{Namespace: "default", ID: id, Group: "g", GPUs: gpus, DeviceName: "nvidia/gpu",
-		SubmitTime: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(len(id)) * time.Second)}
-}
+// job is a one-group job; shorter IDs were submitted first.
+var job = clustertest.Job
 
 func decisionFor(dec []cluster.Decision, id string) *cluster.Decision {
 	for i := range dec {
