@@ -21,7 +21,7 @@ import (
 
 // Importing the packages registers their files; these references keep the imports used.
 var _ = []any{base.File_base_base_proto, device.File_device_device_proto, drivers.File_drivers_driver_proto,
-	hclspec.File_hclspec_hcl_spec_proto, structs.File_structs_attribute_proto}
+	hclspec.File_hclspec_hcl_spec_proto, structs.File_structs_structs_proto}
 
 const (
 	pkgBase    = "hashicorp.nomad.plugins.base.proto"

@@ -783,7 +783,7 @@ var File_device_device_proto protoreflect.FileDescriptor
 
 const file_device_device_proto_rawDesc = "" +
 	"\n" +
-	"\x13device/device.proto\x12\x1ehashicorp.nomad.plugins.device\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x17structs/attribute.proto\x1a\x13structs/stats.proto\"\x14\n" +
+	"\x13device/device.proto\x12\x1ehashicorp.nomad.plugins.device\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x15structs/structs.proto\"\x14\n" +
 	"\x12FingerprintRequest\"e\n" +
 	"\x13FingerprintResponse\x12N\n" +
 	"\fdevice_group\x18\x01 \x03(\v2+.hashicorp.nomad.plugins.device.DeviceGroupR\vdeviceGroup\"\x80\x03\n" +

@@ -4136,7 +4136,7 @@ var File_drivers_driver_proto protoreflect.FileDescriptor
 
 const file_drivers_driver_proto_rawDesc = "" +
 	"\n" +
-	"\x14drivers/driver.proto\x12%hashicorp.nomad.plugins.drivers.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16hclspec/hcl_spec.proto\x1a\x17structs/attribute.proto\"\r\n" +
+	"\x14drivers/driver.proto\x12%hashicorp.nomad.plugins.drivers.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16hclspec/hcl_spec.proto\x1a\x15structs/structs.proto\"\r\n" +
 	"\vInitRequest\"\x0e\n" +
 	"\fInitResponse\"\x19\n" +
 	"\x17TaskConfigSchemaRequest\"\\\n" +
