@@ -1,6 +1,7 @@
 package rltrain
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 
@@ -53,5 +54,27 @@ func TestHeldOutVerdict(t *testing.T) {
 	ev.Clusters[0].Pooled = ev.Clusters[0].Pooled[:1]
 	if _, err := HeldOutVerdict(ev, 1, rank.VerdictPooledMax, rank.VerdictWindowMax); err == nil || !strings.Contains(err.Error(), HeuristicVariant) {
 		t.Fatalf("an evaluation without %s: %v, want an error naming it", HeuristicVariant, err)
+	}
+}
+
+// train eval's table ends with the policy's stored verdicts, one line per regime.
+func TestEvalTablePrintsVerdicts(t *testing.T) {
+	v, err := rank.JudgeVerdict([]rank.VerdictRatio{{Cluster: "c", Metric: "jct", Ratio: 0.9}, {Cluster: "c", Trace: "w", Metric: "bsld", Ratio: 0.95}},
+		rank.VerdictPooledMax, rank.VerdictWindowMax)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.Estimates = "none"
+	ev := &Eval{Regime: rank.RegimeNone, PolicyVerdicts: rank.Verdicts{rank.RegimeNone: v}}
+	var b bytes.Buffer
+	if err := ev.WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{"estimate regime of this evaluation: none", "none       (--estimates none) beats: worst pooled learned/heuristic ratio 0.9000",
+		"estimates  none recorded", "partial    none recorded"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
 	}
 }

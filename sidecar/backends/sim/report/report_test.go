@@ -52,7 +52,7 @@ func TestHTMLGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join("testdata", "report.html")
+	path := filepath.Join("testdata", "report.html.golden")
 	if !golden.Compare(t, path, got, *update) {
 		t.FailNow()
 	}
