@@ -22,8 +22,12 @@ import (
 )
 
 // nomadBinary returns $NOMAD_BIN, or skips the test with a message saying how to run it.
+// HETGPU_E2E=off skips too: make test sets it for ./... and runs the suite as make e2e does.
 func nomadBinary(t *testing.T, purpose string) string {
 	t.Helper()
+	if os.Getenv("HETGPU_E2E") == "off" {
+		t.Skipf("HETGPU_E2E=off: %s runs in make e2e (make test runs it when NOMAD_BIN is set)", purpose)
+	}
 	bin := os.Getenv("NOMAD_BIN")
 	if bin == "" {
 		t.Skipf("NOMAD_BIN is not set: set it to a Nomad (>= 1.10) binary to run %s, e.g. NOMAD_BIN=/work/tools/nomad make e2e", purpose)
