@@ -27,20 +27,26 @@ import "math"
 // job's pair of runs at a log ratio of 1 weighs as much as the prior delta = 0.
 const rfKappa = 0.5
 
+// datasheetLogRatio is lnDS between the types of slots a and b when they have the same GPU
+// count on different types (the pairs the roofline member compares), and whether there is one.
+func (g *grid) datasheetLogRatio(a, b int) (float64, bool) {
+	at, ab := a/nBuckets, a%nBuckets
+	bt, bb := b/nBuckets, b%nBuckets
+	if ab != bb || at == bt {
+		return 0, false
+	}
+	x := g.lnDS[at*len(g.types)+bt]
+	return x, !math.IsNaN(x)
+}
+
 // rfSlope fits the job's datasheet slope from its own pairs at equal counts on different
 // types: the slope, its variance, and whether any pair informed it.
 func (g *grid) rfSlope(self int, w []float64, own []ownSlot, runNoise float64) (delta, variance float64, ok bool) {
-	nt := len(g.types)
 	var sxe, sxx, see, ne float64
 	for i, a := range own {
-		at, ab := a.slot/nBuckets, a.slot%nBuckets
 		for _, b := range own[i+1:] {
-			bt, bb := b.slot/nBuckets, b.slot%nBuckets
-			if bb != ab || bt == at {
-				continue
-			}
-			x := g.lnDS[at*nt+bt]
-			if math.IsNaN(x) {
+			x, okX := g.datasheetLogRatio(a.slot, b.slot)
+			if !okX {
 				continue
 			}
 			r, _, okR := g.kernelRatio(self, w, b.slot, a.slot)
@@ -92,23 +98,17 @@ func (g *grid) roofline(self int, w []float64, own []ownSlot, runNoise float64) 
 
 // rooflineTo is roofline into out (len g.stride).
 func (g *grid) rooflineTo(out []trEst, self int, w []float64, own []ownSlot, runNoise float64) {
-	nt := len(g.types)
 	delta, dVar, okD := g.rfSlope(self, w, own, runNoise)
 	for t := range out {
 		out[t] = trEst{v: math.Inf(1)}
 		if !okD {
 			continue
 		}
-		tt, tb := t/nBuckets, t%nBuckets
 		var prec, py, minV float64
 		minV = math.Inf(1)
 		for _, o := range own {
-			ot, ob := o.slot/nBuckets, o.slot%nBuckets
-			if ob != tb || ot == tt {
-				continue
-			}
-			x := g.lnDS[ot*nt+tt]
-			if math.IsNaN(x) {
+			x, okX := g.datasheetLogRatio(o.slot, t)
+			if !okX {
 				continue
 			}
 			r, v, ok := g.kernelRatio(self, w, t, o.slot)
