@@ -547,7 +547,7 @@ func Check(js *Jobspec) []Finding {
 			add("warning", p.Range, "", "parameterized job with the hold: a child dispatched with a payload can never be pinned (Nomad refuses to register any job that carries one); set payload = \"forbidden\" and pass the inputs with nomad job dispatch -meta")
 		}
 	}
-	jobMeta := plain(js.Meta)
+	jobMeta := checkable(js.Meta)
 	jobHasGPUs := false
 	for _, g := range js.Groups {
 		for _, t := range g.Tasks {
@@ -586,7 +586,7 @@ func Check(js *Jobspec) []Finding {
 				add("warning", v.Range, g.Name, "%s = %s is not a literal; validate cannot check it", k, v.Text)
 			}
 		}
-		a, err := Parse(jobMeta, plain(g.Meta), g.Name)
+		a, err := Parse(jobMeta, checkable(g.Meta), g.Name)
 		for _, e := range Errors(err) {
 			rng := merged[e.Key].Range
 			add("error", rng, g.Name, "%s", e.Error())
@@ -635,10 +635,14 @@ func Check(js *Jobspec) []Finding {
 	return out
 }
 
-func plain(m map[string]Value) map[string]string {
+// checkable is the meta validate can check: the values it evaluated. The others are warned
+// about as not literal; their Text is the expression's source, not what Nomad would store.
+func checkable(m map[string]Value) map[string]string {
 	out := make(map[string]string, len(m))
 	for k, v := range m {
-		out[k] = v.Text
+		if v.Exact {
+			out[k] = v.Text
+		}
 	}
 	return out
 }

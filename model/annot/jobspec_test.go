@@ -117,6 +117,7 @@ func TestCheck(t *testing.T) {
 		name string
 		spec string
 		want []string // substrings of findings, in order; nil: no findings at all
+		not  []string // substrings no finding may contain
 	}{
 		{
 			// The hold wins over hetgpu.enable = false: a warning, not an error.
@@ -229,6 +230,15 @@ func TestCheck(t *testing.T) {
 			want: []string{"not a literal"},
 		},
 		{
+			// Warned as unchecked, so not also checked as the expression's source text.
+			name: "non-literal value of a checked key",
+			spec: `job "j" {
+  meta = { "hetgpu.enable" = "true", "hetgpu.runtime" = file("runtime.txt") }
+` + gpuGroup("g", 2, true) + "}",
+			want: []string{"warning", `hetgpu.runtime = file("runtime.txt") is not a literal`},
+			not:  []string{"error", "expected a positive Go duration"},
+		},
+		{
 			// A pin is a register, and Nomad refuses any register that carries a payload.
 			name: "held parameterized job, payload required",
 			spec: `job "j" {
@@ -273,6 +283,11 @@ func TestCheck(t *testing.T) {
 			for _, w := range tt.want {
 				if !strings.Contains(joined, w) {
 					t.Errorf("findings do not mention %q:\n%s", w, joined)
+				}
+			}
+			for _, w := range tt.not {
+				if strings.Contains(joined, w) {
+					t.Errorf("findings mention %q:\n%s", w, joined)
 				}
 			}
 		})
