@@ -16,11 +16,19 @@ import (
 )
 
 // TestJobspecParsedAsNomad checks that `hetgpu validate` reads every example jobspec (and the
-// parser's own testdata: locals, dynamic blocks) as Nomad's own parser does: the same groups,
+// parser's own testdata: locals, dynamic blocks, functions) as Nomad's own parser does: the same groups,
 // counts, meta, constraints, drivers and device requests. Nomad parses with `job run -output`,
 // which needs no agent.
 func TestJobspecParsedAsNomad(t *testing.T) {
 	nomadBin := nomadBinary(t, "the jobspec parser comparison")
+	if strings.ContainsRune(nomadBin, filepath.Separator) {
+		// The subtests change directory; a relative NOMAD_BIN must still be found.
+		abs, err := filepath.Abs(nomadBin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nomadBin = abs
+	}
 	files, err := filepath.Glob("../jobspecs/*.nomad.hcl")
 	if err != nil || len(files) < 6 {
 		t.Fatalf("jobspecs: %v (%d)", err, len(files))
@@ -31,6 +39,14 @@ func TestJobspecParsedAsNomad(t *testing.T) {
 	}
 	for _, f := range append(files, more...) {
 		t.Run(filepath.Base(f), func(t *testing.T) {
+			// Both parsers read file("x") from the working directory: the jobspec's own, so
+			// that a testdata jobspec finds the files beside it.
+			abs, err := filepath.Abs(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Chdir(filepath.Dir(abs))
+			f = filepath.Base(abs)
 			out, err := exec.Command(nomadBin, "job", "run", "-output", f).Output()
 			if err != nil {
 				t.Fatalf("nomad job run -output %s: %v", f, err)

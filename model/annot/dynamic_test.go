@@ -3,6 +3,7 @@ package annot
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -63,8 +64,9 @@ func TestParseJobspecDynamicBlocks(t *testing.T) {
 	}
 }
 
-// TestParseJobspecFunctions: Nomad's pure functions evaluate; one validate does not provide
-// (file) leaves the value inexact, as a variable without a default does.
+// TestParseJobspecFunctions: Nomad's functions evaluate (cty's standard library, go-cty-funcs'
+// encoding, cidr, crypto and uuid, YAML); a file function in a jobspec given as bytes (no
+// directory to read from) leaves the value inexact, as a variable without a default does.
 func TestParseJobspecFunctions(t *testing.T) {
 	js, err := ParseJobspec("f.nomad.hcl", []byte(`
 locals {
@@ -75,23 +77,22 @@ job "f" {
     "hetgpu.batch_size" = join("", [for s in slice(local.sizes, 1, 2) : format("%d", s)])
     "hetgpu.model"      = trimspace(title(" resnet "))
     "hetgpu.runtime"    = file("runtime.txt")
+    "hetgpu.queue"      = yamldecode(base64decode(base64encode("name: team-a"))).name
+    "hetgpu.job_type"   = format("%s-%s", cidrhost("10.1.0.0/16", 5), substr(sha256("x"), 0, 8))
+    "hetgpu.workload"   = uuidv5("dns", "example.com")
   }
 }`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range []struct {
-		key, want string
-		exact     bool
-	}{
+	wantMeta(t, js, []metaWant{
 		{KeyBatchSize, "32", true},
 		{KeyModel, "Resnet", true},
 		{KeyRuntime, `file("runtime.txt")`, false},
-	} {
-		if v := js.Meta[tc.key]; v.Text != tc.want || v.Exact != tc.exact {
-			t.Errorf("%s = %+v, want %q exact %v", tc.key, v, tc.want, tc.exact)
-		}
-	}
+		{"hetgpu.queue", "team-a", true},
+		{"hetgpu.job_type", "10.1.0.5-2d711642", true},
+		{"hetgpu.workload", "cfbff0d1-9375-5685-968c-48ce8b15ae17", true},
+	})
 }
 
 func TestParseJobspecDynamicErrors(t *testing.T) {
@@ -185,6 +186,56 @@ func TestParseJobspecShorthands(t *testing.T) {
 	for _, f := range Check(js) {
 		if f.Severity == "error" {
 			t.Errorf("unexpected finding: %s", f)
+		}
+	}
+}
+
+// TestReadJobspecFileFunctions: read from a file, the jobspec's file functions read from the
+// working directory, as nomad job run does (not from the jobspec's directory); a file that is
+// not there leaves the value inexact.
+func TestReadJobspecFileFunctions(t *testing.T) {
+	dir, elsewhere := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "runtime.txt"), []byte("2h30m\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The jobspec's own directory has another runtime.txt, which must not be read.
+	if err := os.WriteFile(filepath.Join(elsewhere, "runtime.txt"), []byte("9h\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(dir)
+	path := filepath.Join(elsewhere, "f.nomad.hcl")
+	spec := `job "f" {
+  meta = {
+    "hetgpu.runtime" = trimspace(file("runtime.txt"))
+    "hetgpu.model"   = fileexists("model.txt") ? file("model.txt") : basename("/models/bert")
+    "hetgpu.queue"   = file("missing.txt")
+  }
+}`
+	if err := os.WriteFile(path, []byte(spec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	js, err := ReadJobspec(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantMeta(t, js, []metaWant{
+		{KeyRuntime, "2h30m", true},
+		{KeyModel, "bert", true},
+		{"hetgpu.queue", `file("missing.txt")`, false},
+	})
+}
+
+// metaWant is a job meta value a parse should give: its text and whether validate evaluated it.
+type metaWant struct {
+	key, want string
+	exact     bool
+}
+
+func wantMeta(t *testing.T, js *Jobspec, wants []metaWant) {
+	t.Helper()
+	for _, w := range wants {
+		if v := js.Meta[w.key]; v.Text != w.want || v.Exact != w.exact {
+			t.Errorf("%s = %+v, want %q exact %v", w.key, v, w.want, w.exact)
 		}
 	}
 }

@@ -113,7 +113,9 @@ func ReadJobspec(path string) (*Jobspec, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read jobspec: %w", err)
 	}
-	return ParseJobspec(path, src)
+	// file("x") reads x in the working directory, not beside the jobspec: nomad job run
+	// parses with the file's base name as its path, so its functions resolve from ".".
+	return parseJobspec(path, src, ".")
 }
 
 // ParseJobspec parses an HCL2 jobspec (native syntax; Nomad's JSON job format is not read).
@@ -121,13 +123,18 @@ func ReadJobspec(path string) (*Jobspec, error) {
 // (format, join, merge, ...) evaluate, and dynamic blocks expand
 // as Nomad expands them, so validate sees the groups, tasks and devices Nomad would register.
 func ParseJobspec(filename string, src []byte) (*Jobspec, error) {
+	return parseJobspec(filename, src, "")
+}
+
+// parseJobspec is ParseJobspec with the file functions rooted at baseDir ("": without them).
+func parseJobspec(filename string, src []byte, baseDir string) (*Jobspec, error) {
 	f, diags := hclsyntax.ParseConfig(src, filename, hcl.InitialPos)
 	if diags.HasErrors() {
 		return nil, fmt.Errorf("parse %s: %w", filename, diags)
 	}
 	body := f.Body.(*hclsyntax.Body)
 	r := &reader{src: src, vars: map[string]cty.Value{}, locals: map[string]cty.Value{}, iters: map[string]cty.Value{},
-		funcs: functions()}
+		funcs: functions(baseDir)}
 	// Input variables first: their defaults feed var.x references.
 	for _, b := range body.Blocks {
 		if b.Type == "variable" && len(b.Labels) == 1 {
