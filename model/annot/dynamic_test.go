@@ -192,7 +192,7 @@ func TestParseJobspecShorthands(t *testing.T) {
 
 // TestReadJobspecFileFunctions: read from a file, the jobspec's file functions read from the
 // working directory, as nomad job run does (not from the jobspec's directory); a file that is
-// not there leaves the value inexact.
+// not there is an error naming it, as it is for Nomad.
 func TestReadJobspecFileFunctions(t *testing.T) {
 	dir, elsewhere := t.TempDir(), t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "runtime.txt"), []byte("2h30m\n"), 0o644); err != nil {
@@ -208,7 +208,6 @@ func TestReadJobspecFileFunctions(t *testing.T) {
   meta = {
     "hetgpu.runtime" = trimspace(file("runtime.txt"))
     "hetgpu.model"   = fileexists("model.txt") ? file("model.txt") : basename("/models/bert")
-    "hetgpu.queue"   = file("missing.txt")
   }
 }`
 	if err := os.WriteFile(path, []byte(spec), 0o644); err != nil {
@@ -221,8 +220,19 @@ func TestReadJobspecFileFunctions(t *testing.T) {
 	wantMeta(t, js, []metaWant{
 		{KeyRuntime, "2h30m", true},
 		{KeyModel, "bert", true},
-		{"hetgpu.queue", `file("missing.txt")`, false},
 	})
+	missing := filepath.Join(elsewhere, "missing.nomad.hcl")
+	if err := os.WriteFile(missing, []byte(`job "m" {
+  meta = { "hetgpu.queue" = file("missing.txt") }
+}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = ReadJobspec(missing)
+	for _, want := range []string{`file("missing.txt")`, "no file exists at missing.txt", "Nomad refuses the jobspec too"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("missing file: err = %v, want one containing %q", err, want)
+		}
+	}
 }
 
 // metaWant is a job meta value a parse should give: its text and whether validate evaluated it.

@@ -349,6 +349,13 @@ var runtimeRoots = map[string]bool{"node": true, "attr": true, "meta": true, "de
 func (r *reader) value(expr hclsyntax.Expression) Value {
 	rng := expr.Range()
 	v, diags := expr.Value(r.ctx())
+	for _, d := range diags {
+		// A function that fails on what it was given (a file that is not there, YAML that
+		// does not parse) fails Nomad's parse too; a variable validate cannot see does not.
+		if d.Severity == hcl.DiagError && d.Summary == "Error in function call" {
+			r.fail(fmt.Errorf("%s: %s: %s; Nomad refuses the jobspec too", rng, rng.SliceBytes(r.src), strings.TrimSuffix(d.Detail, ".")))
+		}
+	}
 	if !diags.HasErrors() && v.IsWhollyKnown() && !v.IsNull() {
 		if s, ok := ctyString(v); ok {
 			return Value{Text: s, Exact: true, Range: rng}
