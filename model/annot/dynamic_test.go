@@ -134,6 +134,8 @@ func TestParseJobspecDynamicErrors(t *testing.T) {
     count = "two"
   }
 }`), []string{`group "a" count = "two"`, "non-negative integer"}},
+		{"function fails on its argument", wrap(`meta = { "hetgpu.model" = cidrhost("not-a-cidr", 1) }`),
+			[]string{`cidrhost("not-a-cidr", 1)`, `Call to function "cidrhost" failed`, "Nomad refuses the jobspec too"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseJobspec("bad.nomad.hcl", []byte(tc.spec))

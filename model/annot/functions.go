@@ -1,6 +1,8 @@
 package annot
 
 import (
+	"maps"
+
 	"github.com/hashicorp/go-cty-funcs/cidr"
 	"github.com/hashicorp/go-cty-funcs/crypto"
 	"github.com/hashicorp/go-cty-funcs/encoding"
@@ -21,23 +23,16 @@ import (
 // one (a jobspec given as bytes) what calls them stays inexact, as a variable without a default
 // does. md5 and sha1 are there as in a Nomad built without FIPS 140 mode.
 func functions(baseDir string) map[string]function.Function {
-	fs := fileFunctions(baseDir)
-	for name, f := range pureFunctions() {
-		fs[name] = f
+	fs := pureFunctions()
+	if baseDir != "" {
+		maps.Copy(fs, map[string]function.Function{
+			"abspath": filesystem.AbsPathFunc, "basename": filesystem.BasenameFunc,
+			"dirname": filesystem.DirnameFunc, "pathexpand": filesystem.PathExpandFunc,
+			"file": filesystem.MakeFileFunc(baseDir, false), "filebase64": filesystem.MakeFileFunc(baseDir, true),
+			"fileexists": filesystem.MakeFileExistsFunc(baseDir), "fileset": filesystem.MakeFileSetFunc(baseDir),
+		})
 	}
 	return fs
-}
-
-func fileFunctions(baseDir string) map[string]function.Function {
-	if baseDir == "" {
-		return map[string]function.Function{}
-	}
-	return map[string]function.Function{
-		"abspath": filesystem.AbsPathFunc, "basename": filesystem.BasenameFunc,
-		"dirname": filesystem.DirnameFunc, "pathexpand": filesystem.PathExpandFunc,
-		"file": filesystem.MakeFileFunc(baseDir, false), "filebase64": filesystem.MakeFileFunc(baseDir, true),
-		"fileexists": filesystem.MakeFileExistsFunc(baseDir), "fileset": filesystem.MakeFileSetFunc(baseDir),
-	}
 }
 
 func pureFunctions() map[string]function.Function {

@@ -352,7 +352,7 @@ func (r *reader) value(expr hclsyntax.Expression) Value {
 	for _, d := range diags {
 		// A function that fails on what it was given (a file that is not there, YAML that
 		// does not parse) fails Nomad's parse too; a variable validate cannot see does not.
-		if d.Severity == hcl.DiagError && d.Summary == "Error in function call" {
+		if call, ok := hcl.DiagnosticExtra[hclsyntax.FunctionCallDiagExtra](d); ok && call.FunctionCallError() != nil {
 			r.fail(fmt.Errorf("%s: %s: %s; Nomad refuses the jobspec too", rng, rng.SliceBytes(r.src), strings.TrimSuffix(d.Detail, ".")))
 		}
 	}
